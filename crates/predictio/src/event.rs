@@ -1,0 +1,294 @@
+//! Typed workload events: what policies see.
+//!
+//! Events come from kernel observation (eBPF tracepoints, fanotify), from
+//! application hints (the hint socket, the C ABI) and from in-process library
+//! calls. They are small; lists are shared (`Arc<[T]>`) so that dispatching one
+//! event to several policies never copies them. A file is named by its
+//! [`FileId`]; the descriptor the runtime holds for it is found through the
+//! policy context.
+
+use std::sync::Arc;
+
+use crate::file::FileId;
+use crate::page::{ByteRange, PageRange};
+
+/// How a page was accessed.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, serde::Serialize, serde::Deserialize)]
+pub enum AccessKind {
+    /// A buffered `read()` (`filemap:mm_filemap_get_pages`).
+    Read,
+    /// A page fault on a mapping (`filemap:mm_filemap_fault`).
+    Fault,
+    /// Pages mapped around a fault (`filemap:mm_filemap_map_pages`).
+    MapPages,
+}
+
+/// One workload event.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Event {
+    /// Pages of a file were accessed (and were resident or became resident).
+    PageAccess {
+        /// Accessing process.
+        pid: u32,
+        /// File.
+        file: FileId,
+        /// Pages touched.
+        pages: PageRange,
+        /// Read or fault.
+        kind: AccessKind,
+        /// Monotonic time, ns.
+        time_ns: u64,
+    },
+    /// A page was added to the page cache on demand: a miss.
+    PageMiss {
+        /// Process that missed.
+        pid: u32,
+        /// File.
+        file: FileId,
+        /// Page index.
+        page: u64,
+        /// Monotonic time, ns.
+        time_ns: u64,
+    },
+    /// A page left the page cache (for waste accounting).
+    PageEvict {
+        /// File.
+        file: FileId,
+        /// Page index.
+        page: u64,
+        /// Monotonic time, ns.
+        time_ns: u64,
+    },
+    /// A process executed a program.
+    Exec {
+        /// Process.
+        pid: u32,
+        /// The executable.
+        exe: FileId,
+        /// Monotonic time, ns.
+        time_ns: u64,
+    },
+    /// A process forked.
+    Fork {
+        /// Parent.
+        parent: u32,
+        /// Child.
+        child: u32,
+        /// Monotonic time, ns.
+        time_ns: u64,
+    },
+    /// A process exited.
+    Exit {
+        /// Process.
+        pid: u32,
+        /// Monotonic time, ns.
+        time_ns: u64,
+    },
+    /// A process opened a file.
+    FileOpen {
+        /// Process.
+        pid: u32,
+        /// File.
+        file: FileId,
+        /// Monotonic time, ns.
+        time_ns: u64,
+    },
+    /// A B-tree traversal descends from an interior page (SQLite/LMDB adapters).
+    TreeChildEnter {
+        /// The database file.
+        file: FileId,
+        /// The interior page being traversed.
+        parent: u64,
+        /// Its children in key order (page indices in the file).
+        children: Arc<[u64]>,
+        /// Index in `children` of the child being descended into now.
+        position: u32,
+    },
+    /// A model file's tensor byte ranges, in the order the loader reads them.
+    TensorLayout {
+        /// The model file.
+        file: FileId,
+        /// Tensor ranges in load order.
+        ranges: Arc<[ByteRange]>,
+    },
+    /// A model loader starts a layer.
+    LayerStart {
+        /// The model file.
+        file: FileId,
+        /// Layer index.
+        layer: u32,
+    },
+    /// A program reports the segments it will read next, in order.
+    ReadPlan {
+        /// The file.
+        file: FileId,
+        /// Upcoming segments.
+        segments: Arc<[ByteRange]>,
+    },
+    /// A program read `len` bytes at `offset` (hint or observation).
+    StreamRead {
+        /// The file.
+        file: FileId,
+        /// Offset of the read.
+        offset: u64,
+        /// Length of the read.
+        len: u64,
+    },
+    /// Plain page ranges a program asks to have prefetched.
+    Pages {
+        /// The file.
+        file: FileId,
+        /// The ranges.
+        ranges: Arc<[PageRange]>,
+    },
+}
+
+/// The kind of an [`Event`], for subscription.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+#[repr(u8)]
+pub enum EventKind {
+    /// [`Event::PageAccess`]
+    PageAccess,
+    /// [`Event::PageMiss`]
+    PageMiss,
+    /// [`Event::PageEvict`]
+    PageEvict,
+    /// [`Event::Exec`]
+    Exec,
+    /// [`Event::Fork`]
+    Fork,
+    /// [`Event::Exit`]
+    Exit,
+    /// [`Event::FileOpen`]
+    FileOpen,
+    /// [`Event::TreeChildEnter`]
+    TreeChildEnter,
+    /// [`Event::TensorLayout`]
+    TensorLayout,
+    /// [`Event::LayerStart`]
+    LayerStart,
+    /// [`Event::ReadPlan`]
+    ReadPlan,
+    /// [`Event::StreamRead`]
+    StreamRead,
+    /// [`Event::Pages`]
+    Pages,
+}
+
+impl EventKind {
+    /// Every kind, in discriminant order.
+    pub const ALL: [EventKind; 13] = [
+        EventKind::PageAccess,
+        EventKind::PageMiss,
+        EventKind::PageEvict,
+        EventKind::Exec,
+        EventKind::Fork,
+        EventKind::Exit,
+        EventKind::FileOpen,
+        EventKind::TreeChildEnter,
+        EventKind::TensorLayout,
+        EventKind::LayerStart,
+        EventKind::ReadPlan,
+        EventKind::StreamRead,
+        EventKind::Pages,
+    ];
+
+    /// Number of kinds.
+    pub const COUNT: usize = Self::ALL.len();
+}
+
+impl Event {
+    /// This event's kind.
+    pub fn kind(&self) -> EventKind {
+        match self {
+            Event::PageAccess { .. } => EventKind::PageAccess,
+            Event::PageMiss { .. } => EventKind::PageMiss,
+            Event::PageEvict { .. } => EventKind::PageEvict,
+            Event::Exec { .. } => EventKind::Exec,
+            Event::Fork { .. } => EventKind::Fork,
+            Event::Exit { .. } => EventKind::Exit,
+            Event::FileOpen { .. } => EventKind::FileOpen,
+            Event::TreeChildEnter { .. } => EventKind::TreeChildEnter,
+            Event::TensorLayout { .. } => EventKind::TensorLayout,
+            Event::LayerStart { .. } => EventKind::LayerStart,
+            Event::ReadPlan { .. } => EventKind::ReadPlan,
+            Event::StreamRead { .. } => EventKind::StreamRead,
+            Event::Pages { .. } => EventKind::Pages,
+        }
+    }
+
+    /// The file the event is about, where there is one.
+    pub fn file(&self) -> Option<FileId> {
+        match self {
+            Event::PageAccess { file, .. }
+            | Event::PageMiss { file, .. }
+            | Event::PageEvict { file, .. }
+            | Event::FileOpen { file, .. }
+            | Event::TreeChildEnter { file, .. }
+            | Event::TensorLayout { file, .. }
+            | Event::LayerStart { file, .. }
+            | Event::ReadPlan { file, .. }
+            | Event::StreamRead { file, .. }
+            | Event::Pages { file, .. } => Some(*file),
+            Event::Exec { exe, .. } => Some(*exe),
+            Event::Fork { .. } | Event::Exit { .. } => None,
+        }
+    }
+}
+
+/// A set of [`EventKind`]s (a bit mask).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, Default)]
+pub struct EventKinds(u32);
+
+impl EventKinds {
+    /// No kind.
+    pub const NONE: EventKinds = EventKinds(0);
+
+    /// Every kind.
+    pub const ALL: EventKinds = EventKinds((1 << EventKind::COUNT) - 1);
+
+    /// The set holding exactly these kinds.
+    pub const fn of(kinds: &[EventKind]) -> Self {
+        let mut bits = 0;
+        let mut i = 0;
+        while i < kinds.len() {
+            bits |= 1 << kinds[i] as u32;
+            i += 1;
+        }
+        EventKinds(bits)
+    }
+
+    /// True when `kind` is in the set.
+    pub const fn contains(&self, kind: EventKind) -> bool {
+        self.0 & (1 << kind as u32) != 0
+    }
+
+    /// The union of two sets.
+    pub const fn with(self, other: EventKinds) -> Self {
+        EventKinds(self.0 | other.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kinds_mask() {
+        let set = EventKinds::of(&[EventKind::ReadPlan, EventKind::Exec]);
+        assert!(set.contains(EventKind::ReadPlan));
+        assert!(set.contains(EventKind::Exec));
+        assert!(!set.contains(EventKind::PageAccess));
+        for kind in EventKind::ALL {
+            assert!(EventKinds::ALL.contains(kind));
+            assert!(!EventKinds::NONE.contains(kind));
+        }
+    }
+
+    #[test]
+    fn kind_discriminants_match_all_order() {
+        for (i, kind) in EventKind::ALL.iter().enumerate() {
+            assert_eq!(*kind as usize, i);
+        }
+    }
+}

@@ -1,0 +1,353 @@
+//! The executor's synchronous core: one request in, bounded I/O out.
+//!
+//! [`Engine::execute`] applies the rules in order — bound, memory pressure,
+//! clamp to EOF, skip holes, skip resident pages, skip pages in flight,
+//! coalesce, issue — and records what each rule did. It is driven by the
+//! executor's worker thread; benchmarks and tests drive it directly with a
+//! fake [`PageCache`] or a counting [`Backend`].
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::backend::{Backend, Issued};
+use super::inflight::InFlight;
+use super::kernel::PageCache;
+use super::plan::{Coalescer, absent_runs, clamp_to_eof};
+use crate::accounting::{Accounting, Counters};
+use crate::file::{FileId, FileRef};
+use crate::page::{PAGE_SIZE, PageRange};
+use crate::policy::PolicyId;
+use crate::pressure::PressureGuard;
+use crate::request::{Request, Urgency};
+use crate::sys::uring::Completion;
+
+/// The engine's bounds.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Limits {
+    /// Pages one request may ask for; the rest is dropped and counted.
+    pub max_pages_per_request: u64,
+    /// Largest single I/O, in pages.
+    pub max_io_pages: u64,
+    /// Pages in flight at once (asynchronous backends); over it the engine
+    /// waits for completions before issuing more.
+    pub max_inflight_pages: u64,
+    /// Whether issued pages are remembered for hit and waste accounting.
+    pub track_hits: bool,
+    /// How long a file's size and hole map are trusted.
+    pub size_ttl: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_pages_per_request: 1 << 18,
+            max_io_pages: 64,
+            max_inflight_pages: 1 << 14,
+            track_hits: false,
+            size_ttl: Duration::from_millis(50),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+struct FileState {
+    size: u64,
+    holes: bool,
+    checked: Instant,
+}
+
+#[derive(Debug)]
+struct PendingIo {
+    file: FileRef,
+    range: PageRange,
+    origin: PolicyId,
+}
+
+/// Files whose size is cached before the cache is cleared.
+const MAX_FILE_STATES: usize = 4096;
+
+/// The executor's core.
+pub struct Engine {
+    limits: Limits,
+    cache: Box<dyn PageCache>,
+    backend: Box<dyn Backend>,
+    pressure: PressureGuard,
+    accounting: Arc<Accounting>,
+    inflight: InFlight,
+    pending: HashMap<u64, PendingIo>,
+    files: HashMap<FileId, FileState>,
+    next_token: u64,
+    // Scratch space reused across requests.
+    segments: Vec<PageRange>,
+    absent: Vec<PageRange>,
+    not_inflight: Vec<PageRange>,
+    chunks: Vec<PageRange>,
+    residency: Vec<u8>,
+    completions: Vec<Completion>,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field("limits", &self.limits)
+            .field("backend", &self.backend.kind())
+            .field("inflight_pages", &self.inflight.pages())
+            .finish()
+    }
+}
+
+impl Engine {
+    /// An engine over `cache` and `backend`, recording into `accounting`.
+    pub fn new(
+        limits: Limits,
+        cache: Box<dyn PageCache>,
+        backend: Box<dyn Backend>,
+        pressure: PressureGuard,
+        accounting: Arc<Accounting>,
+    ) -> Self {
+        Self {
+            limits,
+            cache,
+            backend,
+            pressure,
+            accounting,
+            inflight: InFlight::default(),
+            pending: HashMap::new(),
+            files: HashMap::new(),
+            next_token: 1,
+            segments: Vec::new(),
+            absent: Vec::new(),
+            not_inflight: Vec::new(),
+            chunks: Vec::new(),
+            residency: Vec::new(),
+            completions: Vec::new(),
+        }
+    }
+
+    /// The backend in use.
+    pub fn backend(&self) -> &dyn Backend {
+        self.backend.as_ref()
+    }
+
+    /// Pages in flight now.
+    pub fn inflight_pages(&self) -> u64 {
+        self.inflight.pages()
+    }
+
+    /// I/Os in flight now.
+    pub fn inflight_ios(&self) -> u32 {
+        self.backend.in_flight()
+    }
+
+    fn file_state(&mut self, file: &FileRef, now: Instant) -> std::io::Result<FileState> {
+        if let Some(state) = self.files.get(&file.id())
+            && now.duration_since(state.checked) < self.limits.size_ttl
+        {
+            return Ok(*state);
+        }
+        let size = self.cache.size(file)?;
+        let holes = self.cache.has_holes(file, size)?;
+        if self.files.len() >= MAX_FILE_STATES {
+            self.files.clear();
+        }
+        let state = FileState { size, holes, checked: now };
+        self.files.insert(file.id(), state);
+        Ok(state)
+    }
+
+    /// Runs one request through every rule and issues what is left. Returns
+    /// the request's counters (also recorded in the accounting).
+    pub fn execute(&mut self, request: Request) -> Counters {
+        let now = Instant::now();
+        let mut d = Counters { requests: 1, ..Counters::default() };
+        let file = request.file;
+        let id = file.id();
+        let asked = request.ranges.iter().map(PageRange::len).sum::<u64>();
+        d.requested_pages = asked;
+
+        if request.urgency == Urgency::Speculative && self.pressure.under_pressure(now) {
+            d.dropped_requests = 1;
+            d.dropped_pages = asked;
+            d.pressure_dropped_pages = asked;
+            self.accounting.record(request.origin, Some(id), &d);
+            return d;
+        }
+
+        let state = match self.file_state(&file, now) {
+            Ok(state) => state,
+            Err(err) => {
+                tracing::debug!(file = %id, %err, "cannot stat file; request dropped");
+                d.errors = 1;
+                d.dropped_pages = asked;
+                self.accounting.record(request.origin, Some(id), &d);
+                return d;
+            }
+        };
+        let size_pages = state.size.div_ceil(PAGE_SIZE);
+
+        let mut budget = self.limits.max_pages_per_request;
+        let mut coalescer = Coalescer::new(self.limits.max_io_pages);
+        self.chunks.clear();
+        for &range in &request.ranges {
+            let kept = PageRange::new(range.start, range.start.saturating_add(range.len().min(budget)));
+            d.dropped_pages += range.len() - kept.len();
+            budget -= kept.len();
+            let (kept, beyond) = clamp_to_eof(kept, size_pages);
+            d.beyond_eof_pages += beyond;
+            if kept.is_empty() {
+                continue;
+            }
+
+            self.segments.clear();
+            if state.holes {
+                match self.cache.data_segments(&file, kept, &mut self.segments) {
+                    Ok(holes) => d.hole_pages += holes,
+                    Err(_) => {
+                        d.errors += 1;
+                        self.segments.push(kept);
+                    }
+                }
+            } else {
+                self.segments.push(kept);
+            }
+
+            for &segment in &self.segments {
+                self.absent.clear();
+                let resident = self.cache.resident_pages(&file, segment).unwrap_or_else(|_| {
+                    d.errors += 1;
+                    0
+                });
+                if resident >= segment.len() {
+                    d.skipped_resident_pages += segment.len();
+                    continue;
+                }
+                if resident == 0 {
+                    self.absent.push(segment);
+                } else {
+                    match self.cache.residency(&file, state.size, segment, &mut self.residency) {
+                        Ok(()) => d.skipped_resident_pages += absent_runs(segment, &self.residency, &mut self.absent),
+                        Err(_) => {
+                            d.errors += 1;
+                            self.absent.push(segment);
+                        }
+                    }
+                }
+                for &run in &self.absent {
+                    self.not_inflight.clear();
+                    d.skipped_inflight_pages += self.inflight.subtract(id, run, &mut self.not_inflight);
+                    for &part in &self.not_inflight {
+                        coalescer.push(part, &mut self.chunks);
+                    }
+                }
+            }
+        }
+        coalescer.finish(&mut self.chunks);
+
+        let chunks = std::mem::take(&mut self.chunks);
+        for &chunk in &chunks {
+            self.make_room(chunk.len());
+            let token = self.next_token;
+            self.next_token = self.next_token.wrapping_add(1);
+            match self.backend.issue(&file, chunk, token) {
+                Ok(issued) => {
+                    d.issued_pages += chunk.len();
+                    d.issued_bytes += chunk.byte_len();
+                    d.issued_ios += 1;
+                    match issued {
+                        Issued::Done => {
+                            d.completed_pages += chunk.len();
+                            if self.limits.track_hits {
+                                self.accounting.note_issued(id, chunk, request.origin, now);
+                            }
+                        }
+                        Issued::Pending => {
+                            self.inflight.insert(id, chunk);
+                            self.pending.insert(token, PendingIo { file: file.clone(), range: chunk, origin: request.origin });
+                        }
+                    }
+                }
+                Err(err) => {
+                    tracing::debug!(file = %id, %chunk, %err, "prefetch I/O failed");
+                    d.errors += 1;
+                }
+            }
+        }
+        self.chunks = chunks;
+        if let Err(err) = self.backend.flush() {
+            tracing::debug!(%err, "backend flush failed");
+            d.errors += 1;
+        }
+        self.accounting.record(request.origin, Some(id), &d);
+        d
+    }
+
+    /// Waits for completions until the backend can take another I/O of
+    /// `pages` pages within the depth and in-flight bounds.
+    fn make_room(&mut self, pages: u64) {
+        while self.backend.in_flight() > 0
+            && (self.backend.in_flight() >= self.backend.depth()
+                || self.inflight.pages() + pages > self.limits.max_inflight_pages)
+        {
+            if !self.wait_completions(1) {
+                break;
+            }
+        }
+    }
+
+    /// Collects finished I/Os without waiting.
+    pub fn poll(&mut self) {
+        let mut done = std::mem::take(&mut self.completions);
+        self.backend.reap(&mut done);
+        self.finish(&mut done);
+        self.completions = done;
+    }
+
+    /// Waits for at least `min` I/Os to finish. False when the backend
+    /// failed to wait (it is then treated as idle).
+    pub fn wait_completions(&mut self, min: u32) -> bool {
+        let mut done = std::mem::take(&mut self.completions);
+        let ok = match self.backend.wait(min, &mut done) {
+            Ok(()) => true,
+            Err(err) => {
+                tracing::warn!(%err, "waiting for prefetch I/O failed");
+                false
+            }
+        };
+        self.finish(&mut done);
+        self.completions = done;
+        ok
+    }
+
+    /// Waits for every I/O in flight.
+    pub fn drain(&mut self) {
+        while self.backend.in_flight() > 0 {
+            let n = self.backend.in_flight();
+            if !self.wait_completions(n) {
+                break;
+            }
+        }
+    }
+
+    fn finish(&mut self, done: &mut Vec<Completion>) {
+        let now = Instant::now();
+        for completion in done.drain(..) {
+            let Some(io) = self.pending.remove(&completion.user_data) else { continue };
+            self.inflight.remove(io.file.id(), io.range);
+            let mut d = Counters::default();
+            match completion.result {
+                Ok(_) => {
+                    d.completed_pages = io.range.len();
+                    if self.limits.track_hits {
+                        self.accounting.note_issued(io.file.id(), io.range, io.origin, now);
+                    }
+                }
+                Err(errno) => {
+                    tracing::debug!(file = %io.file.id(), range = %io.range, errno, "prefetch read failed");
+                    d.errors = 1;
+                }
+            }
+            self.accounting.record(io.origin, Some(io.file.id()), &d);
+        }
+    }
+}

@@ -1,0 +1,396 @@
+//! The executor: the only code in predictio that prefetches.
+//!
+//! [`Executor::submit`] validates a [`Request`] and puts it on a bounded
+//! queue; it never blocks and never does I/O. When the queue is full the
+//! request is dropped and counted. A worker thread takes requests off the
+//! queue and runs them through the [`engine::Engine`]: clamp to EOF, skip holes,
+//! skip resident pages (`cachestat`, then `mincore` where a range is partly
+//! resident), skip pages in flight, coalesce, and issue through the chosen
+//! [`BackendKind`] within the I/O-depth and in-flight bounds. Under memory
+//! pressure speculative requests are shed, counted.
+//!
+//! Invariant: nothing here changes what an application reads. Prefetch only
+//! fills the page cache; a dropped or failed prefetch costs only overlap.
+
+pub mod backend;
+pub mod engine;
+pub mod inflight;
+pub mod kernel;
+pub mod plan;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering, fence};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::{self, JoinHandle, Thread};
+use std::time::{Duration, Instant};
+
+use crossbeam_queue::ArrayQueue;
+
+pub use backend::{Backend, BackendKind, Issued};
+pub use engine::{Engine, Limits};
+pub use kernel::{LinuxPageCache, PageCache};
+
+use crate::accounting::{Accounting, Counters, Stats};
+use crate::file::FileId;
+use crate::page::{PAGE_SIZE, PageRange};
+use crate::policy::PolicyId;
+use crate::pressure::{PressureConfig, PressureGuard};
+use crate::request::Request;
+
+/// Largest page index a request may name: the last page of the largest file
+/// offset Linux allows (`i64::MAX`).
+pub const MAX_PAGE: u64 = (i64::MAX as u64) / PAGE_SIZE;
+
+/// Executor settings. Every bound is counted when hit.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ExecutorConfig {
+    /// The backend to issue through (falls back to fadvise where it cannot
+    /// run).
+    pub backend: BackendKind,
+    /// Requests waiting for the worker; a submit beyond it is dropped.
+    pub queue_capacity: usize,
+    /// Ranges one request may carry; more is refused at submit.
+    pub max_ranges_per_request: usize,
+    /// Pages, I/O size, in-flight bounds and hit tracking.
+    pub limits: Limits,
+    /// I/Os in flight at once (the `uring` backend's queue depth).
+    pub io_depth: u32,
+    /// The memory-pressure guard's thresholds.
+    pub pressure: PressureConfig,
+    /// How long a prefetched page may stay untouched before it counts as
+    /// waste (with hit tracking on).
+    pub hit_timeout: Duration,
+}
+
+impl Default for ExecutorConfig {
+    fn default() -> Self {
+        Self {
+            backend: BackendKind::Uring,
+            queue_capacity: 4096,
+            max_ranges_per_request: 1 << 16,
+            limits: Limits::default(),
+            io_depth: 64,
+            pressure: PressureConfig::default(),
+            hit_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Why the executor could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ExecutorError {
+    /// The kernel's page size is not the one predictio works in.
+    #[error("kernel page size is {0} bytes; predictio supports 4096-byte pages only")]
+    PageSize(u64),
+    /// A setting is out of range.
+    #[error("invalid executor setting: {0}")]
+    Config(&'static str),
+    /// The worker thread could not be started.
+    #[error("cannot start the executor's worker thread: {0}")]
+    Spawn(std::io::Error),
+}
+
+/// Why a request was not accepted. Nothing was queued; the drop is counted.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SubmitError {
+    /// The queue is full: the request was dropped.
+    #[error("executor queue full ({capacity} requests); request dropped")]
+    QueueFull {
+        /// The queue's capacity.
+        capacity: usize,
+    },
+    /// The request names no page.
+    #[error("request names no page")]
+    Empty,
+    /// A range ends before it starts.
+    #[error("range {start}..{end} ends before it starts")]
+    Inverted {
+        /// Start page.
+        start: u64,
+        /// End page.
+        end: u64,
+    },
+    /// A range lies beyond any possible file offset.
+    #[error("range {start}..{end} lies beyond the largest file offset")]
+    OutOfBounds {
+        /// Start page.
+        start: u64,
+        /// End page.
+        end: u64,
+    },
+    /// The request carries more ranges than allowed.
+    #[error("request has {count} ranges; at most {max} are allowed")]
+    TooManyRanges {
+        /// Ranges in the request.
+        count: usize,
+        /// The bound.
+        max: usize,
+    },
+    /// The executor is shutting down.
+    #[error("executor is shutting down")]
+    ShuttingDown,
+}
+
+/// Where requests go: the executor, or a test's sink.
+pub trait RequestSink: Send + Sync {
+    /// Hands over one request without blocking.
+    fn submit(&self, request: Request) -> Result<(), SubmitError>;
+}
+
+struct Shared {
+    queue: ArrayQueue<Request>,
+    accounting: Arc<Accounting>,
+    stop: AtomicBool,
+    sleeping: AtomicBool,
+    submitted: AtomicU64,
+    processed: AtomicU64,
+    inflight_ios: AtomicU64,
+    idle_lock: Mutex<()>,
+    idle: Condvar,
+    max_ranges: usize,
+}
+
+/// The bounded, page-cache-aware prefetch executor. Cheap to share behind an
+/// `Arc`; `submit` may be called from any thread.
+pub struct Executor {
+    shared: Arc<Shared>,
+    worker: Option<JoinHandle<()>>,
+    worker_thread: Thread,
+    backend: BackendKind,
+    fallback: Option<String>,
+}
+
+impl std::fmt::Debug for Executor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Executor").field("backend", &self.backend).field("fallback", &self.fallback).finish()
+    }
+}
+
+impl Executor {
+    /// Starts an executor on the real kernel: probes the page size,
+    /// `cachestat` and the backend (falling back with a logged reason), and
+    /// starts the worker thread.
+    pub fn new(config: ExecutorConfig) -> Result<Self, ExecutorError> {
+        let page_size = crate::sys::page_size();
+        if page_size != PAGE_SIZE {
+            return Err(ExecutorError::PageSize(page_size));
+        }
+        let (backend, fallback) = backend::open_backend(config.backend, config.io_depth, config.limits.max_io_pages);
+        let pressure = PressureGuard::new(config.pressure.clone());
+        Self::with_parts(config, Box::new(LinuxPageCache::new()), backend, pressure, fallback)
+    }
+
+    /// Starts an executor over the given parts (tests, benchmarks).
+    pub fn with_parts(
+        config: ExecutorConfig,
+        cache: Box<dyn PageCache>,
+        backend: Box<dyn Backend>,
+        pressure: PressureGuard,
+        fallback: Option<String>,
+    ) -> Result<Self, ExecutorError> {
+        if config.queue_capacity == 0 {
+            return Err(ExecutorError::Config("queue_capacity must be at least 1"));
+        }
+        if config.limits.max_io_pages == 0 || config.limits.max_io_pages > (1 << 16) {
+            return Err(ExecutorError::Config("max_io_pages must be 1..=65536"));
+        }
+        if config.limits.max_inflight_pages < config.limits.max_io_pages {
+            return Err(ExecutorError::Config("max_inflight_pages must be at least max_io_pages"));
+        }
+        let accounting = Arc::new(Accounting::new());
+        let shared = Arc::new(Shared {
+            queue: ArrayQueue::new(config.queue_capacity),
+            accounting: Arc::clone(&accounting),
+            stop: AtomicBool::new(false),
+            sleeping: AtomicBool::new(false),
+            submitted: AtomicU64::new(0),
+            processed: AtomicU64::new(0),
+            inflight_ios: AtomicU64::new(0),
+            idle_lock: Mutex::new(()),
+            idle: Condvar::new(),
+            max_ranges: config.max_ranges_per_request,
+        });
+        let kind = backend.kind();
+        let engine = Engine::new(config.limits.clone(), cache, backend, pressure, accounting);
+        let worker_shared = Arc::clone(&shared);
+        let track_hits = config.limits.track_hits;
+        let hit_timeout = config.hit_timeout;
+        let worker = thread::Builder::new()
+            .name("predictio-exec".into())
+            .spawn(move || worker_loop(worker_shared, engine, track_hits, hit_timeout))
+            .map_err(ExecutorError::Spawn)?;
+        let worker_thread = worker.thread().clone();
+        Ok(Self { shared, worker: Some(worker), worker_thread, backend: kind, fallback })
+    }
+
+    /// The backend in use.
+    pub fn backend(&self) -> BackendKind {
+        self.backend
+    }
+
+    /// Why the configured backend was replaced, if it was.
+    pub fn fallback_reason(&self) -> Option<&str> {
+        self.fallback.as_deref()
+    }
+
+    /// Registers an origin (a policy or tool) for accounting.
+    pub fn register_origin(&self, name: &str) -> PolicyId {
+        self.shared.accounting.register(name)
+    }
+
+    /// Validates `request` and queues it; never blocks. Nonsense is refused
+    /// with a typed error; a full queue drops the request. Both are counted.
+    pub fn submit(&self, request: Request) -> Result<(), SubmitError> {
+        if let Err(err) = validate(&request, self.shared.max_ranges) {
+            let d = Counters { rejected_requests: 1, ..Counters::default() };
+            self.shared.accounting.record(request.origin, Some(request.file.id()), &d);
+            return Err(err);
+        }
+        if self.shared.stop.load(Ordering::Relaxed) {
+            return Err(SubmitError::ShuttingDown);
+        }
+        let (origin, file, pages) = (request.origin, request.file.id(), request.pages());
+        if self.shared.queue.push(request).is_err() {
+            let d = Counters { dropped_requests: 1, dropped_pages: pages, ..Counters::default() };
+            self.shared.accounting.record(origin, Some(file), &d);
+            return Err(SubmitError::QueueFull { capacity: self.shared.queue.capacity() });
+        }
+        self.shared.submitted.fetch_add(1, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
+        if self.shared.sleeping.load(Ordering::SeqCst) {
+            self.worker_thread.unpark();
+        }
+        Ok(())
+    }
+
+    /// Waits until every accepted request was processed and no I/O is in
+    /// flight, or `timeout` passes. True when idle.
+    pub fn wait_idle(&self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        let mut guard = self.shared.idle_lock.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            if self.is_idle() {
+                return true;
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return false;
+            }
+            self.worker_thread.unpark();
+            let wait = (deadline - now).min(Duration::from_millis(5));
+            guard = match self.shared.idle.wait_timeout(guard, wait) {
+                Ok((g, _)) => g,
+                Err(e) => e.into_inner().0,
+            };
+        }
+    }
+
+    fn is_idle(&self) -> bool {
+        self.shared.processed.load(Ordering::SeqCst) == self.shared.submitted.load(Ordering::SeqCst)
+            && self.shared.inflight_ios.load(Ordering::SeqCst) == 0
+    }
+
+    /// A snapshot of the accounting.
+    pub fn stats(&self) -> Stats {
+        self.shared.accounting.snapshot()
+    }
+
+    /// The accounting itself (for observers that feed hits and evictions).
+    pub fn accounting(&self) -> &Arc<Accounting> {
+        &self.shared.accounting
+    }
+
+    /// Feeds an observed access (hit accounting; needs `track_hits`).
+    pub fn note_access(&self, file: FileId, pages: PageRange) {
+        self.shared.accounting.note_access(file, pages);
+    }
+
+    /// Feeds an observed eviction (waste accounting; needs `track_hits`).
+    pub fn note_eviction(&self, file: FileId, pages: PageRange) {
+        self.shared.accounting.note_eviction(file, pages);
+    }
+}
+
+impl RequestSink for Executor {
+    fn submit(&self, request: Request) -> Result<(), SubmitError> {
+        Executor::submit(self, request)
+    }
+}
+
+impl Drop for Executor {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::SeqCst);
+        self.worker_thread.unpark();
+        if let Some(worker) = self.worker.take()
+            && worker.join().is_err()
+        {
+            tracing::error!("executor worker panicked");
+        }
+    }
+}
+
+/// Refuses nonsense: no pages, inverted or impossible ranges, too many
+/// ranges.
+pub fn validate(request: &Request, max_ranges: usize) -> Result<(), SubmitError> {
+    if request.ranges.len() > max_ranges {
+        return Err(SubmitError::TooManyRanges { count: request.ranges.len(), max: max_ranges });
+    }
+    let mut any = false;
+    for r in &request.ranges {
+        if r.end < r.start {
+            return Err(SubmitError::Inverted { start: r.start, end: r.end });
+        }
+        if r.end > MAX_PAGE {
+            return Err(SubmitError::OutOfBounds { start: r.start, end: r.end });
+        }
+        any |= !r.is_empty();
+    }
+    if any { Ok(()) } else { Err(SubmitError::Empty) }
+}
+
+fn worker_loop(shared: Arc<Shared>, mut engine: Engine, track_hits: bool, hit_timeout: Duration) {
+    let mut last_sweep = Instant::now();
+    loop {
+        let mut did_work = false;
+        while let Some(request) = shared.queue.pop() {
+            engine.execute(request);
+            shared.processed.fetch_add(1, Ordering::SeqCst);
+            shared.inflight_ios.store(engine.inflight_ios() as u64, Ordering::SeqCst);
+            engine.poll();
+            did_work = true;
+        }
+        if engine.inflight_ios() > 0 {
+            if shared.queue.is_empty() {
+                engine.wait_completions(1);
+            } else {
+                engine.poll();
+            }
+            shared.inflight_ios.store(engine.inflight_ios() as u64, Ordering::SeqCst);
+            continue;
+        }
+        shared.inflight_ios.store(0, Ordering::SeqCst);
+        if track_hits && last_sweep.elapsed() >= Duration::from_secs(1) {
+            shared.accounting.expire(Instant::now(), hit_timeout);
+            last_sweep = Instant::now();
+        }
+        if did_work {
+            let _guard = shared.idle_lock.lock().unwrap_or_else(|e| e.into_inner());
+            shared.idle.notify_all();
+        }
+        if shared.stop.load(Ordering::SeqCst) {
+            if shared.queue.is_empty() {
+                engine.drain();
+                break;
+            }
+            continue;
+        }
+        shared.sleeping.store(true, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
+        if shared.queue.is_empty() && !shared.stop.load(Ordering::SeqCst) {
+            thread::park_timeout(Duration::from_millis(250));
+        }
+        shared.sleeping.store(false, Ordering::SeqCst);
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,312 @@
+//! Unit tests of the executor's rules through a fake kernel: no root, no
+//! real I/O. Each test names the rule it pins.
+
+use std::collections::{BTreeSet, VecDeque};
+use std::io;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use super::*;
+use crate::file::FileRef;
+use crate::pressure::MemoryState;
+use crate::request::Urgency;
+use crate::sys::uring::Completion;
+
+#[derive(Default)]
+struct FakeState {
+    size: u64,
+    resident: BTreeSet<u64>,
+    holes: Vec<PageRange>,
+}
+
+#[derive(Clone, Default)]
+struct FakeCache(Arc<Mutex<FakeState>>);
+
+impl PageCache for FakeCache {
+    fn size(&mut self, _: &FileRef) -> io::Result<u64> {
+        Ok(self.0.lock().unwrap().size)
+    }
+    fn has_holes(&mut self, _: &FileRef, _: u64) -> io::Result<bool> {
+        Ok(!self.0.lock().unwrap().holes.is_empty())
+    }
+    fn data_segments(&mut self, _: &FileRef, range: PageRange, out: &mut Vec<PageRange>) -> io::Result<u64> {
+        let state = self.0.lock().unwrap();
+        let mut cursor = range.start;
+        let mut holes = 0;
+        for hole in &state.holes {
+            let h = hole.intersect(&range);
+            if h.is_empty() {
+                continue;
+            }
+            if cursor < h.start {
+                out.push(PageRange::new(cursor, h.start));
+            }
+            holes += h.len();
+            cursor = h.end;
+        }
+        if cursor < range.end {
+            out.push(PageRange::new(cursor, range.end));
+        }
+        Ok(holes)
+    }
+    fn resident_pages(&mut self, _: &FileRef, range: PageRange) -> io::Result<u64> {
+        Ok(self.0.lock().unwrap().resident.range(range.start..range.end).count() as u64)
+    }
+    fn residency(&mut self, _: &FileRef, _: u64, range: PageRange, out: &mut Vec<u8>) -> io::Result<()> {
+        let state = self.0.lock().unwrap();
+        out.clear();
+        out.extend((range.start..range.end).map(|p| state.resident.contains(&p) as u8));
+        Ok(())
+    }
+}
+
+#[derive(Default)]
+struct FakeIo {
+    issued: Vec<PageRange>,
+    pending: VecDeque<u64>,
+    max_seen_in_flight: u32,
+}
+
+/// A backend that records I/Os; asynchronous with a depth when `depth` is
+/// set, in which case `wait` completes the oldest I/O.
+#[derive(Clone, Default)]
+struct FakeBackend {
+    io: Arc<Mutex<FakeIo>>,
+    depth: Option<u32>,
+    delay: Duration,
+}
+
+impl Backend for FakeBackend {
+    fn kind(&self) -> BackendKind {
+        BackendKind::Fadvise
+    }
+    fn issue(&mut self, _: &FileRef, range: PageRange, token: u64) -> io::Result<Issued> {
+        std::thread::sleep(self.delay);
+        let mut io = self.io.lock().unwrap();
+        io.issued.push(range);
+        match self.depth {
+            None => Ok(Issued::Done),
+            Some(depth) => {
+                assert!((io.pending.len() as u32) < depth, "issue called with the ring full");
+                io.pending.push_back(token);
+                io.max_seen_in_flight = io.max_seen_in_flight.max(io.pending.len() as u32);
+                Ok(Issued::Pending)
+            }
+        }
+    }
+    fn in_flight(&self) -> u32 {
+        self.io.lock().unwrap().pending.len() as u32
+    }
+    fn depth(&self) -> u32 {
+        self.depth.unwrap_or(u32::MAX)
+    }
+    fn wait(&mut self, min: u32, out: &mut Vec<Completion>) -> io::Result<()> {
+        let mut io = self.io.lock().unwrap();
+        for _ in 0..min.max(1) {
+            if let Some(token) = io.pending.pop_front() {
+                out.push(Completion { user_data: token, result: Ok(4096) });
+            }
+        }
+        Ok(())
+    }
+}
+
+fn calm() -> PressureGuard {
+    PressureGuard::with_source(PressureConfig::default(), || {
+        Ok(MemoryState { some_avg10: 0.0, available: 1 << 40, total: 1 << 40 })
+    })
+}
+
+fn stressed() -> PressureGuard {
+    PressureGuard::with_source(PressureConfig::default(), || {
+        Ok(MemoryState { some_avg10: 90.0, available: 1 << 20, total: 1 << 40 })
+    })
+}
+
+fn any_file() -> FileRef {
+    FileRef::open("/proc/self/exe").expect("own executable opens")
+}
+
+fn engine(cache: &FakeCache, backend: &FakeBackend, limits: Limits, pressure: PressureGuard) -> Engine {
+    Engine::new(limits, Box::new(cache.clone()), Box::new(backend.clone()), pressure, Arc::new(Accounting::new()))
+}
+
+fn cache_of(size_pages: u64, resident: impl IntoIterator<Item = u64>) -> FakeCache {
+    let cache = FakeCache::default();
+    {
+        let mut s = cache.0.lock().unwrap();
+        s.size = size_pages * PAGE_SIZE;
+        s.resident = resident.into_iter().collect();
+    }
+    cache
+}
+
+fn req(ranges: &[(u64, u64)]) -> Request {
+    Request::new(any_file(), ranges.iter().map(|&(s, e)| PageRange::new(s, e)).collect(), PolicyId(0))
+}
+
+#[test]
+fn resident_pages_cause_no_io() {
+    let cache = cache_of(100, 0..100);
+    let backend = FakeBackend::default();
+    let d = engine(&cache, &backend, Limits::default(), calm()).execute(req(&[(0, 100)]));
+    assert_eq!(d.skipped_resident_pages, 100);
+    assert_eq!(d.issued_pages, 0);
+    assert!(backend.io.lock().unwrap().issued.is_empty());
+}
+
+#[test]
+fn partly_resident_issues_only_absent_runs_coalesced() {
+    let cache = cache_of(100, [2, 3, 7]);
+    let backend = FakeBackend::default();
+    let d = engine(&cache, &backend, Limits::default(), calm()).execute(req(&[(0, 10)]));
+    assert_eq!(d.skipped_resident_pages, 3);
+    assert_eq!(d.issued_pages, 7);
+    assert_eq!(
+        backend.io.lock().unwrap().issued,
+        vec![PageRange::new(0, 2), PageRange::new(4, 7), PageRange::new(8, 10)]
+    );
+}
+
+#[test]
+fn clamps_to_eof_and_skips_holes() {
+    let cache = cache_of(50, []);
+    cache.0.lock().unwrap().holes = vec![PageRange::new(10, 20)];
+    let backend = FakeBackend::default();
+    let d = engine(&cache, &backend, Limits::default(), calm()).execute(req(&[(0, 30), (45, 80)]));
+    assert_eq!(d.beyond_eof_pages, 30);
+    assert_eq!(d.hole_pages, 10);
+    assert_eq!(d.issued_pages, 10 + 10 + 5);
+    let issued = backend.io.lock().unwrap().issued.clone();
+    assert!(issued.iter().all(|r| r.end <= 50), "nothing past EOF: {issued:?}");
+    assert!(issued.iter().all(|r| r.intersect(&PageRange::new(10, 20)).is_empty()), "nothing in the hole");
+}
+
+#[test]
+fn coalesces_neighbours_up_to_max_io() {
+    let cache = cache_of(1000, []);
+    let backend = FakeBackend::default();
+    let limits = Limits { max_io_pages: 16, ..Limits::default() };
+    let ranges: Vec<(u64, u64)> = (0..40).map(|p| (p, p + 1)).collect();
+    let d = engine(&cache, &backend, limits, calm()).execute(req(&ranges));
+    assert_eq!(d.issued_ios, 3);
+    assert_eq!(
+        backend.io.lock().unwrap().issued,
+        vec![PageRange::new(0, 16), PageRange::new(16, 32), PageRange::new(32, 40)]
+    );
+}
+
+#[test]
+fn in_flight_pages_are_not_issued_twice() {
+    let cache = cache_of(1000, []);
+    let backend = FakeBackend { depth: Some(64), ..FakeBackend::default() };
+    let mut e = engine(&cache, &backend, Limits::default(), calm());
+    let first = e.execute(req(&[(0, 32)]));
+    assert_eq!(first.issued_pages, 32);
+    let second = e.execute(req(&[(16, 48)]));
+    assert_eq!(second.skipped_inflight_pages, 16);
+    assert_eq!(second.issued_pages, 16);
+    e.drain();
+    assert_eq!(e.inflight_pages(), 0);
+    // Once complete, the pages may be asked again (residency decides).
+    let third = e.execute(req(&[(0, 8)]));
+    assert_eq!(third.skipped_inflight_pages, 0);
+}
+
+#[test]
+fn io_depth_is_never_exceeded() {
+    let cache = cache_of(10_000, []);
+    let backend = FakeBackend { depth: Some(4), ..FakeBackend::default() };
+    let limits = Limits { max_io_pages: 1, ..Limits::default() };
+    let ranges: Vec<(u64, u64)> = (0..100).map(|p| (p * 3, p * 3 + 1)).collect();
+    let d = engine(&cache, &backend, limits, calm()).execute(req(&ranges));
+    assert_eq!(d.issued_ios, 100);
+    assert!(backend.io.lock().unwrap().max_seen_in_flight <= 4);
+}
+
+#[test]
+fn in_flight_page_bound_is_kept() {
+    let cache = cache_of(10_000, []);
+    let backend = FakeBackend { depth: Some(1000), ..FakeBackend::default() };
+    let limits = Limits { max_io_pages: 8, max_inflight_pages: 32, ..Limits::default() };
+    let mut e = engine(&cache, &backend, limits, calm());
+    e.execute(req(&[(0, 1000)]));
+    assert!(backend.io.lock().unwrap().max_seen_in_flight <= 4, "32 pages / 8 per I/O");
+}
+
+#[test]
+fn pages_per_request_bound_drops_and_counts() {
+    let cache = cache_of(10_000, []);
+    let backend = FakeBackend::default();
+    let limits = Limits { max_pages_per_request: 100, ..Limits::default() };
+    let d = engine(&cache, &backend, limits, calm()).execute(req(&[(0, 80), (1000, 1080)]));
+    assert_eq!(d.issued_pages, 100);
+    assert_eq!(d.dropped_pages, 60);
+}
+
+#[test]
+fn memory_pressure_sheds_speculative_not_imminent() {
+    let cache = cache_of(100, []);
+    let backend = FakeBackend::default();
+    let mut e = engine(&cache, &backend, Limits::default(), stressed());
+    let d = e.execute(req(&[(0, 10)]));
+    assert_eq!((d.dropped_requests, d.pressure_dropped_pages, d.issued_pages), (1, 10, 0));
+    let d = e.execute(req(&[(0, 10)]).with_urgency(Urgency::Imminent));
+    assert_eq!(d.issued_pages, 10);
+}
+
+#[test]
+fn validation_rejects_nonsense() {
+    let file = any_file();
+    let r = |ranges: Vec<PageRange>| Request::new(file.clone(), ranges, PolicyId(0));
+    assert_eq!(validate(&r(vec![]), 10), Err(SubmitError::Empty));
+    assert_eq!(validate(&r(vec![PageRange::new(3, 3)]), 10), Err(SubmitError::Empty));
+    assert_eq!(
+        validate(&r(vec![PageRange { start: 9, end: 2 }]), 10),
+        Err(SubmitError::Inverted { start: 9, end: 2 })
+    );
+    assert!(matches!(validate(&r(vec![PageRange::new(0, u64::MAX)]), 10), Err(SubmitError::OutOfBounds { .. })));
+    assert!(matches!(
+        validate(&r(vec![PageRange::new(0, 1); 11]), 10),
+        Err(SubmitError::TooManyRanges { count: 11, max: 10 })
+    ));
+    assert_eq!(validate(&r(vec![PageRange::new(0, 1)]), 10), Ok(()));
+}
+
+#[test]
+fn a_flood_is_dropped_and_counted_never_blocking() {
+    let cache = cache_of(1 << 20, []);
+    // A slow backend: the worker falls behind at once.
+    let backend = FakeBackend { delay: Duration::from_millis(20), ..FakeBackend::default() };
+    let config = ExecutorConfig { queue_capacity: 8, ..ExecutorConfig::default() };
+    let exec = Executor::with_parts(config, Box::new(cache), Box::new(backend), calm(), None).expect("starts");
+    let origin = exec.register_origin("flood");
+    let start = Instant::now();
+    let mut refused = 0;
+    for i in 0..10_000u64 {
+        let r = Request::new(any_file(), vec![PageRange::new(i * 2, i * 2 + 1)], origin);
+        if let Err(SubmitError::QueueFull { .. }) = exec.submit(r) {
+            refused += 1;
+        }
+    }
+    let elapsed = start.elapsed();
+    assert!(elapsed < Duration::from_secs(2), "submit must not block: 10k submits took {elapsed:?}");
+    assert!(refused >= 10_000 - 8 - 10, "most were dropped: {refused}");
+    let stats = exec.stats();
+    let flood = &stats.origins[origin.0 as usize];
+    assert_eq!(flood.name, "flood");
+    assert_eq!(flood.counters.dropped_requests, refused);
+}
+
+#[test]
+fn executor_processes_and_goes_idle() {
+    let cache = cache_of(1000, 0..10);
+    let backend = FakeBackend { depth: Some(8), ..FakeBackend::default() };
+    let exec = Executor::with_parts(ExecutorConfig::default(), Box::new(cache), Box::new(backend.clone()), calm(), None)
+        .expect("starts");
+    let origin = exec.register_origin("t");
+    exec.submit(Request::new(any_file(), vec![PageRange::new(0, 100)], origin)).expect("accepted");
+    assert!(exec.wait_idle(Duration::from_secs(5)));
+    let c = exec.stats().origins[origin.0 as usize].counters;
+    assert_eq!((c.requests, c.skipped_resident_pages, c.issued_pages, c.completed_pages), (1, 10, 90, 90));
+}

@@ -1,0 +1,34 @@
+//! predictio's core: typed workload events, prediction policies, the runtime that
+//! dispatches one to the other, and the executor — the only code that prefetches.
+//!
+//! The flow is `Event → Runtime → Policy::on_event → Request → Executor`.
+//! Policies are pure logic: they never issue I/O and never touch the page cache.
+//! The [`executor::Executor`] validates each [`Request`], clamps it to the end of
+//! the file, skips holes, resident pages and pages already in flight, coalesces
+//! what is left into bounded I/Os and issues them through one of its backends.
+//! It is bounded everywhere and never blocks a caller: when full it drops work
+//! and counts the drop.
+//!
+//! All `unsafe` code lives in [`sys`], the syscall edge; everything above it is
+//! safe Rust.
+#![deny(unsafe_code)]
+
+pub mod accounting;
+pub mod event;
+pub mod executor;
+pub mod file;
+pub mod page;
+pub mod policy;
+pub mod pressure;
+pub mod request;
+pub mod runtime;
+#[allow(unsafe_code)]
+pub mod sys;
+
+pub use event::{Event, EventKind, EventKinds};
+pub use executor::{Executor, ExecutorConfig};
+pub use file::{FileId, FileRef};
+pub use page::{PAGE_SIZE, PageRange};
+pub use policy::{Policy, PolicyId};
+pub use request::{Request, Urgency};
+pub use runtime::Runtime;

@@ -1,0 +1,102 @@
+//! The policy interface: deterministic prediction over typed events.
+//!
+//! A policy says which [`EventKind`]s it wants and turns each such event into
+//! zero or more [`Request`]s through its [`PolicyContext`]. It must never issue
+//! I/O, read file data on an application's behalf, or block: the runtime calls
+//! it on the event path. That keeps every policy unit-testable with a synthetic
+//! event stream.
+
+use std::collections::HashMap;
+
+use crate::event::{Event, EventKinds};
+use crate::file::{FileId, FileRef};
+use crate::page::PageRange;
+use crate::request::{Request, Urgency};
+
+/// Identifies the origin of a request (a policy, or a tool like the CLI) in
+/// the executor's accounting. Assigned by
+/// [`Executor::register_origin`](crate::executor::Executor::register_origin).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, Default, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+pub struct PolicyId(pub u16);
+
+/// The files the runtime holds descriptors for, by identity.
+#[derive(Default, Debug)]
+pub struct FileTable {
+    files: HashMap<FileId, FileRef>,
+}
+
+impl FileTable {
+    /// Holds `file` (replacing any earlier descriptor of the same file).
+    pub fn insert(&mut self, file: FileRef) {
+        self.files.insert(file.id(), file);
+    }
+
+    /// The held descriptor of `id`, if any.
+    pub fn get(&self, id: FileId) -> Option<&FileRef> {
+        self.files.get(&id)
+    }
+
+    /// Stops holding `id`.
+    pub fn remove(&mut self, id: FileId) -> Option<FileRef> {
+        self.files.remove(&id)
+    }
+
+    /// Number of files held.
+    pub fn len(&self) -> usize {
+        self.files.len()
+    }
+
+    /// True when no file is held.
+    pub fn is_empty(&self) -> bool {
+        self.files.is_empty()
+    }
+}
+
+/// What a policy may use while handling one event: the held files and a place
+/// to put its requests.
+pub struct PolicyContext<'a> {
+    files: &'a FileTable,
+    out: &'a mut Vec<Request>,
+    origin: PolicyId,
+}
+
+impl<'a> PolicyContext<'a> {
+    /// A context writing requests into `out` on behalf of `origin`.
+    pub fn new(files: &'a FileTable, out: &'a mut Vec<Request>, origin: PolicyId) -> Self {
+        Self { files, out, origin }
+    }
+
+    /// The descriptor the runtime holds for `id`. A policy can only request
+    /// files someone proved they could open.
+    pub fn file(&self, id: FileId) -> Option<&FileRef> {
+        self.files.get(id)
+    }
+
+    /// Emits a request for `ranges` of the held file `id`. Returns false (and
+    /// emits nothing) when the runtime holds no descriptor for it.
+    pub fn request(&mut self, id: FileId, ranges: Vec<PageRange>, urgency: Urgency) -> bool {
+        let Some(file) = self.files.get(id) else { return false };
+        if ranges.is_empty() {
+            return true;
+        }
+        self.out.push(Request::new(file.clone(), ranges, self.origin).with_urgency(urgency));
+        true
+    }
+
+    /// The id requests from this context are accounted under.
+    pub fn origin(&self) -> PolicyId {
+        self.origin
+    }
+}
+
+/// A prediction policy.
+pub trait Policy: Send {
+    /// Short stable name, used in accounting and on the command line.
+    fn name(&self) -> &str;
+
+    /// The event kinds this policy wants; others are never delivered.
+    fn interests(&self) -> EventKinds;
+
+    /// Handles one event: pure logic, no I/O, no blocking.
+    fn on_event(&mut self, event: &Event, ctx: &mut PolicyContext<'_>);
+}

@@ -1,0 +1,232 @@
+//! The syscall edge: every `unsafe` block of the core crate lives here, each
+//! with a `SAFETY:` comment. Everything above this module is safe Rust over
+//! typed wrappers that take `BorrowedFd`, never raw descriptors.
+//!
+//! # References
+//! - `cachestat(2)`, `mincore(2)`, `posix_fadvise(2)`, `readahead(2)`,
+//!   `madvise(2)`, `lseek(2)` (`SEEK_DATA`/`SEEK_HOLE`), `mmap(2)`.
+
+pub mod uring;
+
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd};
+use std::ptr::NonNull;
+
+use crate::page::PageRange;
+
+/// `cachestat(2)`'s syscall number (the same on every architecture since 6.5).
+const SYS_CACHESTAT: libc::c_long = 451;
+
+/// Page-cache state of a byte range, from `cachestat(2)`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[repr(C)]
+pub struct CacheStat {
+    /// Pages in the page cache.
+    pub nr_cache: u64,
+    /// Dirty pages.
+    pub nr_dirty: u64,
+    /// Pages under writeback.
+    pub nr_writeback: u64,
+    /// Pages evicted from the cache.
+    pub nr_evicted: u64,
+    /// Pages evicted recently (would still be in a larger cache).
+    pub nr_recently_evicted: u64,
+}
+
+#[repr(C)]
+struct CacheStatRange {
+    off: u64,
+    len: u64,
+}
+
+/// `cachestat(2)` over the bytes `[offset, offset + len)`. `len` must be
+/// non-zero (the kernel reads 0 as "to end of file"; say so explicitly).
+pub fn cachestat(fd: BorrowedFd<'_>, offset: u64, len: u64) -> io::Result<CacheStat> {
+    let range = CacheStatRange { off: offset, len };
+    let mut stat = CacheStat::default();
+    // SAFETY: both pointers reference live, properly laid out #[repr(C)]
+    // structs for the duration of the call; flags must be 0.
+    let rc = unsafe {
+        libc::syscall(
+            SYS_CACHESTAT,
+            fd.as_raw_fd(),
+            &range as *const CacheStatRange,
+            &mut stat as *mut CacheStat,
+            0u32,
+        )
+    };
+    if rc < 0 { Err(io::Error::last_os_error()) } else { Ok(stat) }
+}
+
+/// Advice for [`fadvise`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Advice {
+    /// `POSIX_FADV_WILLNEED`: start reading the range into the cache.
+    WillNeed,
+    /// `POSIX_FADV_DONTNEED`: drop clean cached pages of the range.
+    DontNeed,
+    /// `POSIX_FADV_RANDOM`: no readahead on this open file description.
+    Random,
+}
+
+/// `posix_fadvise(2)`. `len` 0 means to the end of the file.
+pub fn fadvise(fd: BorrowedFd<'_>, offset: u64, len: u64, advice: Advice) -> io::Result<()> {
+    let advice = match advice {
+        Advice::WillNeed => libc::POSIX_FADV_WILLNEED,
+        Advice::DontNeed => libc::POSIX_FADV_DONTNEED,
+        Advice::Random => libc::POSIX_FADV_RANDOM,
+    };
+    let offset = i64::try_from(offset).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    let len = i64::try_from(len).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    // SAFETY: plain syscall on a borrowed (hence open) descriptor; no memory
+    // is passed.
+    let rc = unsafe { libc::posix_fadvise(fd.as_raw_fd(), offset, len, advice) };
+    if rc != 0 { Err(io::Error::from_raw_os_error(rc)) } else { Ok(()) }
+}
+
+/// `readahead(2)`: synchronous submission of reads of the range.
+pub fn readahead(fd: BorrowedFd<'_>, offset: u64, len: u64) -> io::Result<()> {
+    let offset = i64::try_from(offset).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    let len = usize::try_from(len).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    // SAFETY: plain syscall on a borrowed descriptor; no memory is passed.
+    let rc = unsafe { libc::readahead(fd.as_raw_fd(), offset, len) };
+    if rc < 0 { Err(io::Error::last_os_error()) } else { Ok(()) }
+}
+
+fn lseek(fd: BorrowedFd<'_>, offset: u64, whence: libc::c_int) -> io::Result<Option<u64>> {
+    let offset = i64::try_from(offset).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    // SAFETY: plain syscall on a borrowed descriptor; no memory is passed.
+    // lseek on our shared descriptor moves its file position, which nothing in
+    // predictio uses (all our reads are positional).
+    let rc = unsafe { libc::lseek(fd.as_raw_fd(), offset, whence) };
+    if rc < 0 {
+        let err = io::Error::last_os_error();
+        if err.raw_os_error() == Some(libc::ENXIO) { Ok(None) } else { Err(err) }
+    } else {
+        Ok(Some(rc as u64))
+    }
+}
+
+/// `lseek(SEEK_DATA)`: the first data byte at or after `offset`, or `None`
+/// when only a hole (or EOF) follows.
+pub fn seek_data(fd: BorrowedFd<'_>, offset: u64) -> io::Result<Option<u64>> {
+    lseek(fd, offset, libc::SEEK_DATA)
+}
+
+/// `lseek(SEEK_HOLE)`: the first hole byte at or after `offset` (EOF counts
+/// as a hole), or `None` when `offset` is at or past EOF.
+pub fn seek_hole(fd: BorrowedFd<'_>, offset: u64) -> io::Result<Option<u64>> {
+    lseek(fd, offset, libc::SEEK_HOLE)
+}
+
+/// The kernel's page size.
+pub fn page_size() -> u64 {
+    // SAFETY: sysconf has no memory effects.
+    let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if size <= 0 { 4096 } else { size as u64 }
+}
+
+/// A new anonymous memory-backed file (`memfd_create(2)`), used by feature
+/// probes.
+pub fn memfd(name: &std::ffi::CStr) -> io::Result<File> {
+    // SAFETY: `name` is a valid NUL-terminated string for the call.
+    let fd = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: memfd_create returned a fresh descriptor that nothing else owns.
+    Ok(unsafe { File::from_raw_fd(fd) })
+}
+
+/// A read-only shared mapping of a whole file, used to ask `mincore(2)` which
+/// pages are resident and to `madvise` ranges. Mapping costs address space
+/// only: no page is faulted in by predictio, ever.
+#[derive(Debug)]
+pub struct Mapping {
+    ptr: NonNull<libc::c_void>,
+    len: usize,
+}
+
+// SAFETY: the mapping is never dereferenced by Rust code; it is only passed to
+// mincore/madvise, which are thread-safe, so sharing or sending the address is
+// sound.
+unsafe impl Send for Mapping {}
+// SAFETY: as above; all methods take &self and only make syscalls.
+unsafe impl Sync for Mapping {}
+
+impl Mapping {
+    /// Maps the first `len` bytes of `fd` read-only and shared. `len` must be
+    /// non-zero.
+    pub fn map(fd: BorrowedFd<'_>, len: u64) -> io::Result<Self> {
+        let len = usize::try_from(len).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+        if len == 0 {
+            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+        }
+        // SAFETY: a fresh mapping chosen by the kernel (addr NULL) over an open
+        // descriptor; it aliases no Rust memory.
+        let ptr = unsafe {
+            libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ, libc::MAP_SHARED, fd.as_raw_fd(), 0)
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        let ptr = NonNull::new(ptr).ok_or_else(|| io::Error::from_raw_os_error(libc::ENOMEM))?;
+        Ok(Self { ptr, len })
+    }
+
+    /// Mapped length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True for an empty mapping (never: `map` refuses length 0).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The byte span of `range` inside the mapping, clamped to it.
+    fn span(&self, range: PageRange) -> Option<(*mut libc::c_void, usize)> {
+        let start = usize::try_from(range.byte_offset()).ok()?;
+        if start >= self.len {
+            return None;
+        }
+        let end = usize::try_from(range.byte_offset().saturating_add(range.byte_len())).unwrap_or(usize::MAX);
+        let len = end.min(self.len) - start;
+        // wrapping_add: the result stays within the mapping (start < len).
+        Some((self.ptr.as_ptr().cast::<u8>().wrapping_add(start).cast(), len))
+    }
+
+    /// `mincore(2)` over `range`: fills `out` with one byte per page (bit 0
+    /// set = resident and up to date). Pages past the mapping are left out.
+    pub fn residency(&self, range: PageRange, out: &mut Vec<u8>) -> io::Result<()> {
+        out.clear();
+        let Some((addr, len)) = self.span(range) else { return Ok(()) };
+        let pages = len.div_ceil(crate::page::PAGE_SIZE as usize);
+        out.resize(pages, 0);
+        // SAFETY: addr..addr+len lies inside our live mapping (page aligned,
+        // as range offsets are page multiples); `out` has room for one byte
+        // per page of that span.
+        let rc = unsafe { libc::mincore(addr, len, out.as_mut_ptr().cast()) };
+        if rc < 0 { Err(io::Error::last_os_error()) } else { Ok(()) }
+    }
+
+    /// `madvise(MADV_WILLNEED)` over `range`: start reading it.
+    pub fn will_need(&self, range: PageRange) -> io::Result<()> {
+        let Some((addr, len)) = self.span(range) else { return Ok(()) };
+        // SAFETY: the span lies inside our live, page-aligned mapping;
+        // WILLNEED changes no memory contents.
+        let rc = unsafe { libc::madvise(addr, len, libc::MADV_WILLNEED) };
+        if rc < 0 { Err(io::Error::last_os_error()) } else { Ok(()) }
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: ptr/len are exactly what mmap returned; nothing references
+        // the mapping once its owner drops it.
+        unsafe {
+            libc::munmap(self.ptr.as_ptr(), self.len);
+        }
+    }
+}
