@@ -165,7 +165,8 @@ struct AlignedBuf {
 
 impl AlignedBuf {
     fn new(size: usize) -> Result<AlignedBuf, ProbeError> {
-        let layout = Layout::from_size_align(size.max(1), ALIGN).map_err(|_| ProbeError::Alloc { size })?;
+        let layout =
+            Layout::from_size_align(size.max(1), ALIGN).map_err(|_| ProbeError::Alloc { size })?;
         // SAFETY: `layout` has a non-zero size (`size.max(1)`).
         let raw = unsafe { alloc_zeroed(layout) };
         let ptr = NonNull::new(raw).ok_or(ProbeError::Alloc { size })?;
@@ -191,7 +192,11 @@ struct XorShift(u64);
 
 impl XorShift {
     fn new(seed: u64) -> XorShift {
-        XorShift(if seed == 0 { 0x9E37_79B9_7F4A_7C15 } else { seed })
+        XorShift(if seed == 0 {
+            0x9E37_79B9_7F4A_7C15
+        } else {
+            seed
+        })
     }
 
     /// Never returns 0.
@@ -232,7 +237,10 @@ fn create_probe_file(path: &Path, size: u64) -> Result<(), ProbeError> {
         .create(true)
         .truncate(true)
         .open(&tmp)
-        .map_err(|source| ProbeError::Create { path: tmp.clone(), source })?;
+        .map_err(|source| ProbeError::Create {
+            path: tmp.clone(),
+            source,
+        })?;
     let mut rng = XorShift::new(0x5EED_DA7A_F11E_0001);
     let mut chunk = vec![0u8; LARGE];
     let mut written = 0u64;
@@ -241,12 +249,16 @@ fn create_probe_file(path: &Path, size: u64) -> Result<(), ProbeError> {
             word.copy_from_slice(&rng.next_u64().to_le_bytes());
         }
         // `size` is a whole number of MiB.
-        f.write_all(&chunk)
-            .map_err(|source| ProbeError::Write { path: tmp.clone(), source })?;
+        f.write_all(&chunk).map_err(|source| ProbeError::Write {
+            path: tmp.clone(),
+            source,
+        })?;
         written += LARGE as u64;
     }
-    f.sync_all()
-        .map_err(|source| ProbeError::Fsync { path: tmp.clone(), source })?;
+    f.sync_all().map_err(|source| ProbeError::Fsync {
+        path: tmp.clone(),
+        source,
+    })?;
     // Don't leave a file's worth of page cache behind (it would evict the
     // benchmarks' own pages). Advisory; failure is harmless.
     // SAFETY: plain syscall on a file descriptor owned by `f`, which is open.
@@ -273,9 +285,15 @@ fn open_direct(path: &Path) -> Result<File, ProbeError> {
         .open(path)
         .map_err(|source| {
             if source.raw_os_error() == Some(libc::EINVAL) {
-                ProbeError::DirectUnsupported { path: path.to_path_buf(), source }
+                ProbeError::DirectUnsupported {
+                    path: path.to_path_buf(),
+                    source,
+                }
             } else {
-                ProbeError::OpenDirect { path: path.to_path_buf(), source }
+                ProbeError::OpenDirect {
+                    path: path.to_path_buf(),
+                    source,
+                }
             }
         })
 }
@@ -299,7 +317,8 @@ fn run_point(
     rng: &mut XorShift,
 ) -> Result<Point, ProbeError> {
     let entries = depth.next_power_of_two();
-    let mut ring = IoUring::new(entries).map_err(|source| ProbeError::RingSetup { entries, source })?;
+    let mut ring =
+        IoUring::new(entries).map_err(|source| ProbeError::RingSetup { entries, source })?;
     let slots = depth as usize;
     let bufs = (0..slots)
         .map(|_| AlignedBuf::new(len))
@@ -341,7 +360,11 @@ fn run_point(
     while in_flight > 0 {
         match ring.submit_and_wait(1) {
             Ok(_) => {}
-            Err(e) if matches!(e.raw_os_error(), Some(libc::EINTR | libc::EAGAIN | libc::EBUSY)) => {}
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::EINTR | libc::EAGAIN | libc::EBUSY)
+                ) => {}
             Err(source) => {
                 // Reads may still be in flight into our buffers: never free them.
                 std::mem::forget(bufs);
@@ -349,7 +372,10 @@ fn run_point(
             }
         }
         done.clear();
-        done.extend(ring.completion().map(|cqe| (cqe.user_data() as usize, cqe.result())));
+        done.extend(
+            ring.completion()
+                .map(|cqe| (cqe.user_data() as usize, cqe.result())),
+        );
         let keep_going = error.is_none() && Instant::now() < deadline;
         for &(slot, res) in &done {
             in_flight -= 1;
@@ -357,7 +383,10 @@ fn run_point(
                 if error.is_none() {
                     let source = io::Error::from_raw_os_error(-res);
                     error = Some(if res == -libc::EINVAL && ops == 0 {
-                        ProbeError::DirectUnsupported { path: path.to_path_buf(), source }
+                        ProbeError::DirectUnsupported {
+                            path: path.to_path_buf(),
+                            source,
+                        }
                     } else {
                         ProbeError::Read {
                             depth,
@@ -458,10 +487,18 @@ pub fn probe(opts: &ProbeOptions) -> Result<DeviceLimit, ProbeError> {
         );
         limit.by_depth.push(point);
     }
-    let shallow = limit.by_depth.iter().find(|p| p.depth == 1).or(limit.by_depth.first());
+    let shallow = limit
+        .by_depth
+        .iter()
+        .find(|p| p.depth == 1)
+        .or(limit.by_depth.first());
     limit.rand4k_iops_qd1 = shallow.map_or(0.0, |p| p.rand4k_iops);
     limit.rand4k_iops_qd64 = limit.by_depth.last().map_or(0.0, |p| p.rand4k_iops);
-    limit.seq_MBps = limit.by_depth.iter().map(|p| p.rand1m_MBps).fold(0.0, f64::max);
+    limit.seq_MBps = limit
+        .by_depth
+        .iter()
+        .map(|p| p.rand1m_MBps)
+        .fold(0.0, f64::max);
     Ok(limit)
 }
 
@@ -497,13 +534,28 @@ mod tests {
             ..ProbeOptions::default()
         };
         let bad = [
-            ProbeOptions { file_size: 1000, ..base.clone() },
-            ProbeOptions { depths: vec![], ..base.clone() },
-            ProbeOptions { depths: vec![0, 4], ..base.clone() },
-            ProbeOptions { seconds_per_point: 0.0, ..base.clone() },
+            ProbeOptions {
+                file_size: 1000,
+                ..base.clone()
+            },
+            ProbeOptions {
+                depths: vec![],
+                ..base.clone()
+            },
+            ProbeOptions {
+                depths: vec![0, 4],
+                ..base.clone()
+            },
+            ProbeOptions {
+                seconds_per_point: 0.0,
+                ..base.clone()
+            },
         ];
         for o in &bad {
-            assert!(matches!(probe(o), Err(ProbeError::InvalidOptions(_))), "{o:?}");
+            assert!(
+                matches!(probe(o), Err(ProbeError::InvalidOptions(_))),
+                "{o:?}"
+            );
         }
     }
 
@@ -542,7 +594,10 @@ mod tests {
             {
                 skip(format!("io_uring unavailable: {source}"))
             }
-            Err(e) => panic!("device probe failed: {e}: {:?}", std::error::Error::source(&e)),
+            Err(e) => panic!(
+                "device probe failed: {e}: {:?}",
+                std::error::Error::source(&e)
+            ),
         }
     }
 }

@@ -1,1 +1,111 @@
-//! placeholder
+//! predictio's benchmark harness: the protocol of BENCHMARKS.md in code.
+//!
+//! Every workload makes the cache cold before each pass and checks that it is
+//! (`cachestat`), alternates baseline and treatment passes (A B A B …),
+//! reports each pair's ratio and the median, puts the machine's physical limit
+//! beside every figure (warm time; bytes or I/Os over the device's measured
+//! best), and checks that answers are identical with and without prefetching.
+//! Results are written as JSON, Markdown and SVG.
+
+pub mod device;
+pub mod harness;
+pub mod machine;
+pub mod oracle;
+pub mod report;
+pub mod workloads;
+
+use std::fmt;
+use std::path::PathBuf;
+use std::str::FromStr;
+
+pub use harness::{BenchError, Harness};
+pub use report::Report;
+
+/// A benchmark workload.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Workload {
+    /// Seed 000 Figure 1: jumpy page reads, readahead vs an oracle policy.
+    AccessPatterns,
+    /// Executor cost per page skipped and issued; runtime dispatch rate.
+    ControlPath,
+    /// Prefetch a fragmented range list of a 256 MiB file with each backend.
+    Backends,
+}
+
+impl Workload {
+    /// Every workload.
+    pub const ALL: [Workload; 3] = [Workload::AccessPatterns, Workload::ControlPath, Workload::Backends];
+
+    /// The workload's name (and result file stem).
+    pub fn name(self) -> &'static str {
+        match self {
+            Workload::AccessPatterns => "access-patterns",
+            Workload::ControlPath => "control-path",
+            Workload::Backends => "backends",
+        }
+    }
+}
+
+impl fmt::Display for Workload {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// An unknown workload name.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("unknown workload {0:?}: expected one of access-patterns, control-path, backends")]
+pub struct UnknownWorkload(pub String);
+
+impl FromStr for Workload {
+    type Err = UnknownWorkload;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Workload::ALL.into_iter().find(|w| w.name() == s).ok_or_else(|| UnknownWorkload(s.to_owned()))
+    }
+}
+
+/// Options common to every workload.
+#[derive(Clone, Debug)]
+pub struct BenchOptions {
+    /// A/B pairs per case.
+    pub pairs: usize,
+    /// Directory for the workload's data files.
+    pub dir: PathBuf,
+    /// Fewer cases and pairs: a smoke test, not a result.
+    pub quick: bool,
+    /// Extra read_ahead_kb settings to run every case at.
+    pub read_ahead_kb: Vec<u64>,
+    /// Show a progress bar.
+    pub progress: bool,
+    /// The command line, recorded in the report.
+    pub command: String,
+    /// The executor backend for workloads that prefetch through one policy.
+    pub backend: predictio::executor::BackendKind,
+    /// The executor's I/O depth for those workloads.
+    pub depth: u32,
+}
+
+impl Default for BenchOptions {
+    fn default() -> Self {
+        Self {
+            pairs: 5,
+            dir: PathBuf::from("/var/tmp/predictio-bench"),
+            quick: false,
+            read_ahead_kb: Vec::new(),
+            progress: true,
+            command: String::new(),
+            backend: predictio::executor::BackendKind::Fadvise,
+            depth: 64,
+        }
+    }
+}
+
+/// Runs one workload and returns its report (not yet written).
+pub fn run(workload: Workload, options: &BenchOptions) -> Result<Report, BenchError> {
+    match workload {
+        Workload::AccessPatterns => workloads::access_patterns::run(options),
+        Workload::ControlPath => workloads::control_path::run(options),
+        Workload::Backends => workloads::backends::run(options),
+    }
+}

@@ -123,7 +123,9 @@ fn sysfs_disk_dir(major: u32, minor: u32) -> io::Result<PathBuf> {
     if dir.join("partition").exists() {
         dir = dir
             .parent()
-            .ok_or_else(|| io::Error::other(format!("{}: partition without parent", dir.display())))?
+            .ok_or_else(|| {
+                io::Error::other(format!("{}: partition without parent", dir.display()))
+            })?
             .to_path_buf();
     }
     Ok(dir)
@@ -182,7 +184,10 @@ pub fn block_device_of(path: &Path) -> io::Result<(String, PathBuf)> {
     if !queue.is_dir() {
         return Err(io::Error::new(
             io::ErrorKind::NotFound,
-            format!("{}: block device {name} has no queue directory", queue.display()),
+            format!(
+                "{}: block device {name} has no queue directory",
+                queue.display()
+            ),
         ));
     }
     Ok((name, queue))
@@ -202,7 +207,10 @@ pub fn set_read_ahead_kb(path: &Path, kb: u64) -> io::Result<u64> {
     std::fs::write(&file, format!("{kb}\n")).map_err(|e| {
         io::Error::new(
             e.kind(),
-            format!("setting {name} read_ahead_kb to {kb} ({}): {e}", file.display()),
+            format!(
+                "setting {name} read_ahead_kb to {kb} ({}): {e}",
+                file.display()
+            ),
         )
     })?;
     Ok(previous)
@@ -240,7 +248,10 @@ mod tests {
 
     #[test]
     fn meminfo_parse() {
-        assert_eq!(mem_total("MemTotal:        8039732 kB\nMemFree: 1 kB\n"), Some(8_039_732 * 1024));
+        assert_eq!(
+            mem_total("MemTotal:        8039732 kB\nMemFree: 1 kB\n"),
+            Some(8_039_732 * 1024)
+        );
         assert_eq!(mem_total("MemFree: 1 kB\n"), None);
     }
 }

@@ -1,1 +1,93 @@
-fn main() {}
+//! `predictio`: make Linux programs stop waiting on storage.
+//!
+//! A thin binary: argument parsing, output and exit codes. All logic lives in
+//! the `predictio` (core) and `predictio-bench` crates. This is the only place
+//! `anyhow` is used.
+
+mod cmd;
+mod units;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// predictio prefetches file pages into the Linux page cache before programs
+/// ask for them, through one bounded, page-cache-aware executor.
+///
+/// Start with `predictio residency FILE` to see what is cached,
+/// `predictio prefetch FILE` to bring a file (or ranges of it) in, and
+/// `predictio bench access-patterns` to see what prefetching buys on this
+/// machine.
+#[derive(Parser, Debug)]
+#[command(name = "predictio", version, about, long_about, propagate_version = true)]
+struct Cli {
+    /// Log more (-v: info, -vv: debug). RUST_LOG overrides.
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    verbose: u8,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Read a file, or ranges of it, into the page cache through the executor.
+    ///
+    /// Pages already resident are skipped, the rest is coalesced and issued
+    /// through the chosen backend. By default the command waits until the
+    /// pages are resident and reports how long that took.
+    ///
+    /// Examples:
+    ///   predictio prefetch big.db
+    ///   predictio prefetch model.gguf --range 0..64M --range 1G..1G+256M --backend uring --depth 32
+    Prefetch(cmd::prefetch::Args),
+    /// Show how much of each file is in the page cache (like fincore).
+    ///
+    /// Uses cachestat(2): resident, dirty, under writeback and evicted pages.
+    Residency(cmd::residency::Args),
+    /// Drop files' clean pages from the page cache (after writing back dirty
+    /// ones). Any user may evict files they can read.
+    Evict(cmd::evict::Args),
+    /// Run a benchmark: cold cache verified, interleaved A/B pairs, medians,
+    /// ratios and this machine's limits; writes JSON, Markdown and SVG.
+    ///
+    /// Workloads: access-patterns (jumpy reads, readahead vs an oracle),
+    /// control-path (executor and dispatch cost), backends (prefetch a
+    /// fragmented 256 MiB range list with each backend). Cold caches need root
+    /// (drop_caches); without it the workload's files are evicted instead and
+    /// the report says so.
+    Bench(cmd::bench::Args),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging(cli.verbose);
+    let result = match cli.command {
+        Command::Prefetch(args) => cmd::prefetch::run(args),
+        Command::Residency(args) => cmd::residency::run(args),
+        Command::Evict(args) => cmd::evict::run(args),
+        Command::Bench(args) => cmd::bench::run(args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) if is_broken_pipe(&err) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("predictio: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn is_broken_pipe(err: &anyhow::Error) -> bool {
+    err.chain().any(|e| e.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe))
+}
+
+fn init_logging(verbose: u8) {
+    let default = match verbose {
+        0 => "warn",
+        1 => "info",
+        _ => "debug",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).init();
+}

@@ -71,15 +71,25 @@ pub struct FileRef {
 impl FileRef {
     /// Opens `path` read-only and wraps it. Fails on a directory or any other
     /// non-regular file.
+    ///
+    /// The new open file description belongs to the runtime alone, so it is
+    /// marked `POSIX_FADV_RANDOM`: the executor's reads then bring in exactly
+    /// the pages asked for, with no kernel readahead of their own on top.
     pub fn open(path: impl AsRef<Path>) -> Result<Self, FileError> {
         let path = path.as_ref();
         let shown = path.display().to_string();
         let file = File::open(path).map_err(|source| FileError::Open { path: shown.clone(), source })?;
-        Self::from_file_named(file, shown)
+        let file = Self::from_file_named(file, shown)?;
+        if let Err(err) = crate::sys::fadvise(file.as_fd(), 0, 0, crate::sys::Advice::Random) {
+            tracing::debug!(%err, "fadvise(RANDOM) refused; executor reads may read ahead");
+        }
+        Ok(file)
     }
 
     /// Wraps a descriptor someone already opened (an application's hint, a
     /// descriptor received over a socket). Fails unless it is a regular file.
+    /// The descriptor's open file description may be shared with its owner,
+    /// so its readahead mode is left alone.
     pub fn from_file(file: File) -> Result<Self, FileError> {
         Self::from_file_named(file, "fd".to_owned())
     }

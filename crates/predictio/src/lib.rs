@@ -14,6 +14,7 @@
 #![deny(unsafe_code)]
 
 pub mod accounting;
+pub mod cache;
 pub mod event;
 pub mod executor;
 pub mod file;

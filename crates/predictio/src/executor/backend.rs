@@ -26,12 +26,16 @@ use crate::sys::uring::{Completion, ScratchRing};
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum BackendKind {
-    /// `posix_fadvise(POSIX_FADV_WILLNEED)`.
+    /// `posix_fadvise(POSIX_FADV_WILLNEED)`. The default: the kernel
+    /// submits the reads asynchronously and returns, so many calls in a row
+    /// keep the device as deep as the block layer allows, with no copy and
+    /// no completion handling (see `docs/results/backends.md`).
+    #[default]
     Fadvise,
     /// `readahead(2)`.
     Readahead,
-    /// io_uring buffered reads with a set queue depth.
-    #[default]
+    /// io_uring buffered reads with a set queue depth: bounded parallelism
+    /// and a completion per read (so the in-flight table is exact).
     Uring,
     /// `madvise(MADV_WILLNEED)` on a read-only mapping.
     Madvise,
@@ -192,7 +196,7 @@ pub struct UringBackend {
 impl UringBackend {
     /// A ring of `depth` reads of at most `max_io_pages` pages.
     pub fn new(depth: u32, max_io_pages: u64) -> io::Result<Self> {
-        let max_read = u32::try_from(max_io_pages * PAGE_SIZE).unwrap_or(u32::MAX & !(PAGE_SIZE as u32 - 1));
+        let max_read = u32::try_from(max_io_pages * PAGE_SIZE).unwrap_or(!(PAGE_SIZE as u32 - 1));
         Ok(Self { ring: ScratchRing::new(depth, max_read)? })
     }
 }

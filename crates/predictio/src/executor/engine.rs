@@ -64,6 +64,10 @@ struct PendingIo {
     origin: PolicyId,
 }
 
+/// Neighbouring segments closer than this share one residency probe: a
+/// `cachestat` call costs about as much as walking this many resident pages.
+pub const GROUP_GAP_PAGES: u64 = 128;
+
 /// Files whose size is cached before the cache is cleared.
 const MAX_FILE_STATES: usize = 4096;
 
@@ -85,6 +89,17 @@ pub struct Engine {
     chunks: Vec<PageRange>,
     residency: Vec<u8>,
     completions: Vec<Completion>,
+    classes: Vec<Residency>,
+    order: Vec<(u64, u32)>,
+    stack: Vec<(usize, usize)>,
+}
+
+/// What `cachestat` says of a segment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Residency {
+    Resident,
+    Absent,
+    Partial,
 }
 
 impl std::fmt::Debug for Engine {
@@ -122,6 +137,9 @@ impl Engine {
             chunks: Vec::new(),
             residency: Vec::new(),
             completions: Vec::new(),
+            classes: Vec::new(),
+            order: Vec::new(),
+            stack: Vec::new(),
         }
     }
 
@@ -186,9 +204,9 @@ impl Engine {
         };
         let size_pages = state.size.div_ceil(PAGE_SIZE);
 
+        // 1. Bound, clamp to EOF and cut out holes, keeping the order of need.
         let mut budget = self.limits.max_pages_per_request;
-        let mut coalescer = Coalescer::new(self.limits.max_io_pages);
-        self.chunks.clear();
+        self.segments.clear();
         for &range in &request.ranges {
             let kept = PageRange::new(range.start, range.start.saturating_add(range.len().min(budget)));
             d.dropped_pages += range.len() - kept.len();
@@ -198,8 +216,6 @@ impl Engine {
             if kept.is_empty() {
                 continue;
             }
-
-            self.segments.clear();
             if state.holes {
                 match self.cache.data_segments(&file, kept, &mut self.segments) {
                     Ok(holes) => d.hole_pages += holes,
@@ -211,37 +227,41 @@ impl Engine {
             } else {
                 self.segments.push(kept);
             }
+        }
 
-            for &segment in &self.segments {
-                self.absent.clear();
-                let resident = self.cache.resident_pages(&file, segment).unwrap_or_else(|_| {
-                    d.errors += 1;
-                    0
-                });
-                if resident >= segment.len() {
+        // 2. Residency of every segment, with as few syscalls as the cache's
+        //    state allows (see `classify`).
+        let segments = std::mem::take(&mut self.segments);
+        self.classify(&file, &segments, &mut d);
+
+        // 3. Absent pages, minus those in flight, coalesced in order of need.
+        let mut coalescer = Coalescer::new(self.limits.max_io_pages);
+        self.chunks.clear();
+        for (i, &segment) in segments.iter().enumerate() {
+            self.absent.clear();
+            match self.classes[i] {
+                Residency::Resident => {
                     d.skipped_resident_pages += segment.len();
                     continue;
                 }
-                if resident == 0 {
-                    self.absent.push(segment);
-                } else {
-                    match self.cache.residency(&file, state.size, segment, &mut self.residency) {
-                        Ok(()) => d.skipped_resident_pages += absent_runs(segment, &self.residency, &mut self.absent),
-                        Err(_) => {
-                            d.errors += 1;
-                            self.absent.push(segment);
-                        }
+                Residency::Absent => self.absent.push(segment),
+                Residency::Partial => match self.cache.residency(&file, state.size, segment, &mut self.residency) {
+                    Ok(()) => d.skipped_resident_pages += absent_runs(segment, &self.residency, &mut self.absent),
+                    Err(_) => {
+                        d.errors += 1;
+                        self.absent.push(segment);
                     }
-                }
-                for &run in &self.absent {
-                    self.not_inflight.clear();
-                    d.skipped_inflight_pages += self.inflight.subtract(id, run, &mut self.not_inflight);
-                    for &part in &self.not_inflight {
-                        coalescer.push(part, &mut self.chunks);
-                    }
+                },
+            }
+            for &run in &self.absent {
+                self.not_inflight.clear();
+                d.skipped_inflight_pages += self.inflight.subtract(id, run, &mut self.not_inflight);
+                for &part in &self.not_inflight {
+                    coalescer.push(part, &mut self.chunks);
                 }
             }
         }
+        self.segments = segments;
         coalescer.finish(&mut self.chunks);
 
         let chunks = std::mem::take(&mut self.chunks);
@@ -254,13 +274,13 @@ impl Engine {
                     d.issued_pages += chunk.len();
                     d.issued_bytes += chunk.byte_len();
                     d.issued_ios += 1;
+                    // Remembered at issue time, so that an access while the
+                    // read is still in flight counts as a (late) hit.
+                    if self.limits.track_hits {
+                        self.accounting.note_issued(id, chunk, request.origin, now);
+                    }
                     match issued {
-                        Issued::Done => {
-                            d.completed_pages += chunk.len();
-                            if self.limits.track_hits {
-                                self.accounting.note_issued(id, chunk, request.origin, now);
-                            }
-                        }
+                        Issued::Done => d.completed_pages += chunk.len(),
                         Issued::Pending => {
                             self.inflight.insert(id, chunk);
                             self.pending.insert(token, PendingIo { file: file.clone(), range: chunk, origin: request.origin });
@@ -280,6 +300,64 @@ impl Engine {
         }
         self.accounting.record(request.origin, Some(id), &d);
         d
+    }
+
+    /// Classifies every segment as resident, absent or partly resident.
+    ///
+    /// Segments are taken in file order and grouped while the gap between
+    /// neighbours is small (a `cachestat` call costs about as much as walking
+    /// [`GROUP_GAP_PAGES`] resident pages). One `cachestat` over a group's span
+    /// settles the whole group when the span is entirely absent or entirely
+    /// resident, the common cases of a cold or a warm file; only mixed groups
+    /// are split in two and asked again. A request for thousands of scattered
+    /// pages of a cold file costs one syscall, not thousands.
+    fn classify(&mut self, file: &FileRef, segments: &[PageRange], d: &mut Counters) {
+        self.classes.clear();
+        self.classes.resize(segments.len(), Residency::Partial);
+        self.order.clear();
+        self.order.extend(segments.iter().enumerate().map(|(i, s)| (s.start, i as u32)));
+        if !segments.windows(2).all(|w| w[0].start <= w[1].start) {
+            self.order.sort_unstable();
+        }
+        let mut stack = std::mem::take(&mut self.stack);
+        stack.clear();
+        let mut group_start = 0;
+        let mut group_end: u64 = 0;
+        for (k, &(start, i)) in self.order.iter().enumerate() {
+            if k > group_start && start > group_end.saturating_add(GROUP_GAP_PAGES) {
+                stack.push((group_start, k));
+                group_start = k;
+            }
+            group_end = if k == group_start { segments[i as usize].end } else { group_end.max(segments[i as usize].end) };
+        }
+        if !segments.is_empty() {
+            stack.push((group_start, segments.len()));
+        }
+        while let Some((lo, hi)) = stack.pop() {
+            let idx = &self.order[lo..hi];
+            let start = idx[0].0;
+            let end = idx.iter().map(|&(_, i)| segments[i as usize].end).max().unwrap_or(start);
+            let span = PageRange::new(start, end);
+            let class = match self.cache.resident_pages(file, span) {
+                Ok(0) => Residency::Absent,
+                Ok(n) if n >= span.len() => Residency::Resident,
+                Ok(_) => Residency::Partial,
+                Err(_) => {
+                    d.errors += 1;
+                    Residency::Absent
+                }
+            };
+            if class != Residency::Partial || hi - lo == 1 {
+                for &(_, i) in idx {
+                    self.classes[i as usize] = class;
+                }
+            } else {
+                let mid = lo + (hi - lo) / 2;
+                stack.push((mid, hi));
+                stack.push((lo, mid));
+            }
+        }
+        self.stack = stack;
     }
 
     /// Waits for completions until the backend can take another I/O of
@@ -330,18 +408,12 @@ impl Engine {
     }
 
     fn finish(&mut self, done: &mut Vec<Completion>) {
-        let now = Instant::now();
         for completion in done.drain(..) {
             let Some(io) = self.pending.remove(&completion.user_data) else { continue };
             self.inflight.remove(io.file.id(), io.range);
             let mut d = Counters::default();
             match completion.result {
-                Ok(_) => {
-                    d.completed_pages = io.range.len();
-                    if self.limits.track_hits {
-                        self.accounting.note_issued(io.file.id(), io.range, io.origin, now);
-                    }
-                }
+                Ok(_) => d.completed_pages = io.range.len(),
                 Err(errno) => {
                     tracing::debug!(file = %io.file.id(), range = %io.range, errno, "prefetch read failed");
                     d.errors = 1;

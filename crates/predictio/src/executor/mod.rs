@@ -64,7 +64,7 @@ pub struct ExecutorConfig {
 impl Default for ExecutorConfig {
     fn default() -> Self {
         Self {
-            backend: BackendKind::Uring,
+            backend: BackendKind::Fadvise,
             queue_capacity: 4096,
             max_ranges_per_request: 1 << 16,
             limits: Limits::default(),

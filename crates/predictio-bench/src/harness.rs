@@ -1,0 +1,273 @@
+//! The protocol's moving parts: the machine and its limits, cold caches made
+//! and verified, workload data files, and the progress bar.
+
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use indicatif::{ProgressBar, ProgressStyle};
+use predictio::FileRef;
+
+use crate::BenchOptions;
+use crate::device::{self, ProbeError, ProbeOptions};
+use crate::machine::Machine;
+
+/// Why a benchmark could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum BenchError {
+    /// A filesystem or syscall step failed.
+    #[error("{what}: {source}")]
+    Io {
+        /// What the harness was doing.
+        what: String,
+        /// Why it failed.
+        source: std::io::Error,
+    },
+    /// The device-limit probe failed.
+    #[error("device-limit probe failed: {0}")]
+    Probe(#[from] ProbeError),
+    /// The executor could not start.
+    #[error("executor: {0}")]
+    Executor(#[from] predictio::executor::ExecutorError),
+    /// A workload file could not be opened for prefetching.
+    #[error("file: {0}")]
+    File(#[from] predictio::file::FileError),
+    /// The options make no sense.
+    #[error("invalid benchmark options: {0}")]
+    Options(String),
+    /// The cache could not be made cold.
+    #[error("could not make the cache cold: {0}")]
+    NotCold(String),
+}
+
+/// Attaches what the harness was doing to an I/O error.
+pub trait IoContext<T> {
+    /// Names the step that failed.
+    fn doing(self, what: impl FnOnce() -> String) -> Result<T, BenchError>;
+}
+
+impl<T> IoContext<T> for std::io::Result<T> {
+    fn doing(self, what: impl FnOnce() -> String) -> Result<T, BenchError> {
+        self.map_err(|source| BenchError::Io { what: what(), source })
+    }
+}
+
+/// How caches are made cold.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ColdMethod {
+    /// `sync; echo 3 > /proc/sys/vm/drop_caches`.
+    DropCaches,
+    /// `posix_fadvise(DONTNEED)` of the workload's own files.
+    Evict,
+}
+
+impl ColdMethod {
+    /// How the report says it.
+    pub fn describe(self) -> &'static str {
+        match self {
+            ColdMethod::DropCaches => "drop_caches (sync; echo 3 > /proc/sys/vm/drop_caches) before every pass",
+            ColdMethod::Evict => {
+                "fadvise(DONTNEED) of the workload's files before every pass (drop_caches not permitted: not root)"
+            }
+        }
+    }
+}
+
+/// Shared state of one benchmark run.
+pub struct Harness {
+    /// The options.
+    pub options: BenchOptions,
+    /// This machine and its device limits.
+    pub machine: Machine,
+    /// How caches are made cold.
+    pub cold: ColdMethod,
+    progress: ProgressBar,
+}
+
+impl Harness {
+    /// Prepares a run: the data directory, the machine description, the
+    /// device-limit probe (O_DIRECT at queue depths 1–64) and the cold-cache
+    /// method. `steps` sizes the progress bar.
+    pub fn new(options: &BenchOptions, steps: u64) -> Result<Self, BenchError> {
+        if options.pairs == 0 {
+            return Err(BenchError::Options("--pairs must be at least 1".into()));
+        }
+        std::fs::create_dir_all(&options.dir).doing(|| format!("creating {}", options.dir.display()))?;
+        let mut machine = Machine::describe(&options.dir).doing(|| "describing the machine".into())?;
+        let probe = ProbeOptions {
+            dir: options.dir.clone(),
+            seconds_per_point: if options.quick { 0.15 } else { 0.4 },
+            file_size: if options.quick { 256 << 20 } else { 1 << 30 },
+            ..ProbeOptions::default()
+        };
+        let progress = if options.progress { ProgressBar::new(steps) } else { ProgressBar::hidden() };
+        progress.set_style(
+            ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:40} {pos}/{len} {msg}")
+                .unwrap_or_else(|_| ProgressStyle::default_bar()),
+        );
+        progress.set_message("probing device limits (O_DIRECT, QD 1-64)");
+        machine.device_limit = device::probe(&probe)?;
+        let cold = if drop_caches().is_ok() { ColdMethod::DropCaches } else { ColdMethod::Evict };
+        Ok(Self { options: options.clone(), machine, cold, progress })
+    }
+
+    /// Makes the cache cold for `files` and returns the largest resident
+    /// fraction among them right after (the verification the report states).
+    pub fn make_cold(&self, files: &[&Path]) -> Result<f64, BenchError> {
+        match self.cold {
+            ColdMethod::DropCaches => drop_caches().map_err(|e| BenchError::NotCold(e.to_string()))?,
+            ColdMethod::Evict => {
+                for path in files {
+                    let file = FileRef::open(path)?;
+                    predictio::cache::evict(&file).doing(|| format!("evicting {}", path.display()))?;
+                }
+            }
+        }
+        let mut worst: f64 = 0.0;
+        for path in files {
+            let file = FileRef::open(path)?;
+            let r = predictio::cache::residency(&file).doing(|| format!("cachestat of {}", path.display()))?;
+            worst = worst.max(r.fraction());
+        }
+        if worst > 0.05 {
+            return Err(BenchError::NotCold(format!("{:.1}% of a workload file is still resident", worst * 100.0)));
+        }
+        Ok(worst)
+    }
+
+    /// Advances the progress bar.
+    pub fn step(&self, message: impl Into<std::borrow::Cow<'static, str>>) {
+        self.progress.set_message(message);
+        self.progress.inc(1);
+    }
+
+    /// Sets the progress message without advancing.
+    pub fn say(&self, message: impl Into<std::borrow::Cow<'static, str>>) {
+        self.progress.set_message(message);
+    }
+
+    /// Clears the progress bar.
+    pub fn finish(&self) {
+        self.progress.finish_and_clear();
+    }
+
+    /// Best sequential bandwidth of the device, bytes/s.
+    pub fn bandwidth(&self) -> f64 {
+        self.machine.device_limit.seq_MBps * 1e6
+    }
+
+    /// Random 4 KiB reads/s of the device at its deepest probed depth.
+    pub fn iops(&self) -> f64 {
+        self.machine.device_limit.rand4k_iops_qd64
+    }
+}
+
+/// `sync`, then drop the page cache, dentries and inodes (root only).
+pub fn drop_caches() -> std::io::Result<()> {
+    // sync(1) writes back every filesystem, so dropping leaves nothing dirty
+    // behind that a later pass would have to write.
+    let status = std::process::Command::new("sync").status()?;
+    if !status.success() {
+        return Err(std::io::Error::other("sync failed"));
+    }
+    let mut f = OpenOptions::new().write(true).open("/proc/sys/vm/drop_caches")?;
+    f.write_all(b"3\n")?;
+    Ok(())
+}
+
+/// A data file of `size` bytes of deterministic pseudo-random content (seed
+/// from `name`), created once and reused while its size matches.
+pub fn data_file(dir: &Path, name: &str, size: u64) -> Result<PathBuf, BenchError> {
+    let path = dir.join(name);
+    if std::fs::metadata(&path).is_ok_and(|m| m.len() == size) {
+        return Ok(path);
+    }
+    let tmp = dir.join(format!(".{name}.tmp"));
+    let file = File::create(&tmp).doing(|| format!("creating {}", tmp.display()))?;
+    let mut rng = XorShift::new(name.bytes().fold(0x9E37_79B9_7F4A_7C15, |h, b| h.rotate_left(5) ^ b as u64));
+    let mut chunk = vec![0u8; 1 << 20];
+    let mut offset = 0;
+    while offset < size {
+        for word in chunk.chunks_exact_mut(8) {
+            word.copy_from_slice(&rng.next().to_le_bytes());
+        }
+        let n = (size - offset).min(chunk.len() as u64) as usize;
+        file.write_all_at(&chunk[..n], offset).doing(|| format!("writing {}", tmp.display()))?;
+        offset += n as u64;
+    }
+    file.sync_all().doing(|| format!("syncing {}", tmp.display()))?;
+    std::fs::rename(&tmp, &path).doing(|| format!("renaming {}", tmp.display()))?;
+    Ok(path)
+}
+
+/// A small, fast, deterministic PRNG (xorshift64*).
+#[derive(Clone, Debug)]
+pub struct XorShift(u64);
+
+impl XorShift {
+    /// Seeded (a zero seed is replaced).
+    pub fn new(seed: u64) -> Self {
+        Self(if seed == 0 { 0x2545_F491_4F6C_DD1D } else { seed })
+    }
+
+    /// The next value.
+    #[allow(clippy::should_implement_trait)]
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    /// Uniform in `0..n` (n > 0).
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+
+    /// Shuffles `items` in place (Fisher–Yates).
+    pub fn shuffle<T>(&mut self, items: &mut [T]) {
+        for i in (1..items.len()).rev() {
+            let j = self.below(i as u64 + 1) as usize;
+            items.swap(i, j);
+        }
+    }
+}
+
+/// A checksum of bytes read (FNV-1a over 8-byte words): answers must match
+/// with and without prefetching.
+pub fn checksum(mut state: u64, bytes: &[u8]) -> u64 {
+    for word in bytes.chunks(8) {
+        let mut w = [0u8; 8];
+        w[..word.len()].copy_from_slice(word);
+        state ^= u64::from_le_bytes(w);
+        state = state.wrapping_mul(0x0000_0100_0000_01B3);
+    }
+    state
+}
+
+/// Runs `f` with the device's read_ahead_kb set to `kb` (when it differs
+/// from the current setting), restoring it after.
+pub fn with_read_ahead<T>(
+    dir: &Path,
+    kb: u64,
+    f: impl FnOnce() -> Result<T, BenchError>,
+) -> Result<T, BenchError> {
+    let current = crate::machine::read_ahead_kb(dir).doing(|| "reading read_ahead_kb".into())?;
+    if current == kb {
+        return f();
+    }
+    let previous = crate::machine::set_read_ahead_kb(dir, kb).doing(|| format!("setting read_ahead_kb to {kb}"))?;
+    let result = f();
+    let restored = crate::machine::set_read_ahead_kb(dir, previous);
+    if let Err(err) = restored {
+        tracing::error!(%err, previous, "could not restore read_ahead_kb");
+    }
+    result
+}
+
+/// Sleeps briefly so that background writeback and the previous pass settle.
+pub fn settle() {
+    std::thread::sleep(Duration::from_millis(50));
+}

@@ -1,0 +1,5 @@
+//! The workloads, one module each.
+
+pub mod access_patterns;
+pub mod backends;
+pub mod control_path;
