@@ -46,12 +46,7 @@ pub struct ProbeOptions {
 
 impl Default for ProbeOptions {
     fn default() -> ProbeOptions {
-        ProbeOptions {
-            dir: PathBuf::from("."),
-            file_size: 1 << 30,
-            seconds_per_point: 0.4,
-            depths: vec![1, 4, 16, 64],
-        }
+        ProbeOptions { dir: PathBuf::from("."), file_size: 1 << 30, seconds_per_point: 0.4, depths: vec![1, 4, 16, 64] }
     }
 }
 
@@ -165,8 +160,7 @@ struct AlignedBuf {
 
 impl AlignedBuf {
     fn new(size: usize) -> Result<AlignedBuf, ProbeError> {
-        let layout =
-            Layout::from_size_align(size.max(1), ALIGN).map_err(|_| ProbeError::Alloc { size })?;
+        let layout = Layout::from_size_align(size.max(1), ALIGN).map_err(|_| ProbeError::Alloc { size })?;
         // SAFETY: `layout` has a non-zero size (`size.max(1)`).
         let raw = unsafe { alloc_zeroed(layout) };
         let ptr = NonNull::new(raw).ok_or(ProbeError::Alloc { size })?;
@@ -192,11 +186,7 @@ struct XorShift(u64);
 
 impl XorShift {
     fn new(seed: u64) -> XorShift {
-        XorShift(if seed == 0 {
-            0x9E37_79B9_7F4A_7C15
-        } else {
-            seed
-        })
+        XorShift(if seed == 0 { 0x9E37_79B9_7F4A_7C15 } else { seed })
     }
 
     /// Never returns 0.
@@ -237,10 +227,7 @@ fn create_probe_file(path: &Path, size: u64) -> Result<(), ProbeError> {
         .create(true)
         .truncate(true)
         .open(&tmp)
-        .map_err(|source| ProbeError::Create {
-            path: tmp.clone(),
-            source,
-        })?;
+        .map_err(|source| ProbeError::Create { path: tmp.clone(), source })?;
     let mut rng = XorShift::new(0x5EED_DA7A_F11E_0001);
     let mut chunk = vec![0u8; LARGE];
     let mut written = 0u64;
@@ -249,25 +236,16 @@ fn create_probe_file(path: &Path, size: u64) -> Result<(), ProbeError> {
             word.copy_from_slice(&rng.next_u64().to_le_bytes());
         }
         // `size` is a whole number of MiB.
-        f.write_all(&chunk).map_err(|source| ProbeError::Write {
-            path: tmp.clone(),
-            source,
-        })?;
+        f.write_all(&chunk).map_err(|source| ProbeError::Write { path: tmp.clone(), source })?;
         written += LARGE as u64;
     }
-    f.sync_all().map_err(|source| ProbeError::Fsync {
-        path: tmp.clone(),
-        source,
-    })?;
+    f.sync_all().map_err(|source| ProbeError::Fsync { path: tmp.clone(), source })?;
     // Don't leave a file's worth of page cache behind (it would evict the
     // benchmarks' own pages). Advisory; failure is harmless.
     // SAFETY: plain syscall on a file descriptor owned by `f`, which is open.
     let _ = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
     drop(f);
-    std::fs::rename(&tmp, path).map_err(|source| ProbeError::Rename {
-        path: path.to_path_buf(),
-        source,
-    })?;
+    std::fs::rename(&tmp, path).map_err(|source| ProbeError::Rename { path: path.to_path_buf(), source })?;
     tracing::info!(
         path = %path.display(),
         bytes = size,
@@ -279,23 +257,13 @@ fn create_probe_file(path: &Path, size: u64) -> Result<(), ProbeError> {
 
 /// Opens `path` for O_DIRECT reads.
 fn open_direct(path: &Path) -> Result<File, ProbeError> {
-    OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_DIRECT)
-        .open(path)
-        .map_err(|source| {
-            if source.raw_os_error() == Some(libc::EINVAL) {
-                ProbeError::DirectUnsupported {
-                    path: path.to_path_buf(),
-                    source,
-                }
-            } else {
-                ProbeError::OpenDirect {
-                    path: path.to_path_buf(),
-                    source,
-                }
-            }
-        })
+    OpenOptions::new().read(true).custom_flags(libc::O_DIRECT).open(path).map_err(|source| {
+        if source.raw_os_error() == Some(libc::EINVAL) {
+            ProbeError::DirectUnsupported { path: path.to_path_buf(), source }
+        } else {
+            ProbeError::OpenDirect { path: path.to_path_buf(), source }
+        }
+    })
 }
 
 /// Result of one (depth, read size) point.
@@ -317,12 +285,9 @@ fn run_point(
     rng: &mut XorShift,
 ) -> Result<Point, ProbeError> {
     let entries = depth.next_power_of_two();
-    let mut ring =
-        IoUring::new(entries).map_err(|source| ProbeError::RingSetup { entries, source })?;
+    let mut ring = IoUring::new(entries).map_err(|source| ProbeError::RingSetup { entries, source })?;
     let slots = depth as usize;
-    let bufs = (0..slots)
-        .map(|_| AlignedBuf::new(len))
-        .collect::<Result<Vec<_>, _>>()?;
+    let bufs = (0..slots).map(|_| AlignedBuf::new(len)).collect::<Result<Vec<_>, _>>()?;
     let mut offsets = vec![0u64; slots];
     let nblocks = file_size / len as u64; // >= 1: file_size is a whole, non-zero number of MiB
     let fd = types::Fd(file.as_raw_fd());
@@ -331,10 +296,8 @@ fn run_point(
     let mut push = |ring: &mut IoUring, offsets: &mut [u64], slot: usize| -> bool {
         let off = rng.below(nblocks) * len as u64;
         offsets[slot] = off;
-        let entry = opcode::Read::new(fd, bufs[slot].as_mut_ptr(), len as u32)
-            .offset(off)
-            .build()
-            .user_data(slot as u64);
+        let entry =
+            opcode::Read::new(fd, bufs[slot].as_mut_ptr(), len as u32).offset(off).build().user_data(slot as u64);
         // SAFETY: `bufs[slot]` is valid for `len` bytes and is not touched
         // by us while the read is in flight; it is freed only after every
         // queued read has completed (the drain loop below runs until
@@ -360,11 +323,7 @@ fn run_point(
     while in_flight > 0 {
         match ring.submit_and_wait(1) {
             Ok(_) => {}
-            Err(e)
-                if matches!(
-                    e.raw_os_error(),
-                    Some(libc::EINTR | libc::EAGAIN | libc::EBUSY)
-                ) => {}
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EINTR | libc::EAGAIN | libc::EBUSY)) => {}
             Err(source) => {
                 // Reads may still be in flight into our buffers: never free them.
                 std::mem::forget(bufs);
@@ -372,10 +331,7 @@ fn run_point(
             }
         }
         done.clear();
-        done.extend(
-            ring.completion()
-                .map(|cqe| (cqe.user_data() as usize, cqe.result())),
-        );
+        done.extend(ring.completion().map(|cqe| (cqe.user_data() as usize, cqe.result())));
         let keep_going = error.is_none() && Instant::now() < deadline;
         for &(slot, res) in &done {
             in_flight -= 1;
@@ -383,17 +339,9 @@ fn run_point(
                 if error.is_none() {
                     let source = io::Error::from_raw_os_error(-res);
                     error = Some(if res == -libc::EINVAL && ops == 0 {
-                        ProbeError::DirectUnsupported {
-                            path: path.to_path_buf(),
-                            source,
-                        }
+                        ProbeError::DirectUnsupported { path: path.to_path_buf(), source }
                     } else {
-                        ProbeError::Read {
-                            depth,
-                            len,
-                            offset: offsets.get(slot).copied().unwrap_or(0),
-                            source,
-                        }
+                        ProbeError::Read { depth, len, offset: offsets.get(slot).copied().unwrap_or(0), source }
                     });
                 }
                 continue;
@@ -433,10 +381,7 @@ fn run_point(
 pub fn probe(opts: &ProbeOptions) -> Result<DeviceLimit, ProbeError> {
     let file_size = opts.file_size / LARGE as u64 * LARGE as u64;
     if file_size == 0 {
-        return Err(ProbeError::InvalidOptions(format!(
-            "file_size {} is below 1 MiB",
-            opts.file_size
-        )));
+        return Err(ProbeError::InvalidOptions(format!("file_size {} is below 1 MiB", opts.file_size)));
     }
     if !(opts.seconds_per_point.is_finite() && opts.seconds_per_point > 0.0) {
         return Err(ProbeError::InvalidOptions(format!(
@@ -456,10 +401,7 @@ pub fn probe(opts: &ProbeOptions) -> Result<DeviceLimit, ProbeError> {
             )));
         }
     }
-    std::fs::create_dir_all(&opts.dir).map_err(|source| ProbeError::Create {
-        path: opts.dir.clone(),
-        source,
-    })?;
+    std::fs::create_dir_all(&opts.dir).map_err(|source| ProbeError::Create { path: opts.dir.clone(), source })?;
     let path = opts.dir.join(PROBE_FILE);
     if !probe_file_ok(&path, file_size) {
         create_probe_file(&path, file_size)?;
@@ -487,18 +429,10 @@ pub fn probe(opts: &ProbeOptions) -> Result<DeviceLimit, ProbeError> {
         );
         limit.by_depth.push(point);
     }
-    let shallow = limit
-        .by_depth
-        .iter()
-        .find(|p| p.depth == 1)
-        .or(limit.by_depth.first());
+    let shallow = limit.by_depth.iter().find(|p| p.depth == 1).or(limit.by_depth.first());
     limit.rand4k_iops_qd1 = shallow.map_or(0.0, |p| p.rand4k_iops);
     limit.rand4k_iops_qd64 = limit.by_depth.last().map_or(0.0, |p| p.rand4k_iops);
-    limit.seq_MBps = limit
-        .by_depth
-        .iter()
-        .map(|p| p.rand1m_MBps)
-        .fold(0.0, f64::max);
+    limit.seq_MBps = limit.by_depth.iter().map(|p| p.rand1m_MBps).fold(0.0, f64::max);
     Ok(limit)
 }
 
@@ -529,45 +463,22 @@ mod tests {
 
     #[test]
     fn invalid_options() {
-        let base = ProbeOptions {
-            dir: std::env::temp_dir(),
-            ..ProbeOptions::default()
-        };
+        let base = ProbeOptions { dir: std::env::temp_dir(), ..ProbeOptions::default() };
         let bad = [
-            ProbeOptions {
-                file_size: 1000,
-                ..base.clone()
-            },
-            ProbeOptions {
-                depths: vec![],
-                ..base.clone()
-            },
-            ProbeOptions {
-                depths: vec![0, 4],
-                ..base.clone()
-            },
-            ProbeOptions {
-                seconds_per_point: 0.0,
-                ..base.clone()
-            },
+            ProbeOptions { file_size: 1000, ..base.clone() },
+            ProbeOptions { depths: vec![], ..base.clone() },
+            ProbeOptions { depths: vec![0, 4], ..base.clone() },
+            ProbeOptions { seconds_per_point: 0.0, ..base.clone() },
         ];
         for o in &bad {
-            assert!(
-                matches!(probe(o), Err(ProbeError::InvalidOptions(_))),
-                "{o:?}"
-            );
+            assert!(matches!(probe(o), Err(ProbeError::InvalidOptions(_))), "{o:?}");
         }
     }
 
     #[test]
     fn probe_tiny() {
         let dir = std::env::temp_dir().join(format!("predictio-probe-test-{}", std::process::id()));
-        let opts = ProbeOptions {
-            dir: dir.clone(),
-            file_size: 64 << 20,
-            seconds_per_point: 0.05,
-            depths: vec![1, 8],
-        };
+        let opts = ProbeOptions { dir: dir.clone(), file_size: 64 << 20, seconds_per_point: 0.05, depths: vec![1, 8] };
         let result = probe(&opts);
         let second = result.is_ok().then(|| probe(&opts)); // reuses the file
         let _ = std::fs::remove_dir_all(&dir);
@@ -594,10 +505,7 @@ mod tests {
             {
                 skip(format!("io_uring unavailable: {source}"))
             }
-            Err(e) => panic!(
-                "device probe failed: {e}: {:?}",
-                std::error::Error::source(&e)
-            ),
+            Err(e) => panic!("device probe failed: {e}: {:?}", std::error::Error::source(&e)),
         }
     }
 }

@@ -249,11 +249,7 @@ pub fn checksum(mut state: u64, bytes: &[u8]) -> u64 {
 
 /// Runs `f` with the device's read_ahead_kb set to `kb` (when it differs
 /// from the current setting), restoring it after.
-pub fn with_read_ahead<T>(
-    dir: &Path,
-    kb: u64,
-    f: impl FnOnce() -> Result<T, BenchError>,
-) -> Result<T, BenchError> {
+pub fn with_read_ahead<T>(dir: &Path, kb: u64, f: impl FnOnce() -> Result<T, BenchError>) -> Result<T, BenchError> {
     let current = crate::machine::read_ahead_kb(dir).doing(|| "reading read_ahead_kb".into())?;
     if current == kb {
         return f();

@@ -61,9 +61,7 @@ impl Machine {
     /// missing) this still succeeds, with device `unknown` and
     /// `read_ahead_kb` 0. Fails only when `/proc` cannot be read.
     pub fn describe(dir: &Path) -> io::Result<Machine> {
-        let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")?
-            .trim()
-            .to_string();
+        let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")?.trim().to_string();
         let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
         let mem_bytes = mem_total(&std::fs::read_to_string("/proc/meminfo")?).unwrap_or(0);
         let (device, read_ahead_kb) = match block_device_of(dir) {
@@ -76,14 +74,7 @@ impl Machine {
                 ("unknown".to_string(), 0)
             }
         };
-        Ok(Machine {
-            kernel,
-            cpus,
-            mem_bytes,
-            device,
-            read_ahead_kb,
-            device_limit: DeviceLimit::default(),
-        })
+        Ok(Machine { kernel, cpus, mem_bytes, device, read_ahead_kb, device_limit: DeviceLimit::default() })
     }
 }
 
@@ -103,10 +94,7 @@ fn mem_total(meminfo: &str) -> Option<u64> {
 fn read_u64(path: &Path) -> io::Result<u64> {
     let s = std::fs::read_to_string(path)?;
     s.trim().parse().map_err(|e| {
-        io::Error::new(
-            io::ErrorKind::InvalidData,
-            format!("{}: {:?} is not a number: {e}", path.display(), s.trim()),
-        )
+        io::Error::new(io::ErrorKind::InvalidData, format!("{}: {:?} is not a number: {e}", path.display(), s.trim()))
     })
 }
 
@@ -114,18 +102,12 @@ fn read_u64(path: &Path) -> io::Result<u64> {
 /// disk's directory when it is a partition.
 fn sysfs_disk_dir(major: u32, minor: u32) -> io::Result<PathBuf> {
     let link = PathBuf::from(format!("/sys/dev/block/{major}:{minor}"));
-    let mut dir = std::fs::canonicalize(&link).map_err(|e| {
-        io::Error::new(
-            e.kind(),
-            format!("no block device {major}:{minor} ({}: {e})", link.display()),
-        )
-    })?;
+    let mut dir = std::fs::canonicalize(&link)
+        .map_err(|e| io::Error::new(e.kind(), format!("no block device {major}:{minor} ({}: {e})", link.display())))?;
     if dir.join("partition").exists() {
         dir = dir
             .parent()
-            .ok_or_else(|| {
-                io::Error::other(format!("{}: partition without parent", dir.display()))
-            })?
+            .ok_or_else(|| io::Error::other(format!("{}: partition without parent", dir.display())))?
             .to_path_buf();
     }
     Ok(dir)
@@ -184,10 +166,7 @@ pub fn block_device_of(path: &Path) -> io::Result<(String, PathBuf)> {
     if !queue.is_dir() {
         return Err(io::Error::new(
             io::ErrorKind::NotFound,
-            format!(
-                "{}: block device {name} has no queue directory",
-                queue.display()
-            ),
+            format!("{}: block device {name} has no queue directory", queue.display()),
         ));
     }
     Ok((name, queue))
@@ -205,13 +184,7 @@ pub fn set_read_ahead_kb(path: &Path, kb: u64) -> io::Result<u64> {
     let file = queue.join("read_ahead_kb");
     let previous = read_u64(&file)?;
     std::fs::write(&file, format!("{kb}\n")).map_err(|e| {
-        io::Error::new(
-            e.kind(),
-            format!(
-                "setting {name} read_ahead_kb to {kb} ({}): {e}",
-                file.display()
-            ),
-        )
+        io::Error::new(e.kind(), format!("setting {name} read_ahead_kb to {kb} ({}): {e}", file.display()))
     })?;
     Ok(previous)
 }
@@ -248,10 +221,7 @@ mod tests {
 
     #[test]
     fn meminfo_parse() {
-        assert_eq!(
-            mem_total("MemTotal:        8039732 kB\nMemFree: 1 kB\n"),
-            Some(8_039_732 * 1024)
-        );
+        assert_eq!(mem_total("MemTotal:        8039732 kB\nMemFree: 1 kB\n"), Some(8_039_732 * 1024));
         assert_eq!(mem_total("MemFree: 1 kB\n"), None);
     }
 }

@@ -30,11 +30,7 @@ impl Summary {
     pub fn of(xs: &[f64]) -> Summary {
         let s = sorted(xs);
         match (s.first(), s.last()) {
-            (Some(&min), Some(&max)) => Summary {
-                min,
-                median: median_sorted(&s),
-                max,
-            },
+            (Some(&min), Some(&max)) => Summary { min, median: median_sorted(&s), max },
             _ => Summary::default(),
         }
     }
@@ -190,25 +186,14 @@ impl Case {
     /// Builds a metric case (no A/B): sets extra value/unit/bar/seed/meets_bar.
     ///
     /// A non-finite `value` is stored as JSON `null`.
-    pub fn metric(
-        name: impl Into<String>,
-        value: f64,
-        unit: &str,
-        bar: &str,
-        seed: &str,
-        meets_bar: bool,
-    ) -> Case {
+    pub fn metric(name: impl Into<String>, value: f64, unit: &str, bar: &str, seed: &str, meets_bar: bool) -> Case {
         let mut extra = Map::new();
         extra.insert("value".into(), Value::from(value));
         extra.insert("unit".into(), Value::from(unit));
         extra.insert("bar".into(), Value::from(bar));
         extra.insert("seed".into(), Value::from(seed));
         extra.insert("meets_bar".into(), Value::from(meets_bar));
-        Case {
-            name: name.into(),
-            extra,
-            ..Case::default()
-        }
+        Case { name: name.into(), extra, ..Case::default() }
     }
 
     /// True for a metric case: no baseline passes and an `extra["value"]`.
@@ -249,12 +234,7 @@ pub fn rfc3339(t: SystemTime) -> String {
     let days = (secs / 86_400) as i64;
     let rem = secs % 86_400;
     let (y, m, d) = civil_from_days(days);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
-        rem / 3600,
-        (rem / 60) % 60,
-        rem % 60
-    )
+    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z", rem / 3600, (rem / 60) % 60, rem % 60)
 }
 
 /// The current time as [`rfc3339`]; what [`Report::created`] should hold.
@@ -282,19 +262,9 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
 fn file_stem(workload: &str) -> String {
     let s: String = workload
         .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') {
-                c
-            } else {
-                '_'
-            }
-        })
+        .map(|c| if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') { c } else { '_' })
         .collect();
-    if s.is_empty() || s.chars().all(|c| c == '.') {
-        "report".to_string()
-    } else {
-        s
-    }
+    if s.is_empty() || s.chars().all(|c| c == '.') { "report".to_string() } else { s }
 }
 
 /// Writes `contents` to `path` through a temporary sibling and a rename, so a
@@ -339,16 +309,8 @@ impl Report {
         let fence = code_fence(&self.command);
         let _ = writeln!(out, "{fence}sh\n{}\n{fence}\n", self.command);
         let _ = writeln!(out, "- created: {}", md_inline(&self.created));
-        let _ = writeln!(
-            out,
-            "- machine: {}",
-            md_inline(&machine_line(&self.machine))
-        );
-        let _ = writeln!(
-            out,
-            "- device limits: {}",
-            md_inline(&device_limit_line(&self.machine.device_limit))
-        );
+        let _ = writeln!(out, "- machine: {}", md_inline(&machine_line(&self.machine)));
+        let _ = writeln!(out, "- device limits: {}", md_inline(&device_limit_line(&self.machine.device_limit)));
         let _ = writeln!(out, "- cold cache: {}", md_inline(&self.cold_method));
         let settings = serde_json::to_string(&self.settings).unwrap_or_default();
         let _ = writeln!(out, "- settings: {}\n", code_span(&settings));
@@ -414,10 +376,7 @@ impl Report {
         );
         let title = format!("predictio bench: {}", self.workload);
         let _ = writeln!(out, "<title>{}</title>", xml_escape(&title));
-        let _ = writeln!(
-            out,
-            r#"<rect x="0" y="0" width="{SVG_W}" height="{h}" fill="white"/>"#
-        );
+        let _ = writeln!(out, r#"<rect x="0" y="0" width="{SVG_W}" height="{h}" fill="white"/>"#);
         let _ = writeln!(
             out,
             r#"<text x="16" y="26" font-size="18" font-weight="bold" fill="{INK}">{}</text>"#,
@@ -441,16 +400,8 @@ impl Report {
 // Markdown helpers
 
 fn machine_line(m: &crate::machine::Machine) -> String {
-    let kernel = if m.kernel.is_empty() {
-        "?"
-    } else {
-        m.kernel.as_str()
-    };
-    let device = if m.device.is_empty() {
-        "unknown"
-    } else {
-        m.device.as_str()
-    };
+    let kernel = if m.kernel.is_empty() { "?" } else { m.kernel.as_str() };
+    let device = if m.device.is_empty() { "unknown" } else { m.device.as_str() };
     format!(
         "Linux {kernel}, {} CPUs, {:.1} GiB memory, device {device}, read_ahead_kb {}",
         m.cpus,
@@ -474,14 +425,7 @@ fn device_limit_line(d: &crate::machine::DeviceLimit) -> String {
         let points: Vec<String> = d
             .by_depth
             .iter()
-            .map(|p| {
-                format!(
-                    "QD{} {} IOPS / {:.0} MB/s",
-                    p.depth,
-                    fmt_count(p.rand4k_iops),
-                    p.rand1m_MBps
-                )
-            })
+            .map(|p| format!("QD{} {} IOPS / {:.0} MB/s", p.depth, fmt_count(p.rand4k_iops), p.rand1m_MBps))
             .collect();
         let _ = write!(s, " (by depth: {})", points.join(", "));
     }
@@ -526,11 +470,7 @@ fn fmt_num(x: f64) -> String {
 }
 
 fn fmt_ratio(x: f64) -> String {
-    if x.is_finite() {
-        format!("{x:.2}×")
-    } else {
-        "–".to_string()
-    }
+    if x.is_finite() { format!("{x:.2}×") } else { "–".to_string() }
 }
 
 fn fmt_mib(bytes: u64) -> String {
@@ -547,12 +487,7 @@ fn fmt_side(xs: &[f64], summary: Option<&Summary>) -> String {
     } else {
         Summary::of(xs)
     };
-    format!(
-        "{} ({}–{})",
-        fmt_num(s.median),
-        fmt_num(s.min),
-        fmt_num(s.max)
-    )
+    format!("{} ({}–{})", fmt_num(s.median), fmt_num(s.min), fmt_num(s.max))
 }
 
 /// Numbers of a value that is a number or a non-empty array of numbers.
@@ -580,9 +515,7 @@ fn fmt_extra(v: Option<&Value>) -> String {
 
 /// A Markdown table cell: `|` escaped, line breaks flattened.
 fn cell(s: &str) -> String {
-    s.replace('\\', "\\\\")
-        .replace('|', "\\|")
-        .replace(['\r', '\n'], " ")
+    s.replace('\\', "\\\\").replace('|', "\\|").replace(['\r', '\n'], " ")
 }
 
 /// Inline Markdown text on a list line: line breaks flattened.
@@ -592,11 +525,7 @@ fn md_inline(s: &str) -> String {
 
 fn code_span(s: &str) -> String {
     let s = s.replace(['\r', '\n'], " ");
-    if s.contains('`') {
-        format!("`` {s} ``")
-    } else {
-        format!("`{s}`")
-    }
+    if s.contains('`') { format!("`` {s} ``") } else { format!("`{s}`") }
 }
 
 /// A backtick fence longer than any backtick run in `body`.
@@ -660,16 +589,8 @@ fn ab_table(out: &mut String, cases: &[&Case]) {
             c.name.clone(),
             fmt_side(&c.baseline_s, c.baseline.as_ref()),
             fmt_side(&c.treatment_s, c.treatment.as_ref()),
-            if c.ratios.is_empty() && c.ratio_median == 0.0 {
-                "–".to_string()
-            } else {
-                fmt_ratio(c.ratio_median)
-            },
-            if ratios.is_empty() {
-                "–".to_string()
-            } else {
-                ratios.join(", ")
-            },
+            if c.ratios.is_empty() && c.ratio_median == 0.0 { "–".to_string() } else { fmt_ratio(c.ratio_median) },
+            if ratios.is_empty() { "–".to_string() } else { ratios.join(", ") },
             c.limit_s.map_or_else(|| "–".to_string(), fmt_num),
             c.warm_s.map_or_else(|| "–".to_string(), fmt_num),
             format!("{:.1} %", c.resident_before * 100.0),
@@ -683,10 +604,7 @@ fn ab_table(out: &mut String, cases: &[&Case]) {
 }
 
 fn metric_table(out: &mut String, cases: &[&Case]) {
-    row(
-        out,
-        &["case", "value", "unit", "bar", "seed", "meets bar"].map(String::from),
-    );
+    row(out, &["case", "value", "unit", "bar", "seed", "meets bar"].map(String::from));
     out.push_str("| --- | --- | --- | --- | --- | --- |\n");
     for c in cases {
         let meets = match c.extra.get("meets_bar") {
@@ -792,11 +710,7 @@ fn svg_ab_panel(out: &mut String, cases: &[&Case], mut y: f64) -> f64 {
         r#"<text x="16" y="{y:.1}" font-weight="bold" fill="{INK}">median ratio baseline / treatment (above 1× = faster)</text>"#
     );
     y += 12.0;
-    let max_r = cases
-        .iter()
-        .map(|c| c.ratio_median)
-        .filter(|r| r.is_finite())
-        .fold(1.0_f64, f64::max);
+    let max_r = cases.iter().map(|c| c.ratio_median).filter(|r| r.is_finite()).fold(1.0_f64, f64::max);
     let max_x = max_r * 1.1;
     let sx = |v: f64| PLOT_X0 + (v.clamp(0.0, max_x) / max_x) * w;
     let top = y;
@@ -876,9 +790,7 @@ fn trim_float(x: f64) -> String {
 fn bar_threshold(bar: &str, unit: &str) -> Option<f64> {
     let start = bar.find(|c: char| c.is_ascii_digit())?;
     let rest = &bar[start..];
-    let end = rest
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(rest.len());
+    let end = rest.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(rest.len());
     let mut x: f64 = rest[..end].parse().ok()?;
     let after = rest[end..].trim_start();
     let unit = unit.trim_start();
@@ -915,11 +827,7 @@ fn svg_metric_panel(out: &mut String, cases: &[&Case], mut y: f64) -> f64 {
     let rows: Vec<(f64, Option<f64>)> = cases
         .iter()
         .map(|c| {
-            let v = c
-                .extra
-                .get("value")
-                .and_then(Value::as_f64)
-                .unwrap_or(f64::NAN);
+            let v = c.extra.get("value").and_then(Value::as_f64).unwrap_or(f64::NAN);
             let th = bar_threshold(&str_of(c, "bar"), &str_of(c, "unit"))
                 .filter(|th| v.is_finite() && (1e-3..=1e3).contains(&(v.abs() / th)));
             (v, th)
@@ -941,21 +849,11 @@ fn svg_metric_panel(out: &mut String, cases: &[&Case], mut y: f64) -> f64 {
                     .map(|(_, &(ov, _))| ov.abs())
                     .filter(|x| x.is_finite())
                     .fold(0.0, f64::max);
-                if max > 0.0 && v.is_finite() {
-                    v.abs() / max
-                } else {
-                    0.0
-                }
+                if max > 0.0 && v.is_finite() { v.abs() / max } else { 0.0 }
             }
         })
         .collect();
-    let max_x = (norm
-        .iter()
-        .copied()
-        .filter(|x| x.is_finite())
-        .fold(1.0, f64::max)
-        * 1.1)
-        .min(MAX_NORM);
+    let max_x = (norm.iter().copied().filter(|x| x.is_finite()).fold(1.0, f64::max) * 1.1).min(MAX_NORM);
     let sx = |v: f64| PLOT_X0 + (v.clamp(0.0, max_x) / max_x) * w;
     let top = y;
     for (i, c) in cases.iter().enumerate() {
@@ -965,12 +863,7 @@ fn svg_metric_panel(out: &mut String, cases: &[&Case], mut y: f64) -> f64 {
         let colour = if meets { GOOD } else { BAD };
         let n = norm[i].max(0.0);
         let x1 = sx(n);
-        let label = format!(
-            "{} {} (bar {})",
-            svg_value(c.extra.get("value")),
-            str_of(c, "unit"),
-            str_of(c, "bar")
-        );
+        let label = format!("{} {} (bar {})", svg_value(c.extra.get("value")), str_of(c, "unit"), str_of(c, "bar"));
         let _ = writeln!(
             out,
             r#"<rect x="{PLOT_X0}" y="{:.1}" width="{:.1}" height="{BAR_H}" fill="{colour}"><title>{}</title></rect>"#,
@@ -1002,11 +895,7 @@ fn svg_metric_panel(out: &mut String, cases: &[&Case], mut y: f64) -> f64 {
             out,
             r#"<text x="{:.1}" y="{:.1}" fill="{INK}" {HALO}>{}</text>"#,
             // Right of the bar and of the threshold tick, whichever is further.
-            PLOT_X1.min(x1).max(if rows[i].1.is_some() {
-                sx(1.0) + 1.0
-            } else {
-                0.0
-            }) + 10.0,
+            PLOT_X1.min(x1).max(if rows[i].1.is_some() { sx(1.0) + 1.0 } else { 0.0 }) + 10.0,
             mid + 4.0,
             xml_escape(&truncate(&label, 34))
         );
@@ -1047,14 +936,7 @@ mod tests {
     #[test]
     fn summary_of() {
         assert_eq!(Summary::of(&[]), Summary::default());
-        assert_eq!(
-            Summary::of(&[5.0, 1.0, 3.0, 2.0]),
-            Summary {
-                min: 1.0,
-                median: 2.5,
-                max: 5.0
-            }
-        );
+        assert_eq!(Summary::of(&[5.0, 1.0, 3.0, 2.0]), Summary { min: 1.0, median: 2.5, max: 5.0 });
         let s = Summary::of(&[2.0, f64::NAN, 1.0]);
         assert_eq!(s.min, 1.0);
     }
@@ -1064,22 +946,8 @@ mod tests {
         let c = Case::ab("scan", vec![2.0, 3.0, 4.0, 9.0], vec![1.0, 1.0, 4.0]);
         assert_eq!(c.ratios, vec![2.0, 3.0, 1.0]);
         assert_eq!(c.ratio_median, 2.0);
-        assert_eq!(
-            c.baseline,
-            Some(Summary {
-                min: 2.0,
-                median: 3.5,
-                max: 9.0
-            })
-        );
-        assert_eq!(
-            c.treatment,
-            Some(Summary {
-                min: 1.0,
-                median: 1.0,
-                max: 4.0
-            })
-        );
+        assert_eq!(c.baseline, Some(Summary { min: 2.0, median: 3.5, max: 9.0 }));
+        assert_eq!(c.treatment, Some(Summary { min: 1.0, median: 1.0, max: 4.0 }));
         assert!(c.answers_identical);
         let z = Case::ab("z", vec![1.0, 2.0], vec![0.0, 1.0]);
         assert_eq!(z.ratios, vec![0.0, 2.0]);
@@ -1100,29 +968,17 @@ mod tests {
     }
 
     fn sample() -> Report {
-        let mut a = Case::ab(
-            "scan|1000",
-            vec![1.0, 1.2, 1.1, 0.9, 1.0],
-            vec![0.2, 0.25, 0.2, 0.3, 0.2],
-        );
+        let mut a = Case::ab("scan|1000", vec![1.0, 1.2, 1.1, 0.9, 1.0], vec![0.2, 0.25, 0.2, 0.3, 0.2]);
         a.limit_s = Some(0.05);
         a.warm_s = Some(0.000_075);
         a.resident_before = 0.001;
         a.issued_bytes = 10 << 20;
         a.wasted_bytes = 1 << 20;
-        a.extra
-            .insert("preload_s".into(), serde_json::json!([0.9, 0.8, 1.0]));
+        a.extra.insert("preload_s".into(), serde_json::json!([0.9, 0.8, 1.0]));
         a.extra.insert("p99_s".into(), serde_json::json!(0.004));
         a.extra.insert("backend".into(), serde_json::json!("uring"));
         let b = Case::ab("scan-10", vec![0.5; 5], vec![0.6; 5]);
-        let m = Case::metric(
-            "executor <skipped> & co",
-            12.3,
-            "ns/page",
-            "<= 20",
-            "tens of ns/page",
-            true,
-        );
+        let m = Case::metric("executor <skipped> & co", 12.3, "ns/page", "<= 20", "tens of ns/page", true);
         let m2 = Case::metric("hints", 0.4e6, "hints/s", ">= 1 M/s", "300–500 K/s", false);
         Report {
             workload: "sqlite-scan".into(),
@@ -1157,21 +1013,13 @@ mod tests {
         let md = sample().markdown();
         assert!(md.starts_with("# predictio bench: sqlite-scan"));
         assert!(md.contains("```sh\npredictio bench sqlite-scan --pairs 5\n```"));
-        assert!(md.contains(
-            "rand 4K 13.0 K IOPS at QD1, 99.0 K IOPS at QD64; seq (1 MiB O_DIRECT) 2800 MB/s"
-        ));
-        assert!(
-            md.contains(r#"- settings: `{"pairs":5,"rows":1000}`"#),
-            "{md}"
-        );
+        assert!(md.contains("rand 4K 13.0 K IOPS at QD1, 99.0 K IOPS at QD64; seq (1 MiB O_DIRECT) 2800 MB/s"));
+        assert!(md.contains(r#"- settings: `{"pairs":5,"rows":1000}`"#), "{md}");
         assert!(md.contains("| case | baseline median s (min–max) |"));
         assert!(md.contains("| p99_s | preload_s |"), "{md}");
         assert!(!md.contains("| backend |"));
         // The pipe in the case name is escaped, and the row is complete.
-        let row = md
-            .lines()
-            .find(|l| l.starts_with("| scan\\|1000 |"))
-            .expect("row of scan|1000");
+        let row = md.lines().find(|l| l.starts_with("| scan\\|1000 |")).expect("row of scan|1000");
         assert!(row.contains("| 5.00× |"), "{row}");
         assert!(row.contains("| 1.000 (0.9000–1.200) |"), "{row}");
         assert!(row.contains("| 7.50e-5 |"), "{row}");
@@ -1180,23 +1028,12 @@ mod tests {
         assert!(row.contains("| 0.1 % | yes |"), "{row}");
         // Unescaped pipes = column separators: 11 fixed + 2 extras + 1.
         assert_eq!(row.replace("\\|", "").matches('|').count(), 14);
-        let row10 = md
-            .lines()
-            .find(|l| l.starts_with("| scan-10 |"))
-            .expect("row of scan-10");
+        let row10 = md.lines().find(|l| l.starts_with("| scan-10 |")).expect("row of scan-10");
         assert!(row10.contains("| 0.83× |"), "{row10}");
         assert!(row10.ends_with("| – | – |"), "{row10}");
         assert!(md.contains("| case | value | unit | bar | seed | meets bar |"));
-        assert!(
-            md.contains(
-                "| executor <skipped> & co | 12.30 | ns/page | <= 20 | tens of ns/page | yes |"
-            ),
-            "{md}"
-        );
-        assert!(
-            md.contains("| hints | 400000 | hints/s | >= 1 M/s | 300–500 K/s | **no** |"),
-            "{md}"
-        );
+        assert!(md.contains("| executor <skipped> & co | 12.30 | ns/page | <= 20 | tens of ns/page | yes |"), "{md}");
+        assert!(md.contains("| hints | 400000 | hints/s | >= 1 M/s | 300–500 K/s | **no** |"), "{md}");
         assert!(md.contains("## Notes\n\n- point reads did not improve\n- two\n  lines\n"));
         assert!(md.ends_with('\n') && !md.ends_with("\n\n"));
     }
@@ -1215,11 +1052,7 @@ mod tests {
         assert!(svg.contains("stroke-dasharray")); // the 1.0 reference line
         // Balanced text/rect/title elements.
         for tag in ["text", "title", "svg"] {
-            assert_eq!(
-                svg.matches(&format!("<{tag}")).count(),
-                svg.matches(&format!("</{tag}>")).count(),
-                "{tag}"
-            );
+            assert_eq!(svg.matches(&format!("<{tag}")).count(), svg.matches(&format!("</{tag}>")).count(), "{tag}");
         }
         // Empty report still renders.
         let e = Report::default().svg();
@@ -1241,15 +1074,9 @@ mod tests {
         let r = sample();
         let json = serde_json::to_string_pretty(&r).expect("serialise");
         let back: Report = serde_json::from_str(&json).expect("deserialise");
-        assert_eq!(
-            serde_json::to_value(&back).expect("v"),
-            serde_json::to_value(&r).expect("v")
-        );
+        assert_eq!(serde_json::to_value(&back).expect("v"), serde_json::to_value(&r).expect("v"));
         assert_eq!(back.cases[0].ratios, r.cases[0].ratios);
-        assert_eq!(
-            back.cases[0].extra["preload_s"],
-            serde_json::json!([0.9, 0.8, 1.0])
-        );
+        assert_eq!(back.cases[0].extra["preload_s"], serde_json::json!([0.9, 0.8, 1.0]));
         assert_eq!(back.cases[2].extra["meets_bar"], serde_json::json!(true));
         // The minimal schema of BENCHMARKS.md parses, with defaults.
         let min = r#"{"workload":"w","command":"c","created":"","machine":{"kernel":"k","cpus":2,
@@ -1261,8 +1088,7 @@ mod tests {
         assert!(m.cases[0].answers_identical);
         assert!(m.cases[0].extra.is_empty());
         // Write to a scratch directory.
-        let dir =
-            std::env::temp_dir().join(format!("predictio-report-test-{}", std::process::id()));
+        let dir = std::env::temp_dir().join(format!("predictio-report-test-{}", std::process::id()));
         let paths = r.write(&dir).expect("write");
         assert_eq!(paths.len(), 3);
         assert!(paths[0].ends_with("sqlite-scan.json"));

@@ -47,7 +47,8 @@ pub struct ByteSpan {
 pub fn parse_range(text: &str) -> Result<ByteSpan> {
     let span = if let Some((a, b)) = text.split_once("..") {
         let start = parse_size(a).with_context(|| format!("in range {text:?}"))?;
-        let end = if b.trim().is_empty() { u64::MAX } else { parse_end(b).with_context(|| format!("in range {text:?}"))? };
+        let end =
+            if b.trim().is_empty() { u64::MAX } else { parse_end(b).with_context(|| format!("in range {text:?}"))? };
         ByteSpan { start, end }
     } else if let Some((a, b)) = text.split_once('+') {
         let start = parse_size(a).with_context(|| format!("in range {text:?}"))?;

@@ -202,7 +202,11 @@ impl Accounting {
             origins: origins
                 .iter()
                 .enumerate()
-                .map(|(i, (name, c))| OriginStats { id: PolicyId(i as u16), name: name.clone(), counters: c.snapshot() })
+                .map(|(i, (name, c))| OriginStats {
+                    id: PolicyId(i as u16),
+                    name: name.clone(),
+                    counters: c.snapshot(),
+                })
                 .collect(),
             files,
         }
@@ -279,12 +283,8 @@ impl Ledger {
     fn take(&mut self, file: FileId, pages: PageRange) -> Vec<(PolicyId, u64)> {
         let mut taken = Vec::new();
         let Some(spans) = self.files.get_mut(&file) else { return taken };
-        let overlapping: Vec<(u64, Span)> = spans
-            .range(..pages.end)
-            .rev()
-            .take_while(|(_, s)| s.end > pages.start)
-            .map(|(k, s)| (*k, *s))
-            .collect();
+        let overlapping: Vec<(u64, Span)> =
+            spans.range(..pages.end).rev().take_while(|(_, s)| s.end > pages.start).map(|(k, s)| (*k, *s)).collect();
         for (start, span) in overlapping {
             spans.remove(&start);
             let cut = PageRange::new(start, span.end).intersect(&pages);

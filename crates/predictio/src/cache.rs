@@ -93,8 +93,7 @@ pub fn evict(file: &FileRef) -> io::Result<()> {
 pub fn wait_resident(file: &FileRef, ranges: &[PageRange], timeout: Duration) -> io::Result<u64> {
     let size = file.file().metadata()?.len();
     let pages = size.div_ceil(PAGE_SIZE);
-    let clamped: Vec<PageRange> =
-        ranges.iter().map(|r| PageRange::new(r.start.min(pages), r.end.min(pages))).collect();
+    let clamped: Vec<PageRange> = ranges.iter().map(|r| PageRange::new(r.start.min(pages), r.end.min(pages))).collect();
     let want: u64 = clamped.iter().map(PageRange::len).sum();
     let deadline = Instant::now() + timeout;
     loop {

@@ -20,10 +20,10 @@ use predictio::executor::{ExecutorConfig, Limits};
 use predictio::page::ByteRange;
 use predictio::{Executor, FileRef, PAGE_SIZE, PageRange, Runtime};
 
+use crate::BenchOptions;
 use crate::harness::{BenchError, Harness, IoContext, XorShift, checksum, data_file, settle, with_read_ahead};
 use crate::oracle::OraclePolicy;
 use crate::report::{Case, Report, median, percentile};
-use crate::BenchOptions;
 
 /// Reads per pass.
 const READS: u64 = 4096;
@@ -124,7 +124,8 @@ fn oracle_pass(path: &Path, pages: &[u64], options: &BenchOptions) -> Result<Pas
 
 /// Runs the workload.
 pub fn run(options: &BenchOptions) -> Result<Report, BenchError> {
-    let runs: &[u64] = if options.quick { &[1, 16, 4096] } else { &[1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096] };
+    let runs: &[u64] =
+        if options.quick { &[1, 16, 4096] } else { &[1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096] };
     let pairs = if options.quick { options.pairs.min(3) } else { options.pairs };
     let file_size: u64 = if options.quick { 256 << 20 } else { 1 << 30 };
     let mut settings_ra = vec![crate::machine::read_ahead_kb(&options.dir).unwrap_or(0)];
@@ -162,7 +163,8 @@ pub fn run(options: &BenchOptions) -> Result<Report, BenchError> {
         notes.push(format!("runs of 1-16 pages: worst total-time median ratio {worst:.2}x (bar: >= 3x)"));
     }
     for c in cases.iter().filter(|c| c.ratio_median < 1.05) {
-        notes.push(format!("{}: no real gain ({:.2}x) - readahead already covers this pattern", c.name, c.ratio_median));
+        notes
+            .push(format!("{}: no real gain ({:.2}x) - readahead already covers this pattern", c.name, c.ratio_median));
     }
     notes.push("treatment = kernel readahead at the same setting + oracle policy prefetching through the executor (backend and depth in settings); limit_s = max(runs / device random-4K IOPS at the deepest probed depth, 16 MiB / device bandwidth)".into());
 
@@ -282,6 +284,9 @@ mod tests {
     #[test]
     fn segments_merge_runs() {
         let s = segments(&[4, 5, 6, 10, 2]);
-        assert_eq!(s, vec![ByteRange::new(4 * 4096, 3 * 4096), ByteRange::new(40960, 4096), ByteRange::new(8192, 4096)]);
+        assert_eq!(
+            s,
+            vec![ByteRange::new(4 * 4096, 3 * 4096), ByteRange::new(40960, 4096), ByteRange::new(8192, 4096)]
+        );
     }
 }

@@ -11,8 +11,8 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use predictio::executor::{BackendKind, ExecutorConfig, Limits};
-use predictio::{Executor, FileRef, PAGE_SIZE, PageRange, Request, Urgency};
+use predictio::executor::{BackendKind, ExecutorConfig, FetchError, Limits};
+use predictio::{Executor, FileRef, PAGE_SIZE, PageRange};
 
 use crate::BenchOptions;
 use crate::harness::{BenchError, Harness, IoContext, XorShift, checksum, data_file, settle};
@@ -61,11 +61,11 @@ fn pass(path: &Path, variant: Variant, ranges: &[PageRange]) -> Result<Pass, Ben
     let wanted: u64 = ranges.iter().map(PageRange::len).sum();
 
     let start = Instant::now();
-    executor
-        .submit(Request::new(file.clone(), ranges.to_vec(), origin).with_urgency(Urgency::Imminent))
-        .map_err(|e| BenchError::Options(e.to_string()))?;
-    executor.wait_idle(Duration::from_secs(60));
-    let resident = predictio::cache::wait_resident(&file, ranges, Duration::from_secs(60)).doing(|| "mincore".into())?;
+    let resident = match executor.fetch_and_wait(&file, ranges, origin, Duration::from_secs(60)) {
+        Ok(resident) => resident,
+        Err(FetchError::Timeout { resident, .. }) => resident,
+        Err(err) => return Err(BenchError::Options(err.to_string())),
+    };
     let seconds = start.elapsed().as_secs_f64();
     if resident < wanted {
         tracing::warn!(variant = variant.name, resident, wanted, "not every page became resident");

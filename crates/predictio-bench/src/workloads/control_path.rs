@@ -64,7 +64,8 @@ fn engine() -> Engine {
 }
 
 /// Request shapes measured: (name, pages per range, gap pages between ranges).
-const SHAPES: [(&str, u64, u64); 3] = [("64-page ranges", 64, 64), ("16-page ranges", 16, 48), ("1-page ranges, scattered", 1, 15)];
+const SHAPES: [(&str, u64, u64); 3] =
+    [("64-page ranges", 64, 64), ("16-page ranges", 16, 48), ("1-page ranges, scattered", 1, 15)];
 
 fn requests(file: &FileRef, file_pages: u64, run: u64, gap: u64, seed: u64) -> Vec<Request> {
     // Ranges in a shuffled order within each request, as a policy's
@@ -75,7 +76,9 @@ fn requests(file: &FileRef, file_pages: u64, run: u64, gap: u64, seed: u64) -> V
     XorShift::new(seed).shuffle(&mut starts);
     starts
         .chunks(per_request as usize)
-        .map(|chunk| Request::new(file.clone(), chunk.iter().map(|&s| PageRange::new(s, s + run)).collect(), PolicyId(0)))
+        .map(|chunk| {
+            Request::new(file.clone(), chunk.iter().map(|&s| PageRange::new(s, s + run)).collect(), PolicyId(0))
+        })
         .collect()
 }
 
@@ -193,10 +196,24 @@ pub fn run(options: &BenchOptions) -> Result<Report, BenchError> {
         }
         let skip_ns = median(&skip);
         let issue_ns = median(&issue);
-        let mut c = Case::metric(format!("executor ns/page skipped ({shape})"), skip_ns, "ns/page", "<= 20", "tens of ns/page (seed 000 §6.1)", skip_ns <= 20.0);
+        let mut c = Case::metric(
+            format!("executor ns/page skipped ({shape})"),
+            skip_ns,
+            "ns/page",
+            "<= 20",
+            "tens of ns/page (seed 000 §6.1)",
+            skip_ns <= 20.0,
+        );
         c.extra.insert("samples".into(), skip.into());
         cases.push(c);
-        let mut c = Case::metric(format!("executor ns/page issued ({shape})"), issue_ns, "ns/page", "<= 100", "tens of ns/page (seed 000 §6.1)", issue_ns <= 100.0);
+        let mut c = Case::metric(
+            format!("executor ns/page issued ({shape})"),
+            issue_ns,
+            "ns/page",
+            "<= 100",
+            "tens of ns/page (seed 000 §6.1)",
+            issue_ns <= 100.0,
+        );
         c.extra.insert("samples".into(), issue.into());
         cases.push(c);
     }
@@ -208,7 +225,14 @@ pub fn run(options: &BenchOptions) -> Result<Report, BenchError> {
         h.step("dispatch");
     }
     let rate = median(&rates);
-    let mut c = Case::metric("runtime dispatch (M events/s)", rate, "M events/s", ">= 10", "6.3-8.8 M/s (seed 000 §6.1)", rate >= 10.0);
+    let mut c = Case::metric(
+        "runtime dispatch (M events/s)",
+        rate,
+        "M events/s",
+        ">= 10",
+        "6.3-8.8 M/s (seed 000 §6.1)",
+        rate >= 10.0,
+    );
     c.extra.insert("samples".into(), rates.into());
     cases.push(c);
     h.finish();

@@ -23,7 +23,8 @@ pub fn open(path: &std::path::Path) -> Result<FileRef> {
             bail!("{}: is a directory, not a file", path.display())
         }
         Err(FileError::NotRegular { .. }) => {
-            let kind = std::fs::metadata(path).map(|m| if m.is_dir() { "a directory" } else { "not a regular file" });
+            let kind = std::fs::metadata(path)
+                .map(|m| if m.is_dir() { "is a directory, not a file" } else { "not a regular file" });
             bail!("{}: {}", path.display(), kind.unwrap_or("not a regular file"))
         }
         Err(err) => Err(err).with_context(|| format!("opening {}", path.display())),

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use predictio::executor::{BackendKind, ExecutorConfig, Limits};
+use predictio::executor::{BackendKind, ExecutorConfig, FetchError, Limits};
 use predictio::{Executor, PAGE_SIZE, PageRange, Request, Urgency};
 
 use crate::units::{human, parse_range};
@@ -114,18 +114,21 @@ pub fn run(args: Args) -> Result<()> {
     let origin = executor.register_origin("cli");
     let timeout = Duration::from_secs_f64(args.timeout.max(0.0));
     let start = Instant::now();
-    // The user asked for these pages explicitly: not speculative.
-    let request = Request::new(file.clone(), ranges.clone(), origin).with_urgency(Urgency::Imminent);
-    executor.submit(request).context("submitting the request")?;
-    if !executor.wait_idle(timeout) {
-        bail!("the executor did not finish within {:.0} s", timeout.as_secs_f64());
-    }
     let wanted: u64 = ranges.iter().map(PageRange::len).sum();
     let resident = if args.no_wait {
+        // The user asked for these pages explicitly: not speculative.
+        let request = Request::new(file.clone(), ranges.clone(), origin).with_urgency(Urgency::Imminent);
+        executor.submit(request).context("submitting the request")?;
+        if !executor.wait_idle(timeout) {
+            bail!("the executor did not finish within {:.0} s", timeout.as_secs_f64());
+        }
         predictio::cache::uptodate_pages(&file, &ranges).context("mincore")?
     } else {
-        predictio::cache::wait_resident(&file, &ranges, timeout.saturating_sub(start.elapsed()))
-            .context("waiting for pages")?
+        match executor.fetch_and_wait(&file, &ranges, origin, timeout) {
+            Ok(resident) => resident,
+            Err(FetchError::Timeout { resident, .. }) => resident,
+            Err(err) => return Err(err).context("prefetching"),
+        }
     };
     let seconds = start.elapsed().as_secs_f64();
     let stats = executor.stats();

@@ -46,7 +46,11 @@ pub fn run(args: Args) -> Result<()> {
         serde_json::to_writer_pretty(&mut out, &rows)?;
         writeln!(out)?;
     } else if !rows.is_empty() {
-        writeln!(out, "{:>10} {:>10} {:>10} {:>7} {:>8} {:>8}  FILE", "SIZE", "PAGES", "RESIDENT", "RES%", "DIRTY", "EVICTED")?;
+        writeln!(
+            out,
+            "{:>10} {:>10} {:>10} {:>7} {:>8} {:>8}  FILE",
+            "SIZE", "PAGES", "RESIDENT", "RES%", "DIRTY", "EVICTED"
+        )?;
         for row in &rows {
             let r = &row.residency;
             writeln!(

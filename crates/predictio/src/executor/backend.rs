@@ -43,7 +43,8 @@ pub enum BackendKind {
 
 impl BackendKind {
     /// Every backend.
-    pub const ALL: [BackendKind; 4] = [BackendKind::Fadvise, BackendKind::Readahead, BackendKind::Uring, BackendKind::Madvise];
+    pub const ALL: [BackendKind; 4] =
+        [BackendKind::Fadvise, BackendKind::Readahead, BackendKind::Uring, BackendKind::Madvise];
 
     /// The backend's name.
     pub fn name(self) -> &'static str {

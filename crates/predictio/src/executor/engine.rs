@@ -283,7 +283,8 @@ impl Engine {
                         Issued::Done => d.completed_pages += chunk.len(),
                         Issued::Pending => {
                             self.inflight.insert(id, chunk);
-                            self.pending.insert(token, PendingIo { file: file.clone(), range: chunk, origin: request.origin });
+                            self.pending
+                                .insert(token, PendingIo { file: file.clone(), range: chunk, origin: request.origin });
                         }
                     }
                 }
@@ -328,7 +329,8 @@ impl Engine {
                 stack.push((group_start, k));
                 group_start = k;
             }
-            group_end = if k == group_start { segments[i as usize].end } else { group_end.max(segments[i as usize].end) };
+            group_end =
+                if k == group_start { segments[i as usize].end } else { group_end.max(segments[i as usize].end) };
         }
         if !segments.is_empty() {
             stack.push((group_start, segments.len()));

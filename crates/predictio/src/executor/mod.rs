@@ -130,6 +130,25 @@ pub enum SubmitError {
     ShuttingDown,
 }
 
+/// Why [`Executor::fetch_and_wait`] did not bring every page in.
+#[derive(Debug, thiserror::Error)]
+pub enum FetchError {
+    /// The request was refused.
+    #[error(transparent)]
+    Submit(#[from] SubmitError),
+    /// Residency could not be checked.
+    #[error("checking residency: {0}")]
+    Residency(#[from] std::io::Error),
+    /// Time ran out first.
+    #[error("only {resident} of {wanted} pages became resident in time")]
+    Timeout {
+        /// Pages resident and up to date at the end.
+        resident: u64,
+        /// Pages asked for (within the file).
+        wanted: u64,
+    },
+}
+
 /// Where requests go: the executor, or a test's sink.
 pub trait RequestSink: Send + Sync {
     /// Hands over one request without blocking.
@@ -287,6 +306,51 @@ impl Executor {
     fn is_idle(&self) -> bool {
         self.shared.processed.load(Ordering::SeqCst) == self.shared.submitted.load(Ordering::SeqCst)
             && self.shared.inflight_ios.load(Ordering::SeqCst) == 0
+    }
+
+    /// Submits `ranges` of `file` as imminent and waits until every page is
+    /// resident and up to date (`mincore`), or `timeout` passes. Where
+    /// progress stalls, what is still missing is submitted again (the kernel
+    /// may skip readahead under allocation pressure); pages already resident
+    /// are skipped by the executor as always. For tools, benchmarks and
+    /// tests; policies never wait.
+    pub fn fetch_and_wait(
+        &self,
+        file: &crate::file::FileRef,
+        ranges: &[PageRange],
+        origin: PolicyId,
+        timeout: Duration,
+    ) -> Result<u64, FetchError> {
+        let deadline = Instant::now() + timeout;
+        let size_pages = file.file().metadata()?.len().div_ceil(PAGE_SIZE);
+        let wanted: u64 =
+            ranges.iter().map(|r| PageRange::new(r.start.min(size_pages), r.end.min(size_pages)).len()).sum();
+        let submit = || {
+            let request = Request::new(file.clone(), ranges.to_vec(), origin);
+            self.submit(request.with_urgency(crate::request::Urgency::Imminent))
+        };
+        submit()?;
+        let mut best = 0;
+        let mut stalled_since = Instant::now();
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            self.wait_idle(left);
+            let resident = crate::cache::wait_resident(file, ranges, left.min(Duration::from_millis(250)))?;
+            if resident >= wanted {
+                return Ok(resident);
+            }
+            if Instant::now() >= deadline {
+                return Err(FetchError::Timeout { resident, wanted });
+            }
+            if resident > best {
+                best = resident;
+                stalled_since = Instant::now();
+            } else if stalled_since.elapsed() >= Duration::from_millis(500) {
+                tracing::info!(resident, wanted, "prefetch stalled; submitting the missing pages again");
+                submit()?;
+                stalled_since = Instant::now();
+            }
+        }
     }
 
     /// A snapshot of the accounting.

@@ -126,12 +126,7 @@ mod tests {
         c.finish(&mut out);
         assert_eq!(
             out,
-            vec![
-                PageRange::new(0, 3),
-                PageRange::new(10, 14),
-                PageRange::new(14, 18),
-                PageRange::new(18, 21)
-            ]
+            vec![PageRange::new(0, 3), PageRange::new(10, 14), PageRange::new(14, 18), PageRange::new(18, 21)]
         );
     }
 

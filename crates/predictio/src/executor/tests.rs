@@ -6,6 +6,7 @@ use std::io;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use super::engine::GROUP_GAP_PAGES;
 use super::*;
 use crate::file::FileRef;
 use crate::pressure::MemoryState;
@@ -17,6 +18,7 @@ struct FakeState {
     size: u64,
     resident: BTreeSet<u64>,
     holes: Vec<PageRange>,
+    probes: u64,
 }
 
 #[derive(Clone, Default)]
@@ -50,7 +52,9 @@ impl PageCache for FakeCache {
         Ok(holes)
     }
     fn resident_pages(&mut self, _: &FileRef, range: PageRange) -> io::Result<u64> {
-        Ok(self.0.lock().unwrap().resident.range(range.start..range.end).count() as u64)
+        let mut state = self.0.lock().unwrap();
+        state.probes += 1;
+        Ok(state.resident.range(range.start..range.end).count() as u64)
     }
     fn residency(&mut self, _: &FileRef, _: u64, range: PageRange, out: &mut Vec<u8>) -> io::Result<()> {
         let state = self.0.lock().unwrap();
@@ -261,10 +265,7 @@ fn validation_rejects_nonsense() {
     let r = |ranges: Vec<PageRange>| Request::new(file.clone(), ranges, PolicyId(0));
     assert_eq!(validate(&r(vec![]), 10), Err(SubmitError::Empty));
     assert_eq!(validate(&r(vec![PageRange::new(3, 3)]), 10), Err(SubmitError::Empty));
-    assert_eq!(
-        validate(&r(vec![PageRange { start: 9, end: 2 }]), 10),
-        Err(SubmitError::Inverted { start: 9, end: 2 })
-    );
+    assert_eq!(validate(&r(vec![PageRange { start: 9, end: 2 }]), 10), Err(SubmitError::Inverted { start: 9, end: 2 }));
     assert!(matches!(validate(&r(vec![PageRange::new(0, u64::MAX)]), 10), Err(SubmitError::OutOfBounds { .. })));
     assert!(matches!(
         validate(&r(vec![PageRange::new(0, 1); 11]), 10),
@@ -302,11 +303,52 @@ fn a_flood_is_dropped_and_counted_never_blocking() {
 fn executor_processes_and_goes_idle() {
     let cache = cache_of(1000, 0..10);
     let backend = FakeBackend { depth: Some(8), ..FakeBackend::default() };
-    let exec = Executor::with_parts(ExecutorConfig::default(), Box::new(cache), Box::new(backend.clone()), calm(), None)
-        .expect("starts");
+    let exec =
+        Executor::with_parts(ExecutorConfig::default(), Box::new(cache), Box::new(backend.clone()), calm(), None)
+            .expect("starts");
     let origin = exec.register_origin("t");
     exec.submit(Request::new(any_file(), vec![PageRange::new(0, 100)], origin)).expect("accepted");
     assert!(exec.wait_idle(Duration::from_secs(5)));
     let c = exec.stats().origins[origin.0 as usize].counters;
     assert_eq!((c.requests, c.skipped_resident_pages, c.issued_pages, c.completed_pages), (1, 10, 90, 90));
+}
+
+#[test]
+fn scattered_pages_of_a_cold_or_warm_file_cost_one_probe() {
+    // 4,096 single pages, one in every 8, in shuffled order.
+    let mut pages: Vec<u64> = (0..4096).map(|i| i * 8).collect();
+    pages.reverse();
+    pages.swap(10, 3000);
+    let ranges: Vec<(u64, u64)> = pages.iter().map(|&p| (p, p + 1)).collect();
+    for warm in [false, true] {
+        let cache = cache_of(40_000, if warm { 0..40_000 } else { 0..0 });
+        let backend = FakeBackend::default();
+        let d = engine(&cache, &backend, Limits::default(), calm()).execute(req(&ranges));
+        assert_eq!(cache.0.lock().unwrap().probes, 1, "warm={warm}");
+        assert_eq!(if warm { d.skipped_resident_pages } else { d.issued_pages }, 4096);
+    }
+}
+
+#[test]
+fn mixed_residency_is_split_until_settled() {
+    // Every other 64-page block resident: the probe splits down to blocks.
+    let resident = (0..64).filter(|b| b % 2 == 0).flat_map(|b| b * 64..b * 64 + 64);
+    let cache = cache_of(4096, resident);
+    let backend = FakeBackend::default();
+    let ranges: Vec<(u64, u64)> = (0..64).map(|b| (b * 64, b * 64 + 64)).collect();
+    let d = engine(&cache, &backend, Limits::default(), calm()).execute(req(&ranges));
+    assert_eq!(d.skipped_resident_pages, 32 * 64);
+    assert_eq!(d.issued_pages, 32 * 64);
+    let issued = backend.io.lock().unwrap().issued.clone();
+    assert!(issued.iter().all(|r| (r.start / 64) % 2 == 1), "only absent blocks issued");
+}
+
+#[test]
+fn far_apart_segments_are_probed_separately() {
+    let cache = cache_of(1 << 20, []);
+    let backend = FakeBackend::default();
+    let gap = GROUP_GAP_PAGES * 4;
+    let ranges: Vec<(u64, u64)> = (0..10).map(|i| (i * gap, i * gap + 4)).collect();
+    engine(&cache, &backend, Limits::default(), calm()).execute(req(&ranges));
+    assert_eq!(cache.0.lock().unwrap().probes, 10);
 }

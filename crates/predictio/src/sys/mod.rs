@@ -48,13 +48,7 @@ pub fn cachestat(fd: BorrowedFd<'_>, offset: u64, len: u64) -> io::Result<CacheS
     // SAFETY: both pointers reference live, properly laid out #[repr(C)]
     // structs for the duration of the call; flags must be 0.
     let rc = unsafe {
-        libc::syscall(
-            SYS_CACHESTAT,
-            fd.as_raw_fd(),
-            &range as *const CacheStatRange,
-            &mut stat as *mut CacheStat,
-            0u32,
-        )
+        libc::syscall(SYS_CACHESTAT, fd.as_raw_fd(), &range as *const CacheStatRange, &mut stat as *mut CacheStat, 0u32)
     };
     if rc < 0 { Err(io::Error::last_os_error()) } else { Ok(stat) }
 }
@@ -165,9 +159,8 @@ impl Mapping {
         }
         // SAFETY: a fresh mapping chosen by the kernel (addr NULL) over an open
         // descriptor; it aliases no Rust memory.
-        let ptr = unsafe {
-            libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ, libc::MAP_SHARED, fd.as_raw_fd(), 0)
-        };
+        let ptr =
+            unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ, libc::MAP_SHARED, fd.as_raw_fd(), 0) };
         if ptr == libc::MAP_FAILED {
             return Err(io::Error::last_os_error());
         }

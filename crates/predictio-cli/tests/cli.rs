@@ -1,0 +1,185 @@
+//! The `predictio` binary as a person uses it: clear errors on bad input,
+//! evict → prefetch → residency on a real file, and a benchmark smoke run
+//! that must produce a well-formed result file.
+
+use std::fs::File;
+use std::io::Write;
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Command, Output};
+use std::sync::{Mutex, MutexGuard};
+
+static CACHE: Mutex<()> = Mutex::new(());
+
+fn cache_lock() -> MutexGuard<'static, ()> {
+    CACHE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn predictio(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_predictio")).args(args).output().expect("run predictio")
+}
+
+#[track_caller]
+fn fails_with(out: &Output, needle: &str) {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "expected failure, got success; stderr: {stderr}");
+    assert!(stderr.contains(needle), "stderr {stderr:?} does not say {needle:?}");
+}
+
+#[track_caller]
+fn succeeds(out: &Output) -> String {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "failed: {stderr}");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| s.lines().find(|l| l.starts_with("Uid:")).map(|l| l.split_whitespace().nth(1) == Some("0")))
+        .unwrap_or(false)
+}
+
+#[track_caller]
+fn skip(reason: &str) -> bool {
+    if std::env::var("CI").as_deref() == Ok("true") {
+        panic!("under CI=true this test must run, but: {reason}");
+    }
+    eprintln!("skipping: {reason}");
+    true
+}
+
+fn disk_dir() -> tempfile::TempDir {
+    tempfile::Builder::new().prefix("predictio-cli").tempdir_in("/var/tmp").expect("temp dir on disk")
+}
+
+fn write_file(path: &Path, bytes: usize) {
+    let mut f = File::create(path).expect("create");
+    let chunk: Vec<u8> = (0..1 << 20).map(|i| (i * 31 % 251) as u8).collect();
+    let mut left = bytes;
+    while left > 0 {
+        let n = left.min(chunk.len());
+        f.write_all(&chunk[..n]).expect("write");
+        left -= n;
+    }
+    f.sync_all().expect("sync");
+}
+
+#[test]
+fn missing_file_directory_and_empty_file_are_clear_errors() {
+    let dir = disk_dir();
+    let missing = dir.path().join("nope");
+    for cmd in ["prefetch", "residency", "evict"] {
+        fails_with(&predictio(&[cmd, missing.to_str().expect("utf8")]), "no such file");
+        fails_with(&predictio(&[cmd, dir.path().to_str().expect("utf8")]), "is a directory");
+    }
+    let empty = dir.path().join("empty");
+    File::create(&empty).expect("create");
+    fails_with(&predictio(&["prefetch", empty.to_str().expect("utf8")]), "is empty");
+}
+
+#[test]
+fn ranges_past_eof_and_malformed_ranges_are_refused() {
+    let dir = disk_dir();
+    let path = dir.path().join("f");
+    write_file(&path, 1 << 20);
+    let p = path.to_str().expect("utf8");
+    fails_with(&predictio(&["prefetch", p, "--range", "2M..3M"]), "is only 1.0 MiB");
+    fails_with(&predictio(&["prefetch", p, "--range", "5..2"]), "ends before it starts");
+    fails_with(&predictio(&["prefetch", p, "--range", "banana"]), "not a range");
+    fails_with(&predictio(&["prefetch", p, "--backend", "magic"]), "unknown backend");
+    // A range running past EOF is clamped, with a note.
+    let out = predictio(&["prefetch", p, "--range", "512K..4M"]);
+    succeeds(&out);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("clamped"));
+}
+
+#[test]
+fn no_permission_is_a_clear_error() {
+    if !is_root() && skip("needs root to run the command as another user") {
+        return;
+    }
+    let dir = disk_dir();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod dir");
+    let path = dir.path().join("secret");
+    write_file(&path, 4096);
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    let out = Command::new(env!("CARGO_BIN_EXE_predictio"))
+        .args(["prefetch", path.to_str().expect("utf8")])
+        .uid(65534)
+        .gid(65534)
+        .output()
+        .expect("run as nobody");
+    fails_with(&out, "permission denied");
+}
+
+#[test]
+fn evict_prefetch_residency_round_trip() {
+    let _lock = cache_lock();
+    let dir = disk_dir();
+    let path = dir.path().join("big");
+    write_file(&path, 64 << 20);
+    let p = path.to_str().expect("utf8");
+    for backend in ["fadvise", "uring", "readahead", "madvise"] {
+        succeeds(&predictio(&["evict", p]));
+        let before = succeeds(&predictio(&["residency", "--json", p]));
+        let before: serde_json::Value = serde_json::from_str(&before).expect("json");
+        assert!(before[0]["fraction"].as_f64().expect("fraction") < 0.05, "{backend}: {before}");
+        let out = succeeds(&predictio(&["prefetch", p, "--backend", backend, "--json"]));
+        let out: serde_json::Value = serde_json::from_str(&out).expect("json");
+        assert_eq!(out["backend"], backend);
+        assert_eq!(out["resident_pages"], out["wanted_pages"], "{backend}: {out}");
+        let after = succeeds(&predictio(&["residency", p]));
+        assert!(after.contains("100.0%"), "{backend}: {after}");
+    }
+    // Ranges: only what was asked becomes resident.
+    succeeds(&predictio(&["evict", p]));
+    succeeds(&predictio(&["prefetch", p, "--range", "0..8M", "--range", "32M+8M"]));
+    let after: serde_json::Value =
+        serde_json::from_str(&succeeds(&predictio(&["residency", "--json", p]))).expect("json");
+    let fraction = after[0]["fraction"].as_f64().expect("fraction");
+    assert!((0.24..0.30).contains(&fraction), "16 of 64 MiB asked, {fraction} resident");
+}
+
+#[test]
+fn bench_writes_a_result_file_in_the_documented_schema() {
+    let _lock = cache_lock();
+    let dir = disk_dir();
+    let out_dir = dir.path().join("results");
+    let out = predictio(&[
+        "bench",
+        "control-path",
+        "--quick",
+        "--pairs",
+        "1",
+        "--no-progress",
+        "--dir",
+        dir.path().to_str().expect("utf8"),
+        "--out",
+        out_dir.to_str().expect("utf8"),
+    ]);
+    succeeds(&out);
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out_dir.join("control-path.json")).expect("json written"))
+            .expect("valid json");
+    assert_eq!(json["workload"], "control-path");
+    assert!(json["command"].as_str().expect("command").starts_with("predictio bench control-path"));
+    assert!(json["machine"]["device_limit"]["rand4k_iops_qd64"].as_f64().expect("iops") > 0.0);
+    assert!(json["machine"]["kernel"].as_str().is_some_and(|k| !k.is_empty()));
+    let cases = json["cases"].as_array().expect("cases");
+    assert!(cases.len() >= 7);
+    assert!(cases.iter().all(|c| c["value"].as_f64().is_some_and(|v| v > 0.0)));
+    assert!(out_dir.join("control-path.md").exists());
+    assert!(std::fs::read_to_string(out_dir.join("control-path.svg")).expect("svg").starts_with("<svg"));
+}
+
+#[test]
+fn help_teaches() {
+    let help = succeeds(&predictio(&["--help"]));
+    for word in ["prefetch", "residency", "evict", "bench"] {
+        assert!(help.contains(word), "--help lists {word}");
+    }
+    let help = succeeds(&predictio(&["prefetch", "--help"]));
+    assert!(help.contains("--range") && help.contains("Examples"));
+}
