@@ -84,6 +84,8 @@ pub struct BenchOptions {
     pub backend: predictio::executor::BackendKind,
     /// The executor's I/O depth for those workloads.
     pub depth: u32,
+    /// The executor's largest I/O, in pages, for those workloads.
+    pub max_io_pages: u64,
 }
 
 impl Default for BenchOptions {
@@ -97,6 +99,7 @@ impl Default for BenchOptions {
             command: String::new(),
             backend: predictio::executor::BackendKind::Fadvise,
             depth: 64,
+            max_io_pages: 64,
         }
     }
 }

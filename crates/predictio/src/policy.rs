@@ -1,6 +1,6 @@
 //! The policy interface: deterministic prediction over typed events.
 //!
-//! A policy says which [`EventKind`]s it wants and turns each such event into
+//! A policy says which [`EventKind`](crate::event::EventKind)s it wants and turns each such event into
 //! zero or more [`Request`]s through its [`PolicyContext`]. It must never issue
 //! I/O, read file data on an application's behalf, or block: the runtime calls
 //! it on the event path. That keeps every policy unit-testable with a synthetic

@@ -93,7 +93,12 @@ fn oracle_pass(path: &Path, pages: &[u64], options: &BenchOptions) -> Result<Pas
     let config = ExecutorConfig {
         backend: options.backend,
         io_depth: options.depth,
-        limits: Limits { max_io_pages: 64, track_hits: true, ..Limits::default() },
+        limits: Limits {
+            max_io_pages: options.max_io_pages,
+            max_inflight_pages: (options.max_io_pages * options.depth as u64).max(1 << 14),
+            track_hits: true,
+            ..Limits::default()
+        },
         ..ExecutorConfig::default()
     };
     let executor = Arc::new(Executor::new(config)?);
@@ -176,7 +181,7 @@ pub fn run(options: &BenchOptions) -> Result<Report, BenchError> {
         settings: serde_json::json!({
             "reads_per_pass": READS, "file_bytes": file_size, "pairs": pairs,
             "run_lengths": runs, "read_ahead_kb": settings_ra,
-            "executor": {"backend": options.backend, "io_depth": options.depth, "max_io_kib": 256},
+            "executor": {"backend": options.backend, "io_depth": options.depth, "max_io_kib": options.max_io_pages * 4},
         }),
         cold_method: h.cold.describe().into(),
         cases,

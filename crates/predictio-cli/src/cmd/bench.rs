@@ -36,6 +36,9 @@ pub struct Args {
     /// Executor I/O depth for those workloads.
     #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=4096))]
     depth: u32,
+    /// Executor's largest single I/O for those workloads.
+    #[arg(long, default_value = "256K", value_parser = super::prefetch::parse_io_size)]
+    max_io: u64,
 }
 
 /// Runs `bench`.
@@ -54,6 +57,7 @@ pub fn run(args: Args) -> Result<()> {
         command,
         backend: args.backend,
         depth: args.depth,
+        max_io_pages: args.max_io / predictio::PAGE_SIZE,
     };
     let report = predictio_bench::run(args.workload, &options).context("running the benchmark")?;
     let paths = report.write(&args.out).with_context(|| format!("writing results to {}", args.out.display()))?;

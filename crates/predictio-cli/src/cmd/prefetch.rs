@@ -41,7 +41,8 @@ pub struct Args {
     json: bool,
 }
 
-fn parse_io_size(text: &str) -> Result<u64, String> {
+/// Parses an I/O size between 4K and 256M.
+pub fn parse_io_size(text: &str) -> Result<u64, String> {
     let bytes = crate::units::parse_size(text).map_err(|e| e.to_string())?;
     if !(PAGE_SIZE..=(256 << 20)).contains(&bytes) {
         return Err("must be between 4K and 256M".into());

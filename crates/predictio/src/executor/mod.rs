@@ -335,7 +335,7 @@ impl Executor {
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             self.wait_idle(left);
-            let resident = crate::cache::wait_resident(file, ranges, left.min(Duration::from_millis(250)))?;
+            let resident = crate::cache::wait_resident(file, ranges, left.min(Duration::from_millis(20)))?;
             if resident >= wanted {
                 return Ok(resident);
             }
@@ -345,7 +345,7 @@ impl Executor {
             if resident > best {
                 best = resident;
                 stalled_since = Instant::now();
-            } else if stalled_since.elapsed() >= Duration::from_millis(500) {
+            } else if stalled_since.elapsed() >= Duration::from_millis(100) {
                 tracing::info!(resident, wanted, "prefetch stalled; submitting the missing pages again");
                 submit()?;
                 stalled_since = Instant::now();
