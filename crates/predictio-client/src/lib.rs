@@ -1,0 +1,1 @@
+//! Hint protocol and client (being written).
