@@ -19,6 +19,8 @@ pub mod event;
 pub mod executor;
 pub mod file;
 pub mod page;
+pub mod pipeline;
+pub mod policies;
 pub mod policy;
 pub mod pressure;
 pub mod request;

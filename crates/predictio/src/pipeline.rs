@@ -1,0 +1,217 @@
+//! The event pipeline: source threads → a bounded queue → one dispatcher
+//! thread → policies → the executor.
+//!
+//! Sources (eBPF observation, the hint socket, library calls) hold an
+//! [`EventSender`]; sending never blocks: a full queue drops the event and
+//! counts it. The dispatcher thread owns the [`Runtime`]: it holds the
+//! descriptors that arrive with hints, dispatches each event to the policies
+//! subscribed to its kind, and feeds observed accesses and evictions to the
+//! executor's hit and waste accounting.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::thread::{self, JoinHandle};
+use std::time::Duration;
+
+use crossbeam_queue::ArrayQueue;
+
+use crate::event::Event;
+use crate::executor::Executor;
+use crate::file::FileRef;
+use crate::page::PageRange;
+use crate::policy::Policy;
+use crate::runtime::{Runtime, RuntimeStats};
+
+/// One item on the queue: an event, with the descriptor of its file when the
+/// source has one (hints always do; kernel observation does not).
+#[derive(Debug, Clone)]
+pub struct Incoming {
+    /// The event.
+    pub event: Event,
+    /// A descriptor for the event's file, to be held by the runtime.
+    pub file: Option<FileRef>,
+}
+
+/// Counters of the pipeline.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct PipelineStats {
+    /// Events accepted onto the queue.
+    pub queued: u64,
+    /// Events dropped because the queue was full.
+    pub dropped: u64,
+    /// Events dispatched.
+    pub dispatched: u64,
+    /// Requests policies made.
+    pub requests: u64,
+    /// Requests the executor refused (full, nonsense).
+    pub refused: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    queued: AtomicU64,
+    dropped: AtomicU64,
+    dispatched: AtomicU64,
+    requests: AtomicU64,
+    refused: AtomicU64,
+}
+
+struct Shared {
+    queue: ArrayQueue<Incoming>,
+    counters: Counters,
+    stop: AtomicBool,
+}
+
+/// A cheap, cloneable, non-blocking handle for sources.
+#[derive(Clone)]
+pub struct EventSender {
+    shared: Arc<Shared>,
+    dispatcher: thread::Thread,
+}
+
+impl std::fmt::Debug for EventSender {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EventSender").finish_non_exhaustive()
+    }
+}
+
+impl EventSender {
+    /// Queues an event; false (and counted) when the queue is full or the
+    /// pipeline stopped. Never blocks.
+    pub fn send(&self, event: Event, file: Option<FileRef>) -> bool {
+        if self.shared.stop.load(Ordering::Relaxed) || self.shared.queue.push(Incoming { event, file }).is_err() {
+            self.shared.counters.dropped.fetch_add(1, Ordering::Relaxed);
+            return false;
+        }
+        self.shared.counters.queued.fetch_add(1, Ordering::Relaxed);
+        self.dispatcher.unpark();
+        true
+    }
+}
+
+/// The running pipeline. Dropping it stops the dispatcher.
+pub struct Pipeline {
+    shared: Arc<Shared>,
+    executor: Arc<Executor>,
+    dispatcher: Option<JoinHandle<()>>,
+    sender: EventSender,
+    policies: Vec<String>,
+}
+
+impl std::fmt::Debug for Pipeline {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pipeline").field("policies", &self.policies).finish_non_exhaustive()
+    }
+}
+
+impl Pipeline {
+    /// Starts a dispatcher thread running `policies` over `executor`, with a
+    /// queue of `capacity` events.
+    pub fn start(executor: Arc<Executor>, policies: Vec<Box<dyn Policy>>, capacity: usize) -> std::io::Result<Self> {
+        let shared = Arc::new(Shared {
+            queue: ArrayQueue::new(capacity.max(1)),
+            counters: Counters::default(),
+            stop: AtomicBool::new(false),
+        });
+        let names = policies.iter().map(|p| p.name().to_owned()).collect();
+        let mut runtime = Runtime::new(Arc::clone(&executor));
+        for policy in policies {
+            runtime.add_policy(policy);
+        }
+        let worker_shared = Arc::clone(&shared);
+        let worker_executor = Arc::clone(&executor);
+        let dispatcher = thread::Builder::new()
+            .name("predictio-dispatch".into())
+            .spawn(move || dispatch_loop(worker_shared, runtime, worker_executor))?;
+        let sender = EventSender { shared: Arc::clone(&shared), dispatcher: dispatcher.thread().clone() };
+        Ok(Self { shared, executor, dispatcher: Some(dispatcher), sender, policies: names })
+    }
+
+    /// A handle for a source.
+    pub fn sender(&self) -> EventSender {
+        self.sender.clone()
+    }
+
+    /// The executor.
+    pub fn executor(&self) -> &Arc<Executor> {
+        &self.executor
+    }
+
+    /// Names of the running policies.
+    pub fn policies(&self) -> &[String] {
+        &self.policies
+    }
+
+    /// The pipeline's counters.
+    pub fn stats(&self) -> PipelineStats {
+        let c = &self.shared.counters;
+        PipelineStats {
+            queued: c.queued.load(Ordering::Relaxed),
+            dropped: c.dropped.load(Ordering::Relaxed),
+            dispatched: c.dispatched.load(Ordering::Relaxed),
+            requests: c.requests.load(Ordering::Relaxed),
+            refused: c.refused.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Waits until the queue is empty (or `timeout` passes).
+    pub fn flush(&self, timeout: Duration) -> bool {
+        let deadline = std::time::Instant::now() + timeout;
+        while std::time::Instant::now() < deadline {
+            let c = &self.shared.counters;
+            if self.shared.queue.is_empty() && c.dispatched.load(Ordering::SeqCst) >= c.queued.load(Ordering::SeqCst) {
+                return true;
+            }
+            thread::sleep(Duration::from_micros(200));
+        }
+        false
+    }
+}
+
+impl Drop for Pipeline {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::SeqCst);
+        if let Some(handle) = self.dispatcher.take() {
+            handle.thread().unpark();
+            if handle.join().is_err() {
+                tracing::error!("dispatcher thread panicked");
+            }
+        }
+    }
+}
+
+fn feed_accounting(executor: &Executor, event: &Event) {
+    match event {
+        Event::PageAccess { file, pages, .. } => executor.note_access(*file, *pages),
+        Event::PageEvict { file, page, .. } => executor.note_eviction(*file, PageRange::page(*page)),
+        _ => {}
+    }
+}
+
+fn dispatch_loop(shared: Arc<Shared>, mut runtime: Runtime, executor: Arc<Executor>) {
+    let mut last = RuntimeStats::default();
+    loop {
+        let mut any = false;
+        while let Some(incoming) = shared.queue.pop() {
+            any = true;
+            if let Some(file) = incoming.file {
+                runtime.hold_file(file);
+            }
+            feed_accounting(&executor, &incoming.event);
+            runtime.dispatch(&incoming.event);
+            shared.counters.dispatched.fetch_add(1, Ordering::SeqCst);
+        }
+        if any {
+            let now = runtime.stats();
+            shared.counters.requests.fetch_add(now.requests - last.requests, Ordering::Relaxed);
+            shared.counters.refused.fetch_add(now.refused - last.refused, Ordering::Relaxed);
+            last = now;
+        }
+        if shared.stop.load(Ordering::SeqCst) && shared.queue.is_empty() {
+            break;
+        }
+        if !any {
+            thread::park_timeout(Duration::from_millis(50));
+        }
+    }
+}

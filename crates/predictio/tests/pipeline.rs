@@ -1,0 +1,79 @@
+//! The pipeline end to end: events from a source thread, through the
+//! dispatcher and a policy, into the real executor; a slow policy makes the
+//! queue drop (counted) rather than block the source.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use predictio::event::{AccessKind, Event, EventKind, EventKinds};
+use predictio::executor::ExecutorConfig;
+use predictio::page::ByteRange;
+use predictio::pipeline::Pipeline;
+use predictio::policies::hints::HintPolicy;
+use predictio::policy::{Policy, PolicyContext};
+use predictio::{Executor, FileRef, PAGE_SIZE, PageRange, cache};
+
+fn disk_file(pages: u64) -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::Builder::new().prefix("predictio-pipe").tempdir_in("/var/tmp").expect("temp dir");
+    let path = dir.path().join("f");
+    std::fs::write(&path, vec![5u8; (pages * PAGE_SIZE) as usize]).expect("write");
+    (dir, path)
+}
+
+#[test]
+fn a_read_plan_hint_becomes_resident_pages() {
+    let (_dir, path) = disk_file(512);
+    let file = FileRef::open(&path).expect("open");
+    cache::evict(&file).expect("evict");
+    let executor = Arc::new(Executor::new(ExecutorConfig::default()).expect("executor"));
+    let pipeline = Pipeline::start(Arc::clone(&executor), vec![Box::new(HintPolicy::default())], 1024).expect("start");
+    let sender = pipeline.sender();
+    let plan = Event::ReadPlan { file: file.id(), segments: vec![ByteRange::new(0, 64 * PAGE_SIZE)].into() };
+    assert!(sender.send(plan, Some(file.clone())));
+    assert!(pipeline.flush(Duration::from_secs(5)));
+    assert!(executor.wait_idle(Duration::from_secs(5)));
+    let up = cache::wait_resident(&file, &[PageRange::new(0, 64)], Duration::from_secs(5)).expect("mincore");
+    assert_eq!(up, 64);
+    let stats = pipeline.stats();
+    assert_eq!((stats.dispatched, stats.requests, stats.refused), (1, 1, 0));
+    let hints = executor.stats().origins.into_iter().find(|o| o.name == "hints").expect("hints origin");
+    assert_eq!(hints.counters.issued_pages, 64);
+}
+
+struct Slow;
+
+impl Policy for Slow {
+    fn name(&self) -> &str {
+        "slow"
+    }
+    fn interests(&self) -> EventKinds {
+        EventKinds::of(&[EventKind::PageAccess])
+    }
+    fn on_event(&mut self, _: &Event, _: &mut PolicyContext<'_>) {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn a_slow_policy_makes_the_queue_drop_not_block() {
+    let executor = Arc::new(Executor::new(ExecutorConfig::default()).expect("executor"));
+    let pipeline = Pipeline::start(executor, vec![Box::new(Slow)], 8).expect("start");
+    let sender = pipeline.sender();
+    let start = Instant::now();
+    let mut refused = 0;
+    for i in 0..10_000u64 {
+        let ev = Event::PageAccess {
+            pid: 1,
+            file: predictio::FileId { dev: 1, ino: 1 },
+            pages: PageRange::page(i),
+            kind: AccessKind::Read,
+            time_ns: i,
+        };
+        if !sender.send(ev, None) {
+            refused += 1;
+        }
+    }
+    assert!(start.elapsed() < Duration::from_secs(1), "sends blocked: {:?}", start.elapsed());
+    assert!(refused > 9_000, "most events dropped: {refused}");
+    assert_eq!(pipeline.stats().dropped, refused);
+}
