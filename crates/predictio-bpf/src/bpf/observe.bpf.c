@@ -1,0 +1,316 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
+/*
+ * predictio's observation programs: page-cache and process-tree tracepoints
+ * filtered in the kernel and written to one ring buffer.
+ *
+ * Cost rule: a process that is not observed must leave each program after a
+ * map lookup or two, before any ring-buffer work. Every program therefore
+ * starts with `process_wanted()` (or, for evictions that any process may
+ * cause, the device filter).
+ *
+ * Wake-up rule: records are submitted with BPF_RB_NO_WAKEUP; the consumer polls
+ * with a short timeout and drains. Only when the unread data crosses a
+ * multiple of `wakeup_bytes` is the consumer woken at once, so a busy traced
+ * reader does not pay a wake-up per record and an idle consumer still sees
+ * records within its poll timeout.
+ */
+#include <linux/types.h>
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_core_read.h>
+
+#include "kernel.h"
+#include "observe.h"
+
+char LICENSE[] SEC("license") = "GPL";
+
+/* Wake the consumer when this many bytes are unread (0: on every record). */
+const volatile __u64 wakeup_bytes = 1 << 20;
+/* Non-zero: only files on a device in `devices` are reported. */
+const volatile __u32 filter_devices = 0;
+/* Non-zero: only processes in this cgroup v2 (or below it) are reported. */
+const volatile __u64 cgroup_id = 0;
+/* Depth of `cgroup_id` in the hierarchy (the root is 0). */
+const volatile __u32 cgroup_level = 0;
+/* Non-zero: sched_process_exit has `group_dead` (Linux 6.16+); otherwise the
+ * exit of the thread-group leader stands for the group's. */
+const volatile __u32 exit_has_group_dead = 1;
+/* Non-zero: evictions are reported whichever process causes them (reclaim,
+ * another process's fadvise); the device filter still applies. */
+const volatile __u32 evictions_any_process = 0;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 4 << 20);
+} events SEC(".maps");
+
+/* Followed processes (thread-group ids). A fork of a followed process adds the
+ * child here; the exit of its whole thread group removes it. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, __u32);
+	__type(value, __u8);
+} followed SEC(".maps");
+
+/* Devices of interest (kernel dev_t), when `filter_devices` is set. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, PIO_MAX_DEVICES);
+	__type(key, __u32);
+	__type(value, __u8);
+} devices SEC(".maps");
+
+/* Run-time switches (PIO_SETTING_* bits), changed by user space. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} settings SEC(".maps");
+
+/* Per-CPU counters of what could not be done: PIO_LOST_RECORDS (ring
+ * buffer full), PIO_LOST_FOLLOWS (followed set full: a child not followed). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, PIO_LOST_COUNTERS);
+	__type(key, __u32);
+	__type(value, __u64);
+} lost SEC(".maps");
+
+static __always_inline __u32 current_tgid(void)
+{
+	return bpf_get_current_pid_tgid() >> 32;
+}
+
+static __always_inline int follow_all(void)
+{
+	__u32 key = PIO_SETTINGS_KEY;
+	__u32 *value = bpf_map_lookup_elem(&settings, &key);
+	return value && (*value & PIO_SETTING_FOLLOW_ALL);
+}
+
+static __always_inline int cgroup_wanted(void)
+{
+	return !cgroup_id || bpf_get_current_ancestor_cgroup_id(cgroup_level) == cgroup_id;
+}
+
+static __always_inline int process_wanted(__u32 tgid)
+{
+	if (!follow_all() && !bpf_map_lookup_elem(&followed, &tgid))
+		return 0;
+	return cgroup_wanted();
+}
+
+static __always_inline int device_wanted(__u32 dev)
+{
+	return !filter_devices || bpf_map_lookup_elem(&devices, &dev);
+}
+
+/* Bytes a record takes in the ring: the record and the ring's 8-byte header. */
+#define RING_RECORD_BYTES (sizeof(struct pio_record) + 8)
+
+/*
+ * Wake the consumer when the unread data crosses a multiple of
+ * `wakeup_bytes`: once per `wakeup_bytes` of records. Waking on every record
+ * above the threshold instead would cost each record an interrupt-work
+ * wake-up exactly when the consumer is already behind (measured: a traced
+ * reader 4.5x slower while its consumer was not draining).
+ */
+static __always_inline __u64 wakeup_flags(int urgent)
+{
+	if (urgent || wakeup_bytes <= RING_RECORD_BYTES)
+		return BPF_RB_FORCE_WAKEUP; /* also keeps the subtraction below from wrapping */
+	__u64 unread = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA);
+	if (unread >= wakeup_bytes && unread / wakeup_bytes != (unread - RING_RECORD_BYTES) / wakeup_bytes)
+		return BPF_RB_FORCE_WAKEUP;
+	return BPF_RB_NO_WAKEUP;
+}
+
+static __always_inline void count_lost(__u32 counter)
+{
+	__u64 *count = bpf_map_lookup_elem(&lost, &counter);
+	if (count)
+		*count += 1;
+}
+
+/* Writes one record. `urgent` wakes the consumer at once whatever the fill:
+ * for rare records a policy reacts to (an exec starts a launch replay). */
+static __always_inline void emit(__u32 kind, __u32 pid, __u32 dev, __u64 ino, __u64 first,
+				 __u64 last, __u32 aux, int urgent)
+{
+	struct pio_record *record = bpf_ringbuf_reserve(&events, sizeof(*record), 0);
+	if (!record) {
+		count_lost(PIO_LOST_RECORDS);
+		return;
+	}
+	record->time_ns = bpf_ktime_get_ns();
+	record->ino = ino;
+	record->first = first;
+	record->last = last;
+	record->dev = dev;
+	record->pid = pid;
+	record->aux = aux;
+	record->kind = kind;
+	bpf_ringbuf_submit(record, wakeup_flags(urgent));
+}
+
+/*
+ * The hot paths (every buffered read, every mmap fault) are BTF-typed
+ * tracepoints: the program gets the tracepoint's arguments as they are, with
+ * none of the cost of a classic tracepoint, which formats its record before
+ * any program runs. That matters most for the processes we filter out.
+ * Arguments (include/trace/events/filemap.h):
+ *   mm_filemap_get_pages(struct address_space *mapping, pgoff_t index, pgoff_t last_index)
+ *   mm_filemap_map_pages(struct address_space *mapping, pgoff_t index, pgoff_t last_index)
+ *   mm_filemap_fault(struct address_space *mapping, pgoff_t index)
+ * `last_index` is inclusive. Ranges are clamped to the file's size.
+ */
+
+/* What the classic tracepoints record as `s_dev`. */
+static __always_inline __u32 mapping_dev(struct inode *host)
+{
+	struct super_block *sb = host->i_sb;
+	return sb ? sb->s_dev : host->i_rdev;
+}
+
+static __always_inline int on_mapping(struct address_space *mapping, __u64 first, __u64 last, __u32 kind)
+{
+	__u32 tgid = current_tgid();
+	if (!process_wanted(tgid))
+		return 0;
+	struct inode *host = mapping->host;
+	if (!host)
+		return 0;
+	/* The tracepoints give the pages asked for (`cat` asks for 128 KiB
+	 * whatever the file's size); report only those that exist, and nothing
+	 * for a read at end of file. */
+	__s64 size = host->i_size;
+	if (size <= 0)
+		return 0;
+	__u64 eof_last = (__u64)(size - 1) >> PIO_PAGE_SHIFT;
+	if (first > eof_last)
+		return 0;
+	if (last > eof_last)
+		last = eof_last;
+	__u32 dev = mapping_dev(host);
+	if (!device_wanted(dev))
+		return 0;
+	emit(kind, tgid, dev, host->i_ino, first, last, 0, 0);
+	return 0;
+}
+
+SEC("tp_btf/mm_filemap_get_pages")
+int pio_get_pages(__u64 *ctx)
+{
+	return on_mapping((struct address_space *)ctx[0], ctx[1], ctx[2], PIO_KIND_READ);
+}
+
+SEC("tp_btf/mm_filemap_map_pages")
+int pio_map_pages(__u64 *ctx)
+{
+	return on_mapping((struct address_space *)ctx[0], ctx[1], ctx[2], PIO_KIND_MAP_PAGES);
+}
+
+SEC("tp_btf/mm_filemap_fault")
+int pio_fault(__u64 *ctx)
+{
+	return on_mapping((struct address_space *)ctx[0], ctx[1], ctx[1], PIO_KIND_FAULT);
+}
+
+/*
+ * Misses and evictions stay classic tracepoints: their argument is a folio,
+ * whose order lives in flag words that have changed shape across kernels,
+ * while the classic record carries it ready-made (checked against tracefs at
+ * load). They follow I/O or reclaim, so the record's cost is small beside
+ * what they report.
+ */
+SEC("tracepoint/filemap/mm_filemap_add_to_page_cache")
+int pio_add_page(struct tp_filemap_folio *ctx)
+{
+	__u32 tgid = current_tgid();
+	if (!process_wanted(tgid))
+		return 0;
+	__u32 dev = ctx->s_dev;
+	if (!device_wanted(dev))
+		return 0;
+	__u64 first = ctx->index;
+	emit(PIO_KIND_MISS, tgid, dev, ctx->i_ino, first, first + (1ULL << (ctx->order & 31)) - 1, 0, 0);
+	return 0;
+}
+
+SEC("tracepoint/filemap/mm_filemap_delete_from_page_cache")
+int pio_delete_page(struct tp_filemap_folio *ctx)
+{
+	__u32 tgid = current_tgid();
+	if (!evictions_any_process && !process_wanted(tgid))
+		return 0;
+	__u32 dev = ctx->s_dev;
+	if (!device_wanted(dev))
+		return 0;
+	__u64 first = ctx->index;
+	emit(PIO_KIND_EVICT, tgid, dev, ctx->i_ino, first, first + (1ULL << (ctx->order & 31)) - 1, 0, 0);
+	return 0;
+}
+
+SEC("tracepoint/sched/sched_process_exec")
+int pio_exec(void *ctx)
+{
+	__u32 tgid = current_tgid();
+	if (!process_wanted(tgid))
+		return 0;
+	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+	struct inode *inode = BPF_CORE_READ(task, mm, exe_file, f_inode);
+	__u64 ino = 0;
+	__u32 dev = 0;
+	if (inode) {
+		ino = BPF_CORE_READ(inode, i_ino);
+		dev = BPF_CORE_READ(inode, i_sb, s_dev);
+	}
+	emit(PIO_KIND_EXEC, tgid, dev, ino, 0, 0, 0, 1);
+	return 0;
+}
+
+/* A raw tracepoint: the classic one carries only pids, and telling a new
+ * process from a new thread needs the child's task (pid == tgid). */
+SEC("raw_tracepoint/sched_process_fork")
+int pio_fork(struct bpf_raw_tracepoint_args *ctx)
+{
+	/* The parent runs the fork, so the current task is the parent. */
+	__u32 parent = current_tgid();
+	int explicitly_followed = bpf_map_lookup_elem(&followed, &parent) != 0;
+	if (!explicitly_followed && !follow_all())
+		return 0;
+	struct task_struct *child = (struct task_struct *)ctx->args[1];
+	__u32 child_pid = BPF_CORE_READ(child, pid);
+	__u32 child_tgid = BPF_CORE_READ(child, tgid);
+	if (child_pid != child_tgid)
+		return 0; /* a thread of the same process */
+	if (explicitly_followed) {
+		__u8 one = 1;
+		if (bpf_map_update_elem(&followed, &child_tgid, &one, BPF_ANY))
+			count_lost(PIO_LOST_FOLLOWS);
+	}
+	if (!cgroup_wanted())
+		return 0;
+	emit(PIO_KIND_FORK, parent, 0, 0, 0, 0, child_tgid, 0);
+	return 0;
+}
+
+SEC("tracepoint/sched/sched_process_exit")
+int pio_exit(struct tp_sched_exit *ctx)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	__u32 tgid = pid_tgid >> 32;
+	if (exit_has_group_dead ? !ctx->group_dead : (__u32)pid_tgid != tgid)
+		return 0; /* a thread, or not the last one */
+	int explicitly_followed = bpf_map_lookup_elem(&followed, &tgid) != 0;
+	if (explicitly_followed)
+		bpf_map_delete_elem(&followed, &tgid);
+	else if (!follow_all())
+		return 0;
+	if (!cgroup_wanted())
+		return 0;
+	emit(PIO_KIND_EXIT, tgid, 0, 0, 0, 0, 0, 0);
+	return 0;
+}

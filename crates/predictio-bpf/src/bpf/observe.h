@@ -1,0 +1,57 @@
+/* SPDX-License-Identifier: MIT OR Apache-2.0 */
+/*
+ * The record the BPF programs write into the ring buffer, shared with Rust.
+ *
+ * Rust mirrors `struct pio_record` in `src/record.rs`; the build script reads
+ * the PIO_* numbers below from this file and the Rust side checks its layout
+ * against them at compile time, so a change here that is not made there
+ * fails the build instead of corrupting events.
+ *
+ * Only fixed-width types, no padding: the same bytes on both sides.
+ */
+#ifndef PREDICTIO_OBSERVE_H
+#define PREDICTIO_OBSERVE_H
+
+/* Record kinds (`pio_record.kind`). */
+#define PIO_KIND_READ 1      /* filemap:mm_filemap_get_pages: first..last */
+#define PIO_KIND_FAULT 2     /* filemap:mm_filemap_fault: first */
+#define PIO_KIND_MAP_PAGES 3 /* filemap:mm_filemap_map_pages: first..last */
+#define PIO_KIND_MISS 4      /* filemap:mm_filemap_add_to_page_cache: first, 2^order pages */
+#define PIO_KIND_EVICT 5     /* filemap:mm_filemap_delete_from_page_cache: first, 2^order pages */
+#define PIO_KIND_EXEC 6      /* sched:sched_process_exec: ino/dev of mm->exe_file */
+#define PIO_KIND_FORK 7      /* sched:sched_process_fork (raw): pid = parent, aux = child */
+#define PIO_KIND_EXIT 8      /* sched:sched_process_exit with group_dead */
+
+/* log2 of the page size page indices count in (predictio requires 4 KiB). */
+#define PIO_PAGE_SHIFT 12
+
+/* Size of `struct pio_record` in bytes. */
+#define PIO_RECORD_SIZE 48
+
+/* Indices of the per-CPU `lost` counters. */
+#define PIO_LOST_RECORDS 0 /* ring buffer full */
+#define PIO_LOST_FOLLOWS 1 /* followed set full: a forked child not followed */
+#define PIO_LOST_COUNTERS 2
+
+/* Capacity of the device filter. */
+#define PIO_MAX_DEVICES 64
+
+/* Index of the one entry of the `settings` array map. */
+#define PIO_SETTINGS_KEY 0
+/* `settings` bit: report every process (the daemon's mode). */
+#define PIO_SETTING_FOLLOW_ALL 1
+
+struct pio_record {
+	__u64 time_ns; /* bpf_ktime_get_ns(): CLOCK_MONOTONIC */
+	__u64 ino;     /* inode number (0 for fork/exit) */
+	__u64 first;   /* first page index */
+	__u64 last;    /* last page index, inclusive (first + 2^order - 1 for miss/evict) */
+	__u32 dev;     /* the kernel's dev_t: major << 20 | minor (not st_dev) */
+	__u32 pid;     /* thread-group id of the process (fork: the parent) */
+	__u32 aux;     /* fork: the child's pid; otherwise 0 */
+	__u32 kind;    /* PIO_KIND_* */
+};
+
+_Static_assert(sizeof(struct pio_record) == PIO_RECORD_SIZE, "PIO_RECORD_SIZE is stale");
+
+#endif

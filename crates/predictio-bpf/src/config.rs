@@ -1,0 +1,92 @@
+//! What the observer reports and how it buffers.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Settings of an [`crate::Observer`], fixed at [`crate::Observer::load`]
+/// (only the followed set and follow-all change later).
+#[derive(Clone, Debug)]
+pub struct ObserverConfig {
+    /// Report every process (the daemon's mode) instead of only followed
+    /// ones. Can be changed later with [`crate::Observer::follow_all`].
+    pub follow_all: bool,
+    /// Report only files on these devices (`st_dev` values, as in
+    /// [`predictio::FileId::dev`]). Empty: every device. At most 64.
+    pub devices: Vec<u64>,
+    /// Report only processes in this cgroup v2 directory or below it (e.g.
+    /// `/sys/fs/cgroup/system.slice/foo.service`). `None`: any cgroup.
+    pub cgroup: Option<PathBuf>,
+    /// Report evictions whichever process causes them (reclaim by `kswapd`,
+    /// another process's `fadvise(DONTNEED)`), subject to the device filter;
+    /// waste accounting wants this. When false, evictions are filtered like
+    /// everything else, by the process that evicts.
+    pub evictions_any_process: bool,
+    /// Ring buffer size in bytes: a power of two, a multiple of the page size.
+    /// A record takes 56 bytes (48 plus an 8-byte header).
+    pub ring_bytes: u32,
+    /// Unread bytes in the ring buffer above which a record wakes the
+    /// consumer at once. Below it, records are submitted without a wake-up
+    /// and the consumer finds them when its poll timeout expires. 0 wakes on
+    /// every record (lowest latency, and a traced reader several times
+    /// slower). Exec records always wake the consumer: they are rare and
+    /// start launch prefetching.
+    pub wakeup_bytes: u64,
+    /// Poll timeout a draining loop should use: the bound on notification
+    /// latency while the ring is below `wakeup_bytes`. Read by
+    /// [`crate::Observer::poll_interval`]; `poll` itself takes its timeout
+    /// as an argument.
+    pub poll_interval: Duration,
+    /// Capacity of the in-kernel followed-process set.
+    pub max_followed: u32,
+    /// Mount tracefs at `/sys/kernel/tracing` if it is not mounted.
+    pub mount_tracefs: bool,
+}
+
+impl Default for ObserverConfig {
+    fn default() -> Self {
+        Self {
+            follow_all: false,
+            devices: Vec::new(),
+            cgroup: None,
+            evictions_any_process: false,
+            ring_bytes: 8 << 20,
+            wakeup_bytes: 2 << 20,
+            poll_interval: Duration::from_millis(1),
+            max_followed: 65536,
+            mount_tracefs: true,
+        }
+    }
+}
+
+/// Counters of an [`crate::Observer`] since it was loaded.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+pub struct ObserverStats {
+    /// Records read from the ring buffer.
+    pub records: u64,
+    /// Events delivered (a miss or eviction of a large folio is one record
+    /// and one event per page).
+    pub events: u64,
+    /// Records the kernel dropped because the ring buffer was full.
+    pub lost: u64,
+    /// Forked children of followed processes that could not be followed
+    /// because the followed set was full ([`ObserverConfig::max_followed`]).
+    pub lost_follows: u64,
+    /// Records that were too short or of an unknown kind (skipped).
+    pub malformed: u64,
+    /// Buffered-read records (`mm_filemap_get_pages`).
+    pub reads: u64,
+    /// Page-fault records (`mm_filemap_fault`).
+    pub faults: u64,
+    /// Map-pages records (`mm_filemap_map_pages`).
+    pub map_pages: u64,
+    /// Page-cache insertion records (`mm_filemap_add_to_page_cache`).
+    pub misses: u64,
+    /// Page-cache deletion records (`mm_filemap_delete_from_page_cache`).
+    pub evictions: u64,
+    /// Exec records.
+    pub execs: u64,
+    /// Fork records (processes, not threads).
+    pub forks: u64,
+    /// Exit records (whole thread groups).
+    pub exits: u64,
+}

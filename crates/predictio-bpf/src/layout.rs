@@ -1,0 +1,160 @@
+//! Start-up check of the tracepoint record layouts the BPF programs assume.
+//!
+//! Classic tracepoint programs read their record at offsets fixed when the C
+//! was compiled (`src/bpf/kernel.h`). A kernel that moves a field would make
+//! them report garbage silently, so before attaching, every field a program
+//! reads is compared with the kernel's own description in
+//! `TRACEFS/events/CATEGORY/NAME/format`. (The BTF-typed
+//! programs on `mm_filemap_get_pages`, `_map_pages` and `_fault`, and kernel
+//! structures read through CO-RE such as the task's `mm->exe_file`, need no
+//! such check: the verifier knows their types and the loader relocates field
+//! offsets by name against the kernel's BTF.)
+
+use std::path::{Path, PathBuf};
+
+use crate::BpfError;
+
+/// One field a program reads: name, byte offset, byte size.
+pub(crate) type Field = (&'static str, u32, u32);
+
+/// The tracepoints the programs attach to, with the fields they read.
+pub(crate) const TRACEPOINTS: &[(&str, &str, &[Field])] = &[
+    (
+        "filemap",
+        "mm_filemap_add_to_page_cache",
+        &[("i_ino", 16, 8), ("index", 24, 8), ("s_dev", 32, 4), ("order", 36, 1)],
+    ),
+    (
+        "filemap",
+        "mm_filemap_delete_from_page_cache",
+        &[("i_ino", 16, 8), ("index", 24, 8), ("s_dev", 32, 4), ("order", 36, 1)],
+    ),
+    ("sched", "sched_process_exec", &[]),
+    ("sched", "sched_process_exit", &[]),
+];
+
+/// `sched:sched_process_exit`'s `group_dead` (Linux 6.16+): where the program
+/// reads it. Older kernels lack it; the program then uses the leader's exit.
+const GROUP_DEAD: Field = ("group_dead", 32, 1);
+
+/// Where tracefs is mounted, if anywhere.
+pub(crate) fn find_tracefs() -> Option<PathBuf> {
+    ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"]
+        .into_iter()
+        .map(PathBuf::from)
+        .find(|p| p.join("events").is_dir())
+}
+
+/// What the kernel's tracepoints offer beyond the required fields.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) struct Layouts {
+    /// `sched_process_exit` has `group_dead` where the program reads it.
+    pub exit_has_group_dead: bool,
+}
+
+/// Checks every tracepoint of [`TRACEPOINTS`] under `tracefs`.
+pub(crate) fn check_all(tracefs: &Path) -> Result<Layouts, BpfError> {
+    let mut exit_has_group_dead = false;
+    for (category, name, fields) in TRACEPOINTS {
+        let path = tracefs.join("events").join(category).join(name).join("format");
+        let format = std::fs::read_to_string(&path)
+            .map_err(|source| BpfError::MissingTracepoint { tracepoint: format!("{category}:{name}"), source })?;
+        check(category, name, &format, fields)?;
+        if *name == "sched_process_exit" && parse_field(&format, GROUP_DEAD.0).is_some() {
+            check(category, name, &format, &[GROUP_DEAD])?;
+            exit_has_group_dead = true;
+        }
+    }
+    Ok(Layouts { exit_has_group_dead })
+}
+
+/// Checks one tracepoint's `format` text against the fields a program reads.
+pub(crate) fn check(category: &str, name: &str, format: &str, fields: &[Field]) -> Result<(), BpfError> {
+    for &(field, offset, size) in fields {
+        let found = parse_field(format, field);
+        if found != Some((offset, size)) {
+            return Err(BpfError::LayoutMismatch {
+                tracepoint: format!("{category}:{name}"),
+                field,
+                expected: (offset, size),
+                found,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Finds `field:TYPE NAME; offset:N; size:M;` (tab-separated) in a format file.
+fn parse_field(format: &str, wanted: &str) -> Option<(u32, u32)> {
+    for line in format.lines() {
+        let mut parts = line.trim().split(';').map(str::trim);
+        let Some(decl) = parts.next().and_then(|d| d.strip_prefix("field:")) else { continue };
+        // The name is the last word of the declaration, less any `[N]`.
+        let name = decl.rsplit(' ').next().unwrap_or("");
+        let name = name.split('[').next().unwrap_or("");
+        if name != wanted {
+            continue;
+        }
+        let mut offset = None;
+        let mut size = None;
+        for part in parts {
+            if let Some(v) = part.strip_prefix("offset:") {
+                offset = v.parse().ok();
+            } else if let Some(v) = part.strip_prefix("size:") {
+                size = v.parse().ok();
+            }
+        }
+        return offset.zip(size);
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GET_PAGES: &str = "name: mm_filemap_get_pages
+ID: 470
+format:
+	field:unsigned short common_type;	offset:0;	size:2;	signed:0;
+	field:int common_pid;	offset:4;	size:4;	signed:1;
+
+	field:unsigned long i_ino;	offset:8;	size:8;	signed:0;
+	field:dev_t s_dev;	offset:16;	size:4;	signed:0;
+	field:unsigned long index;	offset:24;	size:8;	signed:0;
+	field:unsigned long last_index;	offset:32;	size:8;	signed:0;
+";
+
+    const GET_PAGES_FIELDS: &[Field] = &[("i_ino", 8, 8), ("s_dev", 16, 4), ("index", 24, 8), ("last_index", 32, 8)];
+
+    #[test]
+    fn accepts_matching_layout() {
+        check("filemap", "mm_filemap_get_pages", GET_PAGES, GET_PAGES_FIELDS).expect("layout of Linux 6.18");
+    }
+
+    #[test]
+    fn rejects_moved_or_missing_field() {
+        let moved = GET_PAGES.replace("offset:24;", "offset:28;");
+        let err = check("filemap", "mm_filemap_get_pages", &moved, GET_PAGES_FIELDS).expect_err("moved");
+        assert!(matches!(err, BpfError::LayoutMismatch { field: "index", found: Some((28, 8)), .. }), "{err}");
+        let err = check("filemap", "x", GET_PAGES, &[("group_dead", 32, 1)]).expect_err("missing");
+        assert!(matches!(err, BpfError::LayoutMismatch { found: None, .. }), "{err}");
+    }
+
+    #[test]
+    fn array_field_names() {
+        let exit = "\tfield:char comm[16];\toffset:8;\tsize:16;\tsigned:0;\n\tfield:bool group_dead;\toffset:32;\tsize:1;\tsigned:0;";
+        assert_eq!(parse_field(exit, "comm"), Some((8, 16)));
+        assert_eq!(parse_field(exit, "group_dead"), Some((32, 1)));
+    }
+
+    #[test]
+    fn this_kernel_matches() {
+        match find_tracefs() {
+            Some(tracefs) => {
+                check_all(&tracefs).expect("this kernel's layouts");
+            }
+            None => eprintln!("skipping: tracefs is not mounted"),
+        }
+    }
+}

@@ -1,0 +1,311 @@
+//! The loaded BPF object: attach, follow, drain.
+//!
+//! Owns the programs (attached while the [`Observer`] lives) and the maps it
+//! talks to. Draining never blocks longer than the caller's timeout and never
+//! allocates per record.
+
+use std::os::fd::AsFd;
+use std::time::Duration;
+
+use aya::maps::{Array, HashMap, MapData, PerCpuArray, RingBuf};
+use aya::programs::{BtfTracePoint, RawTracePoint, TracePoint};
+use aya::{Ebpf, EbpfLoader};
+use predictio::Event;
+
+use crate::record::consts::{
+    PIO_LOST_FOLLOWS, PIO_LOST_RECORDS, PIO_MAX_DEVICES, PIO_SETTING_FOLLOW_ALL, PIO_SETTINGS_KEY,
+};
+use crate::record::{Record, RecordKind, user_dev_to_kernel};
+use crate::{BpfError, ObserverConfig, ObserverStats, layout, sys};
+
+/// The object compiled by `build.rs`.
+static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/observe.bpf.o"));
+
+/// Where each program attaches.
+enum Attach {
+    /// A classic tracepoint: category, name.
+    TracePoint(&'static str, &'static str),
+    /// A raw tracepoint.
+    Raw(&'static str),
+    /// A BTF-typed tracepoint (`tp_btf`).
+    Btf(&'static str),
+}
+
+/// Process-tree programs first, so that the followed set is kept up to date
+/// before any page-cache program reports.
+const PROGRAMS: &[(&str, Attach)] = &[
+    ("pio_fork", Attach::Raw("sched_process_fork")),
+    ("pio_exit", Attach::TracePoint("sched", "sched_process_exit")),
+    ("pio_exec", Attach::TracePoint("sched", "sched_process_exec")),
+    ("pio_get_pages", Attach::Btf("mm_filemap_get_pages")),
+    ("pio_fault", Attach::Btf("mm_filemap_fault")),
+    ("pio_map_pages", Attach::Btf("mm_filemap_map_pages")),
+    ("pio_add_page", Attach::TracePoint("filemap", "mm_filemap_add_to_page_cache")),
+    ("pio_delete_page", Attach::TracePoint("filemap", "mm_filemap_delete_from_page_cache")),
+];
+
+/// eBPF observation of page-cache accesses and process trees.
+///
+/// See the crate documentation for an example of the draining loop.
+pub struct Observer {
+    // Fields drop in order: the maps we hold are closed before the object
+    // (programs and links) goes.
+    ring: RingBuf<MapData>,
+    followed: HashMap<MapData, u32, u8>,
+    settings: Array<MapData, u32>,
+    lost: PerCpuArray<MapData, u64>,
+    stats: ObserverStats,
+    poll_interval: Duration,
+    _ebpf: Ebpf,
+}
+
+impl std::fmt::Debug for Observer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Observer").field("stats", &self.stats).finish_non_exhaustive()
+    }
+}
+
+impl Observer {
+    /// Checks the kernel's tracepoint layouts, loads the programs and attaches
+    /// them. Needs `CAP_BPF` + `CAP_PERFMON` (or root) and a kernel with BTF.
+    ///
+    /// Errors name the failing step; [`BpfError::is_unavailable`] tells
+    /// whether to fall back to another source.
+    pub fn load(config: ObserverConfig) -> Result<Observer, BpfError> {
+        validate(&config)?;
+        let tracefs = match layout::find_tracefs() {
+            Some(path) => path,
+            None if config.mount_tracefs => {
+                sys::mount_tracefs().map_err(|source| BpfError::Tracefs { source })?;
+                layout::find_tracefs().ok_or_else(|| BpfError::Tracefs {
+                    source: std::io::Error::other("mounted, but events/ is missing"),
+                })?
+            }
+            None => return Err(BpfError::Tracefs { source: std::io::ErrorKind::NotFound.into() }),
+        };
+        let layouts = layout::check_all(&tracefs)?;
+        let exit_has_group_dead = u32::from(layouts.exit_has_group_dead);
+
+        let devices = config
+            .devices
+            .iter()
+            .map(|&dev| {
+                user_dev_to_kernel(dev).ok_or_else(|| BpfError::Config(format!("device {dev:#x} has no kernel dev_t")))
+            })
+            .collect::<Result<Vec<u32>, _>>()?;
+        let (cgroup_id, cgroup_level) = match &config.cgroup {
+            Some(path) => crate::cgroup::resolve(path)?,
+            None => (0, 0),
+        };
+        let filter_devices = u32::from(!devices.is_empty());
+        let evictions_any_process = u32::from(config.evictions_any_process);
+
+        let mut ebpf = EbpfLoader::new()
+            .override_global("wakeup_bytes", &config.wakeup_bytes, true)
+            .override_global("filter_devices", &filter_devices, true)
+            .override_global("cgroup_id", &cgroup_id, true)
+            .override_global("cgroup_level", &cgroup_level, true)
+            .override_global("evictions_any_process", &evictions_any_process, true)
+            .override_global("exit_has_group_dead", &exit_has_group_dead, true)
+            .map_max_entries("events", config.ring_bytes)
+            .map_max_entries("followed", config.max_followed)
+            .load(OBJECT)
+            .map_err(BpfError::Load)?;
+
+        {
+            let mut device_map: HashMap<_, u32, u8> = HashMap::try_from(map_mut(&mut ebpf, "devices")?)
+                .map_err(|source| BpfError::Map { map: "devices", step: "open", source })?;
+            for dev in devices {
+                device_map.insert(dev, 1, 0).map_err(|source| BpfError::Map {
+                    map: "devices",
+                    step: "insert",
+                    source,
+                })?;
+            }
+        }
+        let mut settings: Array<MapData, u32> = Array::try_from(take_map(&mut ebpf, "settings")?)
+            .map_err(|source| BpfError::Map { map: "settings", step: "open", source })?;
+        let bits = if config.follow_all { PIO_SETTING_FOLLOW_ALL } else { 0 };
+        settings.set(PIO_SETTINGS_KEY, bits, 0).map_err(|source| BpfError::Map {
+            map: "settings",
+            step: "set follow_all",
+            source,
+        })?;
+
+        let btf = aya::Btf::from_sys_fs().map_err(|source| BpfError::KernelBtf { source })?;
+        for (name, attach) in PROGRAMS {
+            let program =
+                ebpf.program_mut(name).ok_or_else(|| BpfError::Config(format!("object lacks program {name}")))?;
+            let step = |step, source| BpfError::Program { program: name, step, source };
+            match attach {
+                Attach::TracePoint(category, event) => {
+                    let program: &mut TracePoint = program.try_into().map_err(|e| step("type", e))?;
+                    program.load().map_err(|e| step("load", e))?;
+                    program.attach(category, event).map_err(|e| step("attach", e))?;
+                }
+                Attach::Btf(event) => {
+                    let program: &mut BtfTracePoint = program.try_into().map_err(|e| step("type", e))?;
+                    program.load(event, &btf).map_err(|e| step("load", e))?;
+                    program.attach().map_err(|e| step("attach", e))?;
+                }
+                Attach::Raw(event) => {
+                    let program: &mut RawTracePoint = program.try_into().map_err(|e| step("type", e))?;
+                    program.load().map_err(|e| step("load", e))?;
+                    program.attach(event).map_err(|e| step("attach", e))?;
+                }
+            }
+        }
+
+        let ring = RingBuf::try_from(take_map(&mut ebpf, "events")?).map_err(|source| BpfError::Map {
+            map: "events",
+            step: "open",
+            source,
+        })?;
+        let followed = HashMap::try_from(take_map(&mut ebpf, "followed")?).map_err(|source| BpfError::Map {
+            map: "followed",
+            step: "open",
+            source,
+        })?;
+        let lost = PerCpuArray::try_from(take_map(&mut ebpf, "lost")?).map_err(|source| BpfError::Map {
+            map: "lost",
+            step: "open",
+            source,
+        })?;
+        Ok(Observer {
+            ring,
+            followed,
+            settings,
+            lost,
+            stats: ObserverStats::default(),
+            poll_interval: config.poll_interval,
+            _ebpf: ebpf,
+        })
+    }
+
+    /// The name of this event source, for logs and `predictio stat`.
+    pub fn source_name(&self) -> &'static str {
+        "ebpf"
+    }
+
+    /// The configured poll timeout ([`ObserverConfig::poll_interval`]).
+    pub fn poll_interval(&self) -> Duration {
+        self.poll_interval
+    }
+
+    /// Follows process `pid` (a thread-group id, in the initial pid
+    /// namespace) and, from now on, every process it forks, recursively. A
+    /// process leaves the set when its last thread exits.
+    ///
+    /// To miss nothing of a new command, start it stopped (e.g. blocked on a
+    /// pipe), follow it, then let it go.
+    pub fn follow(&mut self, pid: u32) -> Result<(), BpfError> {
+        self.followed.insert(pid, 1, 0).map_err(|source| BpfError::Map { map: "followed", step: "insert", source })
+    }
+
+    /// Stops following `pid` (its descendants stay followed). Returns false
+    /// when it was not followed.
+    pub fn unfollow(&mut self, pid: u32) -> Result<bool, BpfError> {
+        match self.followed.remove(&pid) {
+            Ok(()) => Ok(true),
+            Err(aya::maps::MapError::KeyNotFound) => Ok(false),
+            Err(aya::maps::MapError::SyscallError(e)) if e.io_error.raw_os_error() == Some(libc::ENOENT) => Ok(false),
+            Err(source) => Err(BpfError::Map { map: "followed", step: "remove", source }),
+        }
+    }
+
+    /// True when `pid` is in the in-kernel followed set.
+    pub fn is_followed(&self, pid: u32) -> bool {
+        self.followed.get(&pid, 0).is_ok()
+    }
+
+    /// Reports every process (`true`, the daemon's mode) or only followed
+    /// ones (`false`). The cgroup and device filters still apply.
+    pub fn follow_all(&mut self, on: bool) -> Result<(), BpfError> {
+        let bits = if on { PIO_SETTING_FOLLOW_ALL } else { 0 };
+        self.settings.set(PIO_SETTINGS_KEY, bits, 0).map_err(|source| BpfError::Map {
+            map: "settings",
+            step: "set follow_all",
+            source,
+        })
+    }
+
+    /// Delivers every record already in the ring buffer, as events, without
+    /// waiting. Returns the number of events delivered.
+    pub fn drain(&mut self, on_event: &mut impl FnMut(Event)) -> usize {
+        let mut delivered = 0usize;
+        while let Some(item) = self.ring.next() {
+            self.stats.records += 1;
+            let Some(record) = Record::parse(&item) else {
+                self.stats.malformed += 1;
+                continue;
+            };
+            let kind = record.emit_events(&mut |event| {
+                delivered += 1;
+                on_event(event);
+            });
+            let counter = match kind {
+                Some(RecordKind::Read) => &mut self.stats.reads,
+                Some(RecordKind::Fault) => &mut self.stats.faults,
+                Some(RecordKind::MapPages) => &mut self.stats.map_pages,
+                Some(RecordKind::Miss) => &mut self.stats.misses,
+                Some(RecordKind::Evict) => &mut self.stats.evictions,
+                Some(RecordKind::Exec) => &mut self.stats.execs,
+                Some(RecordKind::Fork) => &mut self.stats.forks,
+                Some(RecordKind::Exit) => &mut self.stats.exits,
+                None => &mut self.stats.malformed,
+            };
+            *counter += 1;
+        }
+        self.stats.events += delivered as u64;
+        delivered
+    }
+
+    /// Delivers what is in the ring buffer; if it is empty, waits up to
+    /// `timeout` (woken early only when the unread data passes
+    /// [`ObserverConfig::wakeup_bytes`]) and delivers what arrived. Returns
+    /// the number of events delivered (0 on a quiet timeout).
+    ///
+    /// Records are submitted without waking the consumer, so `timeout` is
+    /// the notification latency while the ring is below the threshold: call
+    /// this in a loop with a short timeout ([`Observer::poll_interval`]).
+    pub fn poll(&mut self, timeout: Duration, on_event: &mut impl FnMut(Event)) -> Result<usize, BpfError> {
+        let delivered = self.drain(on_event);
+        if delivered > 0 || timeout.is_zero() {
+            return Ok(delivered);
+        }
+        sys::poll_readable(self.ring.as_fd(), timeout).map_err(|source| BpfError::Syscall { call: "poll", source })?;
+        Ok(self.drain(on_event))
+    }
+
+    /// Counters since load; `lost` and `lost_follows` are read from the
+    /// kernel's per-CPU counters.
+    pub fn stats(&self) -> ObserverStats {
+        let read = |index| self.lost.get(&index, 0).map(|per_cpu| per_cpu.iter().sum()).unwrap_or(0);
+        ObserverStats { lost: read(PIO_LOST_RECORDS), lost_follows: read(PIO_LOST_FOLLOWS), ..self.stats }
+    }
+}
+
+fn validate(config: &ObserverConfig) -> Result<(), BpfError> {
+    let page = 4096;
+    if !config.ring_bytes.is_power_of_two() || config.ring_bytes < page {
+        return Err(BpfError::Config(format!(
+            "ring_bytes {} must be a power of two of at least {page}",
+            config.ring_bytes
+        )));
+    }
+    if config.devices.len() > PIO_MAX_DEVICES as usize {
+        return Err(BpfError::Config(format!("{} devices to filter; at most {PIO_MAX_DEVICES}", config.devices.len())));
+    }
+    if config.max_followed == 0 {
+        return Err(BpfError::Config("max_followed must be positive".into()));
+    }
+    Ok(())
+}
+
+fn take_map(ebpf: &mut Ebpf, name: &'static str) -> Result<aya::maps::Map, BpfError> {
+    ebpf.take_map(name).ok_or_else(|| BpfError::Config(format!("object lacks map {name}")))
+}
+
+fn map_mut<'a>(ebpf: &'a mut Ebpf, name: &'static str) -> Result<&'a mut aya::maps::Map, BpfError> {
+    ebpf.map_mut(name).ok_or_else(|| BpfError::Config(format!("object lacks map {name}")))
+}

@@ -1,0 +1,71 @@
+//! The observer of a build without a BPF object (see `build.rs`): it has the
+//! same API, and [`Observer::load`] always returns [`BpfError::Unavailable`].
+
+use std::time::Duration;
+
+use predictio::Event;
+
+use crate::{BpfError, ObserverConfig, ObserverStats};
+
+/// No value of this type exists.
+#[derive(Debug)]
+enum Never {}
+
+/// eBPF observation of page-cache accesses and process trees (unavailable in
+/// this build: [`Observer::load`] says why).
+#[derive(Debug)]
+pub struct Observer {
+    never: Never,
+}
+
+impl Observer {
+    /// Always fails with [`BpfError::Unavailable`] naming what the build lacked.
+    pub fn load(_config: ObserverConfig) -> Result<Observer, BpfError> {
+        Err(BpfError::Unavailable { reason: env!("PREDICTIO_BPF_UNAVAILABLE") })
+    }
+
+    /// The name of this event source.
+    pub fn source_name(&self) -> &'static str {
+        match self.never {}
+    }
+
+    /// The configured poll timeout.
+    pub fn poll_interval(&self) -> Duration {
+        match self.never {}
+    }
+
+    /// Follows process `pid` and its descendants.
+    pub fn follow(&mut self, _pid: u32) -> Result<(), BpfError> {
+        match self.never {}
+    }
+
+    /// Stops following `pid`.
+    pub fn unfollow(&mut self, _pid: u32) -> Result<bool, BpfError> {
+        match self.never {}
+    }
+
+    /// True when `pid` is followed.
+    pub fn is_followed(&self, _pid: u32) -> bool {
+        match self.never {}
+    }
+
+    /// Reports every process or only followed ones.
+    pub fn follow_all(&mut self, _on: bool) -> Result<(), BpfError> {
+        match self.never {}
+    }
+
+    /// Delivers buffered records without waiting.
+    pub fn drain(&mut self, _on_event: &mut impl FnMut(Event)) -> usize {
+        match self.never {}
+    }
+
+    /// Delivers records, waiting up to `timeout` for some.
+    pub fn poll(&mut self, _timeout: Duration, _on_event: &mut impl FnMut(Event)) -> Result<usize, BpfError> {
+        match self.never {}
+    }
+
+    /// Counters since load.
+    pub fn stats(&self) -> ObserverStats {
+        match self.never {}
+    }
+}

@@ -1,0 +1,130 @@
+//! The fanotify fallback against the real kernel: opens and execs of real
+//! processes. Needs `CAP_SYS_ADMIN` (root); without it each test prints why it
+//! skips, and under `CI=true` a skip is a failure.
+
+use std::io::Write as _;
+use std::os::unix::fs::MetadataExt;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use predictio::{Event, FileId};
+use predictio_bpf::fallback::{FanotifyConfig, FanotifyObserver};
+
+#[track_caller]
+fn observer(mounts: Vec<PathBuf>) -> Option<FanotifyObserver> {
+    match FanotifyObserver::new(&FanotifyConfig { mounts, whole_filesystems: false }) {
+        Ok(observer) => Some(observer),
+        Err(err) if err.is_unavailable() => {
+            if std::env::var("CI").is_ok_and(|v| v == "true") {
+                panic!("CI=true and fanotify is unavailable: {err}");
+            }
+            eprintln!("skipping: fanotify unavailable: {err}");
+            None
+        }
+        Err(err) => panic!("fanotify: {err}"),
+    }
+}
+
+fn which(program: &str) -> PathBuf {
+    std::env::var_os("PATH")
+        .into_iter()
+        .flat_map(|path| std::env::split_paths(&path).collect::<Vec<_>>())
+        .map(|dir| dir.join(program))
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| panic!("{program} not on PATH"))
+}
+
+fn id_of(path: &std::path::Path) -> FileId {
+    let meta = std::fs::metadata(path).expect("stat");
+    FileId { dev: meta.dev(), ino: meta.ino() }
+}
+
+/// Starts `sh -c 'read _ && exec "$@"'`: blocked until released.
+fn held(argv: &[&str]) -> Child {
+    Command::new("sh")
+        .arg("-c")
+        .arg("read _ && exec \"$@\"")
+        .arg("sh")
+        .args(argv)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("spawn")
+}
+
+/// Releases `child`, waits for it, and collects events until `done` holds or
+/// 5 s pass.
+fn run(mut child: Child, observer: &mut FanotifyObserver, done: impl Fn(&[Event]) -> bool) -> Vec<Event> {
+    child.stdin.take().expect("stdin").write_all(b"go\n").expect("release");
+    assert!(child.wait().expect("wait").success());
+    let mut events = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !done(&events) && Instant::now() < deadline {
+        observer.poll(Duration::from_millis(5), &mut |e| events.push(e)).expect("poll");
+    }
+    events
+}
+
+#[test]
+fn opens_and_execs_are_reported_with_stat_identity() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("tempdir");
+    let path = dir.path().join("data");
+    std::fs::write(&path, b"hello").expect("write");
+    let cat = which("cat");
+    let Some(mut observer) = observer(vec![dir.path().to_owned(), cat.clone()]) else { return };
+    let child = held(&["cat", path.to_str().expect("utf-8")]);
+    let pid = child.id();
+    let (data_id, cat_id) = (id_of(&path), id_of(&cat));
+    let events = run(child, &mut observer, |events| {
+        let opened = events.iter().any(|e| matches!(e, Event::FileOpen { file, .. } if *file == data_id));
+        let execed = events.iter().any(|e| matches!(e, Event::Exec { exe, .. } if *exe == cat_id));
+        opened && execed
+    });
+    assert!(
+        events.iter().any(|e| matches!(e, Event::FileOpen { pid: p, file, .. } if *p == pid && *file == data_id)),
+        "open of the data file by {pid}: {events:?}"
+    );
+    assert!(
+        events.iter().any(|e| matches!(e, Event::Exec { pid: p, exe, .. } if *p == pid && *exe == cat_id)),
+        "exec of cat by {pid}: {events:?}"
+    );
+    let stats = observer.stats();
+    assert!(stats.opens > 0 && stats.execs > 0, "{stats:?}");
+    assert_eq!(observer.source_name(), "fanotify");
+}
+
+#[test]
+fn own_opens_are_not_reported() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("tempdir");
+    let path = dir.path().join("own");
+    std::fs::write(&path, b"x").expect("write");
+    let Some(mut observer) = observer(vec![dir.path().to_owned()]) else { return };
+    let id = id_of(&path);
+    std::fs::read(&path).expect("read");
+    let mut events = Vec::new();
+    observer.poll(Duration::from_millis(20), &mut |e| events.push(e)).expect("poll");
+    assert!(events.iter().all(|e| e.file() != Some(id)), "{events:?}");
+}
+
+#[test]
+fn the_source_is_ebpf_when_built_with_it_and_fanotify_otherwise() {
+    use predictio_bpf::{ObserverConfig, Source, SourceError};
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("tempdir");
+    let fallback = FanotifyConfig { mounts: vec![dir.path().to_owned()], whole_filesystems: false };
+    let mut source = match Source::open(ObserverConfig::default(), &fallback) {
+        Ok(source) => source,
+        Err(err @ SourceError::NoneAvailable { .. }) => {
+            if std::env::var("CI").is_ok_and(|v| v == "true") {
+                panic!("CI=true and no kernel event source: {err}");
+            }
+            eprintln!("skipping: {err}");
+            return;
+        }
+        Err(err) => panic!("{err}"),
+    };
+    let expected = if predictio_bpf::available().is_ok() { "ebpf" } else { "fanotify" };
+    assert_eq!(source.source_name(), expected);
+    assert_eq!(source.ebpf_mut().is_some(), expected == "ebpf");
+    source.poll(Duration::from_millis(1), &mut |_| {}).expect("poll");
+}

@@ -1,0 +1,507 @@
+//! The eBPF observer against the real kernel: each test loads its own
+//! observer, runs real processes on real files and checks the events.
+//!
+//! Needs root (CAP_BPF + CAP_PERFMON) and a build with the BPF object. Without
+//! them each test prints why it skips; under `CI=true` a skip is a failure.
+//! Test files live under Cargo's target tmp dir (a disk file system: tmpfs
+//! reads do not go through the filemap tracepoints).
+
+use std::collections::BTreeSet;
+use std::fs::File;
+use std::io::Write as _;
+use std::os::fd::{AsFd, AsRawFd as _};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use predictio::event::AccessKind;
+use predictio::{Event, FileId, FileRef, PAGE_SIZE};
+use predictio_bpf::{Observer, ObserverConfig};
+
+/// Loads an observer, or says why not: `None` (skip) outside CI, a panic
+/// under `CI=true`.
+#[track_caller]
+fn observer(config: ObserverConfig) -> Option<Observer> {
+    let skip = |why: String| {
+        if std::env::var("CI").is_ok_and(|v| v == "true") {
+            panic!("CI=true and the eBPF test cannot run: {why}");
+        }
+        eprintln!("skipping: {why}");
+        None
+    };
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        return skip("needs root (CAP_BPF and CAP_PERFMON)".into());
+    }
+    match Observer::load(config) {
+        Ok(observer) => Some(observer),
+        Err(err) if err.is_unavailable() => skip(format!("eBPF observation unavailable: {err}")),
+        Err(err) => panic!("loading the observer: {err}"),
+    }
+}
+
+/// A file of `pages` pages under the target tmp dir, written and synced.
+struct TestFile {
+    _dir: tempfile::TempDir,
+    path: PathBuf,
+    file: FileRef,
+}
+
+impl TestFile {
+    #[track_caller]
+    fn new(pages: u64) -> TestFile {
+        Self::new_bytes(pages * PAGE_SIZE)
+    }
+
+    /// A file of `len` bytes.
+    #[track_caller]
+    fn new_bytes(len: u64) -> TestFile {
+        let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("tempdir");
+        let path = dir.path().join("data");
+        let mut out = File::create(&path).expect("create");
+        let mut page = vec![0u8; PAGE_SIZE as usize];
+        for i in 0..len.div_ceil(PAGE_SIZE) {
+            page.fill(i as u8 | 1);
+            let n = (len - i * PAGE_SIZE).min(PAGE_SIZE) as usize;
+            out.write_all(&page[..n]).expect("write");
+        }
+        out.sync_all().expect("fsync");
+        let file = FileRef::open(&path).expect("open");
+        TestFile { _dir: dir, path, file }
+    }
+
+    fn id(&self) -> FileId {
+        self.file.id()
+    }
+
+    /// Drops the file's pages from the page cache.
+    #[track_caller]
+    fn evict(&self) {
+        predictio::cache::evict(&self.file).expect("fadvise(DONTNEED)");
+    }
+
+    /// Reads the whole file into the page cache.
+    #[track_caller]
+    fn load(&self) {
+        std::fs::read(&self.path).expect("read");
+    }
+}
+
+/// A command started blocked on its stdin (`read`), so that it can be
+/// followed before it does anything; then `exec`s `argv`.
+struct Held {
+    child: Child,
+}
+
+impl Held {
+    #[track_caller]
+    fn spawn(argv: &[&str]) -> Held {
+        let child = Command::new("sh")
+            .arg("-c")
+            .arg("read _ && exec \"$@\"")
+            .arg("sh")
+            .args(argv)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("spawn sh");
+        Held { child }
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Lets the command run.
+    #[track_caller]
+    fn release(&mut self) {
+        self.child.stdin.take().expect("stdin").write_all(b"go\n").expect("release");
+    }
+
+    /// Releases the command and collects `observer`'s events until it has
+    /// exited and its `Exit` record has been seen (or 10 s pass).
+    #[track_caller]
+    fn run(mut self, observer: &mut Observer) -> Vec<Event> {
+        let pid = self.pid();
+        self.release();
+        let mut events = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            observer.poll(Duration::from_millis(2), &mut |e| events.push(e)).expect("poll");
+            let exited = events.iter().any(|e| matches!(e, Event::Exit { pid: p, .. } if *p == pid));
+            if exited || Instant::now() > deadline {
+                break;
+            }
+        }
+        let status = self.child.wait().expect("wait");
+        assert!(status.success(), "{status}");
+        events
+    }
+}
+
+/// Pages of `file` covered by access events of `kinds`, by `pid` if given.
+fn pages_accessed(events: &[Event], file: FileId, kinds: &[AccessKind], pid: Option<u32>) -> BTreeSet<u64> {
+    let mut set = BTreeSet::new();
+    for event in events {
+        if let Event::PageAccess { pid: p, file: f, pages, kind, .. } = event
+            && *f == file
+            && kinds.contains(kind)
+            && pid.is_none_or(|want| want == *p)
+        {
+            set.extend(pages.start..pages.end);
+        }
+    }
+    set
+}
+
+fn all_pages(pages: u64) -> BTreeSet<u64> {
+    (0..pages).collect()
+}
+
+fn path_str(path: &Path) -> &str {
+    path.to_str().expect("utf-8 path")
+}
+
+#[test]
+fn buffered_read_reports_the_file_and_its_pages() {
+    let Some(mut observer) = observer(ObserverConfig::default()) else { return };
+    // 61 pages and a half: the last page is partial.
+    let data = TestFile::new_bytes(61 * PAGE_SIZE + PAGE_SIZE / 2);
+    let held = Held::spawn(&["cat", path_str(&data.path)]);
+    let pid = held.pid();
+    observer.follow(pid).expect("follow");
+    let events = held.run(&mut observer);
+    let read = pages_accessed(&events, data.id(), &[AccessKind::Read], Some(pid));
+    // Exactly the file's pages: cat asks for 128 KiB at a time and once more
+    // at end of file, but only pages that exist are reported.
+    assert_eq!(read, all_pages(62), "pages read by cat");
+    let stats = observer.stats();
+    assert!(stats.reads > 0 && stats.lost == 0, "{stats:?}");
+    assert!(!observer.is_followed(pid), "exit must remove the pid from the followed set");
+}
+
+#[test]
+fn children_of_a_followed_process_are_followed() {
+    let Some(mut observer) = observer(ObserverConfig::default()) else { return };
+    let data = TestFile::new(16);
+    // `; true` keeps the shell from exec'ing cat: cat is a forked child.
+    let script = format!("cat '{}'; true", path_str(&data.path));
+    let held = Held::spawn(&["sh", "-c", &script]);
+    let shell = held.pid();
+    observer.follow(shell).expect("follow");
+    let events = held.run(&mut observer);
+    let children: Vec<u32> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Fork { parent, child, .. } if *parent == shell => Some(*child),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(children.len(), 1, "one fork of the shell: {events:?}");
+    let cat = children[0];
+    assert!(pages_accessed(&events, data.id(), &[AccessKind::Read], Some(cat)).is_superset(&all_pages(16)));
+    assert!(events.iter().any(|e| matches!(e, Event::Exit { pid, .. } if *pid == cat)), "the child's exit");
+}
+
+#[test]
+fn reading_an_evicted_file_reports_misses() {
+    let Some(mut observer) = observer(ObserverConfig::default()) else { return };
+    let data = TestFile::new(32);
+    data.evict();
+    let held = Held::spawn(&["cat", path_str(&data.path)]);
+    let pid = held.pid();
+    observer.follow(pid).expect("follow");
+    let events = held.run(&mut observer);
+    let missed: BTreeSet<u64> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::PageMiss { pid: p, file, page, .. } if *file == data.id() && *p == pid => Some(*page),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(missed, all_pages(32), "every page of the evicted file must miss");
+}
+
+#[test]
+fn evictions_are_reported_for_the_device() {
+    let data = TestFile::new(16);
+    let config =
+        ObserverConfig { devices: vec![data.id().dev], evictions_any_process: true, ..ObserverConfig::default() };
+    let Some(mut observer) = observer(config) else { return };
+    data.load();
+    data.evict();
+    let mut evicted = BTreeSet::new();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while evicted.len() < 16 && Instant::now() < deadline {
+        observer
+            .poll(Duration::from_millis(2), &mut |e| {
+                if let Event::PageEvict { file, page, .. } = e
+                    && file == data.id()
+                {
+                    evicted.insert(page);
+                }
+            })
+            .expect("poll");
+    }
+    assert_eq!(evicted, all_pages(16));
+}
+
+#[test]
+fn an_unrelated_process_is_not_reported() {
+    let Some(mut observer) = observer(ObserverConfig::default()) else { return };
+    let followed_file = TestFile::new(8);
+    let other_file = TestFile::new(8);
+    let mut other = Held::spawn(&["cat", path_str(&other_file.path)]);
+    let held = Held::spawn(&["cat", path_str(&followed_file.path)]);
+    let followed = held.pid();
+    observer.follow(followed).expect("follow");
+    other.release();
+    let events = held.run(&mut observer);
+    assert!(other.child.wait().expect("wait").success());
+    observer.poll(Duration::from_millis(5), &mut |e| panic!("late event {e:?}")).expect("poll");
+    assert!(!pages_accessed(&events, followed_file.id(), &[AccessKind::Read], None).is_empty());
+    for event in &events {
+        assert_ne!(event.file(), Some(other_file.id()), "{event:?}");
+        let pid = match event {
+            Event::PageAccess { pid, .. }
+            | Event::PageMiss { pid, .. }
+            | Event::Exec { pid, .. }
+            | Event::Exit { pid, .. } => *pid,
+            Event::Fork { parent, .. } => *parent,
+            _ => followed,
+        };
+        assert_eq!(pid, followed, "{event:?}");
+    }
+}
+
+#[test]
+fn mmap_reads_report_faults_and_mapped_pages() {
+    let Some(mut observer) = observer(ObserverConfig::default()) else { return };
+    let pages = 64u64;
+    let data = TestFile::new(pages);
+    // Resident pages are mapped by fault-around (`map_pages`) without reaching
+    // `filemap_fault`; evicted ones fault.
+    data.evict();
+    // This test's own process does the mapping: follow it (other tests'
+    // threads may report too; the file filters them out).
+    observer.follow(std::process::id()).expect("follow self");
+    let len = (pages * PAGE_SIZE) as usize;
+    // SAFETY: a fresh read-only private mapping of an open file, chosen by the
+    // kernel; it aliases no Rust memory and is unmapped below.
+    let base = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ,
+            libc::MAP_PRIVATE,
+            data.file.file().as_fd().as_raw_fd(),
+            0,
+        )
+    };
+    assert_ne!(base, libc::MAP_FAILED, "mmap: {}", std::io::Error::last_os_error());
+    let mut sum = 0u64;
+    for page in 0..pages as usize {
+        // SAFETY: the byte lies inside the live mapping of `len` bytes; the
+        // file is as long as the mapping, so the access cannot SIGBUS.
+        sum += u64::from(unsafe { std::ptr::read_volatile(base.cast::<u8>().add(page * PAGE_SIZE as usize)) });
+    }
+    // SAFETY: unmapping exactly the mapping made above; nothing refers to it.
+    assert_eq!(unsafe { libc::munmap(base, len) }, 0);
+    assert!(sum > 0);
+    let mut events = Vec::new();
+    observer.poll(Duration::from_millis(5), &mut |e| events.push(e)).expect("poll");
+    observer.unfollow(std::process::id()).expect("unfollow");
+    let own = Some(std::process::id());
+    let faulted = pages_accessed(&events, data.id(), &[AccessKind::Fault], own);
+    let mapped = pages_accessed(&events, data.id(), &[AccessKind::Fault, AccessKind::MapPages], own);
+    assert!(!faulted.is_empty(), "no fault on the mapping: {events:?}");
+    assert!(mapped.is_superset(&all_pages(pages)), "pages faulted or mapped: {mapped:?}");
+}
+
+#[test]
+fn exec_reports_the_executable_and_exit_follows() {
+    let Some(mut observer) = observer(ObserverConfig::default()) else { return };
+    let data = TestFile::new(1);
+    let held = Held::spawn(&["cat", path_str(&data.path)]);
+    let pid = held.pid();
+    observer.follow(pid).expect("follow");
+    let events = held.run(&mut observer);
+    let cat = which("cat");
+    let meta = std::fs::metadata(&cat).expect("stat cat");
+    let cat_id = FileId { dev: meta.dev(), ino: meta.ino() };
+    let execs: Vec<(u32, FileId)> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Exec { pid, exe, .. } => Some((*pid, *exe)),
+            _ => None,
+        })
+        .collect();
+    // The shell's own exec may or may not be seen: `spawn` returns once the
+    // exec has closed its close-on-exec pipe, a little before the tracepoint.
+    assert_eq!(execs.last(), Some(&(pid, cat_id)), "the exec of {}: {execs:?}", cat.display());
+    assert!(execs.len() <= 2 && execs.iter().all(|(p, _)| *p == pid), "{execs:?}");
+    let exits = events.iter().filter(|e| matches!(e, Event::Exit { pid: p, .. } if *p == pid)).count();
+    assert_eq!(exits, 1);
+}
+
+fn which(program: &str) -> PathBuf {
+    std::env::var_os("PATH")
+        .into_iter()
+        .flat_map(|path| std::env::split_paths(&path).collect::<Vec<_>>())
+        .map(|dir| dir.join(program))
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| panic!("{program} not on PATH"))
+}
+
+#[test]
+fn follow_all_reports_processes_never_followed() {
+    let Some(mut observer) = observer(ObserverConfig { follow_all: true, ..ObserverConfig::default() }) else {
+        return;
+    };
+    let data = TestFile::new(4);
+    let held = Held::spawn(&["cat", path_str(&data.path)]);
+    let pid = held.pid();
+    let events = held.run(&mut observer);
+    assert!(pages_accessed(&events, data.id(), &[AccessKind::Read], Some(pid)).is_superset(&all_pages(4)));
+    observer.follow_all(false).expect("follow_all(false)");
+    let quiet = Held::spawn(&["cat", path_str(&data.path)]);
+    let mut quiet = quiet;
+    quiet.release();
+    assert!(quiet.child.wait().expect("wait").success());
+    let mut late = Vec::new();
+    observer.poll(Duration::from_millis(5), &mut |e| late.push(e)).expect("poll");
+    assert!(late.iter().all(|e| e.file() != Some(data.id())), "{late:?}");
+}
+
+#[test]
+fn a_full_ring_counts_lost_records() {
+    let config = ObserverConfig { ring_bytes: 4096, ..ObserverConfig::default() };
+    let Some(mut observer) = observer(config) else { return };
+    let data = TestFile::new(512);
+    // One 4 KiB read() per page: 512 records into a ring that holds ~70.
+    let mut held =
+        Held::spawn(&["dd", &format!("if={}", path_str(&data.path)), "of=/dev/null", "bs=4096", "status=none"]);
+    observer.follow(held.pid()).expect("follow");
+    held.release();
+    assert!(held.child.wait().expect("wait").success());
+    let mut delivered = 0;
+    observer.poll(Duration::from_millis(1), &mut |_| delivered += 1).expect("poll");
+    let stats = observer.stats();
+    assert!(stats.lost > 0, "{stats:?}");
+    assert!(stats.records + stats.lost >= 512, "{stats:?}");
+}
+
+#[test]
+fn the_device_filter_excludes_other_devices() {
+    let data = TestFile::new(4);
+    // A device number no file of the test lives on.
+    let other_dev = libc::makedev(4095, 4095);
+    let config = ObserverConfig { devices: vec![other_dev], ..ObserverConfig::default() };
+    let Some(mut observer) = observer(config) else { return };
+    let held = Held::spawn(&["cat", path_str(&data.path)]);
+    observer.follow(held.pid()).expect("follow");
+    let events = held.run(&mut observer);
+    assert!(events.iter().all(|e| !matches!(e, Event::PageAccess { .. } | Event::PageMiss { .. })), "{events:?}");
+    assert!(events.iter().any(|e| matches!(e, Event::Exit { .. })), "process events are not device-filtered");
+}
+
+/// The cgroup v2 hierarchy's mount point (`/sys/fs/cgroup` on a unified
+/// system, `/sys/fs/cgroup/unified` on a hybrid one).
+fn cgroup2_mount() -> Option<PathBuf> {
+    std::fs::read_to_string("/proc/self/mounts").ok()?.lines().find_map(|line| {
+        let mut fields = line.split_whitespace();
+        let (_, target, fstype) = (fields.next()?, fields.next()?, fields.next()?);
+        (fstype == "cgroup2").then(|| PathBuf::from(target))
+    })
+}
+
+#[test]
+fn the_cgroup_filter_reports_only_processes_inside() {
+    let Some(root) = cgroup2_mount() else {
+        if std::env::var("CI").is_ok_and(|v| v == "true") {
+            panic!("CI=true and no cgroup2 mount for the cgroup filter test");
+        }
+        eprintln!("skipping: no cgroup2 mount");
+        return;
+    };
+    let cgroup = root.join(format!("predictio-bpf-test-{}", std::process::id()));
+    if let Err(err) = std::fs::create_dir(&cgroup) {
+        if std::env::var("CI").is_ok_and(|v| v == "true") {
+            panic!("CI=true and cannot create {}: {err}", cgroup.display());
+        }
+        eprintln!("skipping: cannot create {}: {err}", cgroup.display());
+        return;
+    }
+    struct RemoveOnDrop(PathBuf);
+    impl Drop for RemoveOnDrop {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir(&self.0);
+        }
+    }
+    let _cleanup = RemoveOnDrop(cgroup.clone());
+    let config = ObserverConfig { follow_all: true, cgroup: Some(cgroup.clone()), ..ObserverConfig::default() };
+    let Some(mut observer) = observer(config) else { return };
+    let data = TestFile::new(4);
+    let inside = Held::spawn(&["cat", path_str(&data.path)]);
+    std::fs::write(cgroup.join("cgroup.procs"), inside.pid().to_string()).expect("move into the cgroup");
+    let inside_pid = inside.pid();
+    let mut outside = Held::spawn(&["cat", path_str(&data.path)]);
+    let outside_pid = outside.pid();
+    outside.release();
+    assert!(outside.child.wait().expect("wait").success());
+    let events = inside.run(&mut observer);
+    assert!(pages_accessed(&events, data.id(), &[AccessKind::Read], Some(inside_pid)).is_superset(&all_pages(4)));
+    assert!(pages_accessed(&events, data.id(), &[AccessKind::Read], Some(outside_pid)).is_empty(), "{events:?}");
+}
+
+#[test]
+fn a_full_followed_set_counts_children_not_followed() {
+    let Some(mut observer) = observer(ObserverConfig { max_followed: 1, ..ObserverConfig::default() }) else { return };
+    // `cat` is not a shell builtin: the shell forks for it.
+    let held = Held::spawn(&["sh", "-c", "cat /dev/null; true"]);
+    observer.follow(held.pid()).expect("follow");
+    let events = held.run(&mut observer);
+    assert!(events.iter().any(|e| matches!(e, Event::Fork { .. })), "{events:?}");
+    assert!(observer.stats().lost_follows >= 1, "{:?}", observer.stats());
+}
+
+#[test]
+fn an_exec_wakes_a_long_poll_at_once() {
+    // A threshold the test never reaches: only the exec's own wake-up can end
+    // the poll before its timeout.
+    let config = ObserverConfig { wakeup_bytes: 1 << 30, ring_bytes: 1 << 22, ..ObserverConfig::default() };
+    let Some(mut observer) = observer(config) else { return };
+    let mut held = Held::spawn(&["true"]);
+    let pid = held.pid();
+    observer.follow(pid).expect("follow");
+    held.release();
+    let start = Instant::now();
+    let mut execs = 0;
+    while execs == 0 && start.elapsed() < Duration::from_secs(10) {
+        observer
+            .poll(Duration::from_secs(5), &mut |e| {
+                if matches!(e, Event::Exec { pid: p, .. } if p == pid) {
+                    execs += 1;
+                }
+            })
+            .expect("poll");
+    }
+    let waited = start.elapsed();
+    assert_eq!(execs, 1);
+    assert!(waited < Duration::from_secs(2), "the exec did not wake the poll: {waited:?}");
+    assert!(held.child.wait().expect("wait").success());
+}
+
+#[test]
+fn follow_and_unfollow_report_membership() {
+    let Some(mut observer) = observer(ObserverConfig::default()) else { return };
+    // A pid above any the kernel hands out (pid_max is at most 2^22).
+    let pid = (1 << 22) + 17;
+    assert!(!observer.is_followed(pid));
+    assert!(!observer.unfollow(pid).expect("unfollow an unknown pid"));
+    observer.follow(pid).expect("follow");
+    assert!(observer.is_followed(pid));
+    assert!(observer.unfollow(pid).expect("unfollow"));
+    assert!(!observer.is_followed(pid));
+}
