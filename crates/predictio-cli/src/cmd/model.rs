@@ -1,0 +1,151 @@
+//! `predictio model FILE [--order compute|llama-cpp-read] [--tensors] [--json]`
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use predictio::model::{LayerSpan, LoadOrder, ModelLayout, PlanRange, TensorInfo, TensorRole};
+
+use crate::units::human;
+
+/// Whose load order the prefetch plan follows.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, Default)]
+pub enum Order {
+    /// Compute order (what an mmap'd loader faults in): embeddings, layers,
+    /// then output norm and output.
+    #[default]
+    Compute,
+    /// llama.cpp without mmap: embeddings, output norm and output, then the
+    /// layers.
+    LlamaCppRead,
+}
+
+impl From<Order> for LoadOrder {
+    fn from(order: Order) -> Self {
+        match order {
+            Order::Compute => LoadOrder::Compute,
+            Order::LlamaCppRead => LoadOrder::LlamaCppRead,
+        }
+    }
+}
+
+/// Arguments of `model`.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// A GGUF or safetensors model file.
+    file: PathBuf,
+    /// Whose load order the plan follows.
+    #[arg(long, value_enum, default_value_t = Order::Compute)]
+    order: Order,
+    /// Also list every tensor (name, type, shape, byte range).
+    #[arg(long)]
+    tensors: bool,
+    /// Print the layout as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(serde::Serialize)]
+struct Output<'a> {
+    file: String,
+    format: String,
+    file_len: u64,
+    data_offset: u64,
+    alignment: u64,
+    tensor_count: usize,
+    tensor_bytes: u64,
+    layer_count: u32,
+    metadata: &'a std::collections::BTreeMap<String, predictio::model::MetaValue>,
+    groups: Vec<LayerSpan>,
+    order: LoadOrder,
+    plan: Vec<PlanRange>,
+    plan_bytes: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tensors: Option<Vec<&'a TensorInfo>>,
+}
+
+fn role_name(role: TensorRole) -> String {
+    match role {
+        TensorRole::Embedding => "embedding".into(),
+        TensorRole::Prelude => "prelude".into(),
+        TensorRole::Layer(n) => format!("layer {n}"),
+        TensorRole::Output => "output".into(),
+    }
+}
+
+/// Runs `model`.
+pub fn run(args: Args) -> Result<()> {
+    let file = std::fs::File::open(&args.file).with_context(|| format!("opening {}", args.file.display()))?;
+    let layout = ModelLayout::read(&file).with_context(|| format!("reading the header of {}", args.file.display()))?;
+    let order = LoadOrder::from(args.order);
+    let plan = layout.plan(order);
+    let plan_bytes: u64 = plan.iter().map(|r| r.len).sum();
+    let out = Output {
+        file: args.file.display().to_string(),
+        format: layout.format.to_string(),
+        file_len: layout.file_len,
+        data_offset: layout.data_offset,
+        alignment: layout.alignment,
+        tensor_count: layout.tensors.len(),
+        tensor_bytes: layout.tensor_bytes(),
+        layer_count: layout.layer_count(),
+        metadata: &layout.metadata,
+        groups: layout.layers(),
+        order,
+        plan,
+        plan_bytes,
+        tensors: args.tensors.then(|| layout.load_order_for(order)),
+    };
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&out)?);
+        return Ok(());
+    }
+
+    println!(
+        "{}: {}, {} tensors, {} of tensor data ({} file), data at byte {}, alignment {}",
+        out.file,
+        out.format,
+        out.tensor_count,
+        human(out.tensor_bytes),
+        human(out.file_len),
+        out.data_offset,
+        out.alignment
+    );
+    let meta = |key: &str| layout.metadata.get(key).and_then(|v| v.as_str()).map(str::to_owned);
+    if let Some(arch) = meta("general.architecture") {
+        let name = meta("general.name").map(|n| format!(" ({n})")).unwrap_or_default();
+        println!("architecture {arch}{name}");
+    }
+    println!("{} layers", out.layer_count);
+    println!();
+    println!("{:<12} {:>8} {:>12}  byte ranges", "group", "tensors", "bytes");
+    for g in &out.groups {
+        let ranges: Vec<String> = g.ranges.iter().take(4).map(|(a, b)| format!("{a}..{b}")).collect();
+        let more = if g.ranges.len() > 4 { format!(" (+{} more)", g.ranges.len() - 4) } else { String::new() };
+        println!("{:<12} {:>8} {:>12}  {}{more}", role_name(g.role), g.tensors, human(g.bytes), ranges.join(", "));
+    }
+    println!();
+    println!(
+        "prefetch plan ({} order): {} range{}, {} ({:.1}% of the file)",
+        match args.order {
+            Order::Compute => "compute",
+            Order::LlamaCppRead => "llama.cpp read",
+        },
+        out.plan.len(),
+        if out.plan.len() == 1 { "" } else { "s" },
+        human(out.plan_bytes),
+        out.plan_bytes as f64 * 100.0 / out.file_len.max(1) as f64
+    );
+    println!("{:>4} {:>14} {:>14} {:>12}  first", "#", "offset", "end", "length");
+    for (i, r) in out.plan.iter().enumerate() {
+        println!("{:>4} {:>14} {:>14} {:>12}  {}", i, r.offset, r.end(), human(r.len), role_name(r.role));
+    }
+    if let Some(tensors) = &out.tensors {
+        println!();
+        println!("{:<48} {:>8} {:>24} {:>14} {:>12}", "tensor (load order)", "type", "shape", "offset", "length");
+        for t in tensors {
+            let shape: Vec<String> = t.shape.iter().map(u64::to_string).collect();
+            println!("{:<48} {:>8} {:>24} {:>14} {:>12}", t.name, t.dtype, shape.join("x"), t.offset, human(t.len));
+        }
+    }
+    Ok(())
+}
