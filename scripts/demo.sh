@@ -7,6 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ -f "$HOME/.cargo/env" ] && . "$HOME/.cargo/env"
+bash scripts/deps.sh
 cargo build --release --locked -p predictio-cli
 out=target/demo
 ./target/release/predictio bench access-patterns --quick --out "$out" "$@"

@@ -30,11 +30,14 @@ pub enum Workload {
     ControlPath,
     /// Prefetch a fragmented range list of a 256 MiB file with each backend.
     Backends,
+    /// Seed 003: 1–128 MiB random buffered reads, read() vs the large-read engine.
+    LargeRead,
 }
 
 impl Workload {
     /// Every workload.
-    pub const ALL: [Workload; 3] = [Workload::AccessPatterns, Workload::ControlPath, Workload::Backends];
+    pub const ALL: [Workload; 4] =
+        [Workload::AccessPatterns, Workload::ControlPath, Workload::Backends, Workload::LargeRead];
 
     /// The workload's name (and result file stem).
     pub fn name(self) -> &'static str {
@@ -42,6 +45,7 @@ impl Workload {
             Workload::AccessPatterns => "access-patterns",
             Workload::ControlPath => "control-path",
             Workload::Backends => "backends",
+            Workload::LargeRead => "large-read",
         }
     }
 }
@@ -54,7 +58,7 @@ impl fmt::Display for Workload {
 
 /// An unknown workload name.
 #[derive(Debug, Clone, thiserror::Error)]
-#[error("unknown workload {0:?}: expected one of access-patterns, control-path, backends")]
+#[error("unknown workload {0:?}: expected one of access-patterns, control-path, backends, large-read")]
 pub struct UnknownWorkload(pub String);
 
 impl FromStr for Workload {
@@ -110,5 +114,6 @@ pub fn run(workload: Workload, options: &BenchOptions) -> Result<Report, BenchEr
         Workload::AccessPatterns => workloads::access_patterns::run(options),
         Workload::ControlPath => workloads::control_path::run(options),
         Workload::Backends => workloads::backends::run(options),
+        Workload::LargeRead => workloads::large_read::run(options),
     }
 }

@@ -5,6 +5,7 @@
 //! `anyhow` is used.
 
 mod cmd;
+mod daemon;
 mod units;
 
 use std::process::ExitCode;
@@ -56,6 +57,55 @@ enum Command {
     /// (drop_caches); without it the workload's files are evicted instead and
     /// the report says so.
     Bench(cmd::bench::Args),
+    /// Run the service: observe (eBPF), take hints on the hint socket, run
+    /// the policies, prefetch, answer `stat`/`top` on the control socket.
+    ///
+    /// Configuration: /etc/predictio/predictio.toml (every key optional; see
+    /// dist/predictio.toml). A systemd unit is in dist/predictio.service.
+    Daemon(cmd::daemon::Args),
+    /// Run a command with predictio in-process, following its whole process
+    /// tree (no daemon needed), and print what was prefetched, hit and wasted.
+    ///
+    /// The command finds a private hint socket in PREDICTIO_HINT_SOCK.
+    ///
+    /// Example:
+    ///   predictio run -- cat big.file
+    Run(cmd::run::Args),
+    /// Show the daemon's counters per policy and per file.
+    Stat(cmd::stat::Args),
+    /// A live view of the daemon: issued, hits, waste and drops per second,
+    /// per policy and per file.
+    Top(cmd::top::Args),
+    /// Print observed events (reads, faults, misses, evictions, exec, fork,
+    /// exit) of a command's process tree, a pid, or everything.
+    ///
+    /// Examples:
+    ///   predictio trace -- cat big.file
+    ///   predictio trace --all --kind miss --duration 5
+    Trace(cmd::trace::Args),
+    /// Show a GGUF or safetensors model's layout and its prefetch plan.
+    ///
+    /// Parses only the header: tensors, their byte ranges, per-layer byte
+    /// ranges, and the ranges in the order a loader touches them, coalesced.
+    ///
+    /// Examples:
+    ///   predictio model llama-7b.Q4_0.gguf
+    ///   predictio model model.safetensors --order llama-cpp-read --json
+    Model(cmd::model::Args),
+    /// Read a large range of a file fast: chunks read in parallel (io_uring
+    /// buffered reads, --depth in flight) straight into memory.
+    ///
+    /// Examples:
+    ///   predictio read model.gguf
+    ///   predictio read big.dat --offset 1G --len 128M --depth 32 -o part.bin
+    ///   predictio read big.dat -o - | sha256sum
+    Read(cmd::read::Args),
+    /// Ask the daemon to prefetch ranges of a file, through the hint socket
+    /// (the file is opened with your rights and passed by descriptor).
+    ///
+    /// Example:
+    ///   predictio hint big.db --range 0..64M
+    Hint(cmd::hint::Args),
 }
 
 fn main() -> ExitCode {
@@ -66,6 +116,14 @@ fn main() -> ExitCode {
         Command::Residency(args) => cmd::residency::run(args),
         Command::Evict(args) => cmd::evict::run(args),
         Command::Bench(args) => cmd::bench::run(args),
+        Command::Daemon(args) => cmd::daemon::run(args),
+        Command::Run(args) => cmd::run::run(args),
+        Command::Stat(args) => cmd::stat::run(args),
+        Command::Top(args) => cmd::top::run(args),
+        Command::Trace(args) => cmd::trace::run(args),
+        Command::Model(args) => cmd::model::run(args),
+        Command::Read(args) => cmd::read::run(args),
+        Command::Hint(args) => cmd::hint::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

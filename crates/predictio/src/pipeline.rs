@@ -33,7 +33,7 @@ pub struct Incoming {
 }
 
 /// Counters of the pipeline.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct PipelineStats {
     /// Events accepted onto the queue.
     pub queued: u64,

@@ -235,6 +235,10 @@ pub fn run(options: &BenchOptions) -> Result<Report, BenchError> {
     );
     c.extra.insert("samples".into(), rates.into());
     cases.push(c);
+    h.say("event path: eBPF, traced reader, latency, hints");
+    warm(&path)?;
+    let (event_cases, event_notes) = super::event_path::cases(&options.dir, &path, reps, options.quick);
+    cases.extend(event_cases);
     h.finish();
 
     Ok(Report {
@@ -251,6 +255,9 @@ pub fn run(options: &BenchOptions) -> Result<Report, BenchError> {
         notes: vec![
             "executor figures: Engine::execute wall time over requests of 4,096 pages each (ranges shuffled), divided by the pages skipped or issued; includes fstat, cachestat, mincore, the in-flight table, coalescing and accounting; excludes device time (the backend counts instead of reading)".into(),
             "dispatch: one policy subscribed to PageAccess doing per-file run detection, one policy subscribed to another kind (never called)".into(),
-        ],
+        ]
+        .into_iter()
+        .chain(event_notes)
+        .collect(),
     })
 }

@@ -3,3 +3,5 @@
 pub mod access_patterns;
 pub mod backends;
 pub mod control_path;
+pub mod event_path;
+pub mod large_read;

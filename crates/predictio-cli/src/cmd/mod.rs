@@ -1,9 +1,17 @@
 //! One module per subcommand.
 
 pub mod bench;
+pub mod daemon;
 pub mod evict;
+pub mod hint;
+pub mod model;
 pub mod prefetch;
+pub mod read;
 pub mod residency;
+pub mod run;
+pub mod stat;
+pub mod top;
+pub mod trace;
 
 use anyhow::{Context, Result, bail};
 use predictio::FileRef;

@@ -6,6 +6,8 @@
 //! - `cachestat(2)`, `mincore(2)`, `posix_fadvise(2)`, `readahead(2)`,
 //!   `madvise(2)`, `lseek(2)` (`SEEK_DATA`/`SEEK_HOLE`), `mmap(2)`.
 
+pub mod bigread;
+pub mod socket;
 pub mod uring;
 
 use std::fs::File;

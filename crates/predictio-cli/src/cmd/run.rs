@@ -1,0 +1,133 @@
+//! `predictio run -- CMD`: the runtime in-process for one command's process
+//! tree — no daemon needed. Kernel observation follows CMD and everything it
+//! forks; a private hint socket is handed to CMD in `PREDICTIO_HINT_SOCK`;
+//! the policies run; at the end the counters are printed.
+
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use predictio::Executor;
+use predictio::executor::{ExecutorConfig, Limits};
+use predictio::pipeline::Pipeline;
+
+use crate::daemon::sources::{HintSource, observer_or_note};
+use crate::daemon::status::Status;
+
+/// Arguments of `run`.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Policies to run (repeatable). Default: every policy predictio ships.
+    #[arg(long = "policy", value_name = "POLICY")]
+    policies: Vec<String>,
+    /// Print the counters as JSON (to stderr) at the end.
+    #[arg(long)]
+    json: bool,
+    /// Print nothing of our own.
+    #[arg(short, long)]
+    quiet: bool,
+    /// The command and its arguments.
+    #[arg(last = true, required = true)]
+    command: Vec<String>,
+}
+
+/// Runs `run`; exits with the command's exit code.
+pub fn run(args: Args) -> Result<()> {
+    let names: Vec<String> = if args.policies.is_empty() {
+        predictio::policies::NAMES.iter().map(|s| s.to_string()).collect()
+    } else {
+        args.policies.clone()
+    };
+    let mut policies = Vec::new();
+    for name in &names {
+        policies.push(
+            predictio::policies::by_name(name).with_context(|| {
+                format!("unknown policy {name:?}; known: {}", predictio::policies::NAMES.join(", "))
+            })?,
+        );
+    }
+    let config =
+        ExecutorConfig { limits: Limits { track_hits: true, ..Limits::default() }, ..ExecutorConfig::default() };
+    let executor = Arc::new(Executor::new(config).context("starting the executor")?);
+    let pipeline = Pipeline::start(Arc::clone(&executor), policies, 1 << 16)?;
+    let sender = pipeline.sender();
+
+    let socket_dir = tempfile::Builder::new().prefix("predictio-run").tempdir().context("temporary directory")?;
+    let socket = socket_dir.path().join("hint.sock");
+    let hints = HintSource::start_private(&socket, sender.clone())?;
+
+    let (mut observer, note) = observer_or_note(false);
+    let me = std::process::id();
+    let start = Instant::now();
+    let mut cmd = Command::new(&args.command[0]);
+    cmd.args(&args.command[1..]).env("PREDICTIO_HINT_SOCK", &socket);
+    let spawned = match observer.as_mut() {
+        Some(obs) => {
+            // Follow ourselves across the fork so the child is followed from
+            // its first instruction; our own events are dropped below.
+            obs.follow(me).context("following the command")?;
+            let spawned = cmd.spawn();
+            let _ = obs.unfollow(me);
+            spawned
+        }
+        None => cmd.spawn(),
+    };
+    let mut child = spawned.with_context(|| format!("starting {}", args.command[0]))?;
+    let mut forward = |event: predictio::Event| {
+        let own = matches!(event, predictio::Event::PageAccess { pid, .. } | predictio::Event::PageMiss { pid, .. } if pid == me);
+        if !own {
+            sender.send(event, None);
+        }
+    };
+    let status = loop {
+        match observer.as_mut() {
+            Some(obs) => {
+                obs.poll(obs.poll_interval().max(Duration::from_millis(1)), &mut forward)?;
+            }
+            None => std::thread::sleep(Duration::from_millis(5)),
+        }
+        if let Some(status) = child.try_wait()? {
+            if let Some(obs) = observer.as_mut() {
+                obs.drain(&mut forward);
+            }
+            break status;
+        }
+    };
+    let elapsed = start.elapsed();
+    pipeline.flush(Duration::from_secs(2));
+    executor.wait_idle(Duration::from_secs(5));
+
+    if !args.quiet {
+        let report = Status {
+            version: env!("CARGO_PKG_VERSION").into(),
+            pid: me,
+            uptime_s: elapsed.as_secs_f64(),
+            backend: executor.backend().to_string(),
+            fallback: executor.fallback_reason().map(str::to_owned),
+            source: observer.as_ref().map_or("none", |o| o.source_name()).into(),
+            source_note: note,
+            policies: names,
+            executor: executor.stats(),
+            pipeline: pipeline.stats(),
+            hints: hints.stats_json(),
+            observer: observer.as_ref().map_or(serde_json::Value::Null, |o| {
+                serde_json::to_value(crate::daemon::sources::observer_stats_json(&o.stats())).unwrap_or_default()
+            }),
+        };
+        let mut err = std::io::stderr().lock();
+        if args.json {
+            serde_json::to_writer_pretty(&mut err, &report)?;
+            eprintln!();
+        } else {
+            eprintln!("\npredictio run: {} finished in {:.3} s ({status})", args.command[0], elapsed.as_secs_f64());
+            super::stat::write_text(&mut err, &report, 5)?;
+        }
+    }
+    drop(hints);
+    match status.code() {
+        Some(0) => Ok(()),
+        Some(code) => std::process::exit(code),
+        None => bail!("{} was killed ({status})", args.command[0]),
+    }
+}

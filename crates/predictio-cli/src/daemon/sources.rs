@@ -1,0 +1,209 @@
+//! Event sources of the daemon and of `run`: the hint socket and eBPF
+//! observation, each on its own thread, each feeding the pipeline through a
+//! non-blocking [`EventSender`].
+
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use predictio::hints::{HintConfig, HintServer, HintStats};
+use predictio::pipeline::EventSender;
+use predictio_bpf::{Observer, ObserverConfig, ObserverStats};
+
+use super::config::Config;
+
+/// The hint server on its own thread.
+pub struct HintSource {
+    stats: Arc<Mutex<HintStats>>,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl HintSource {
+    /// Serves `config`, sending every hint (with its file) to `sender`.
+    pub fn start(config: HintConfig, sender: EventSender) -> Result<Self> {
+        let path = config.path.clone();
+        let mut server = HintServer::bind(config).with_context(|| format!("binding {}", path.display()))?;
+        let stats = Arc::new(Mutex::new(server.stats()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (shared, flag) = (Arc::clone(&stats), Arc::clone(&stop));
+        let thread = std::thread::Builder::new().name("predictio-hints".into()).spawn(move || {
+            let mut forward = |hint: predictio::hints::Hint| {
+                sender.send(hint.event, Some(hint.file));
+            };
+            while !flag.load(Ordering::Relaxed) {
+                if let Err(err) = server.recv(Some(Duration::from_millis(50)), &mut forward) {
+                    tracing::warn!(%err, "hint socket");
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                *shared.lock().unwrap_or_else(|e| e.into_inner()) = server.stats();
+            }
+        })?;
+        Ok(Self { stats, stop, thread: Some(thread) })
+    }
+
+    /// A server for one `predictio run`: a private socket, no rate limits
+    /// (only the command's own tree knows where it is).
+    pub fn start_private(path: &Path, sender: EventSender) -> Result<Self> {
+        Self::start(HintConfig::at(path).unlimited(), sender)
+    }
+
+    /// The server's counters as JSON.
+    pub fn stats_json(&self) -> serde_json::Value {
+        hint_stats_json(&self.stats.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+}
+
+impl Drop for HintSource {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Hint-server counters as JSON.
+pub fn hint_stats_json(s: &HintStats) -> serde_json::Value {
+    serde_json::json!({
+        "datagrams": s.datagrams, "frames": s.frames, "accepted": s.accepted, "hints": s.hints,
+        "rejected": s.rejected_total(), "rate_limited": s.rate_limited, "volume_limited": s.volume_limited,
+        "descriptors_closed": s.descriptors_closed, "clients": s.clients, "handles": s.handles,
+    })
+}
+
+/// Observer counters as JSON.
+pub fn observer_stats_json(s: &ObserverStats) -> serde_json::Value {
+    serde_json::json!({
+        "records": s.records, "events": s.events, "lost": s.lost, "malformed": s.malformed,
+        "reads": s.reads, "faults": s.faults, "map_pages": s.map_pages, "misses": s.misses,
+        "evictions": s.evictions, "execs": s.execs, "forks": s.forks, "exits": s.exits,
+    })
+}
+
+/// Loads the eBPF observer, or says why not (and the caller runs without
+/// observation: hints still work).
+pub fn observer_or_note(follow_all: bool) -> (Option<Observer>, Option<String>) {
+    if let Err(why) = predictio_bpf::available() {
+        let note = format!("eBPF observation not built in ({why}); running on hints only");
+        tracing::warn!("{note}");
+        return (None, Some(note));
+    }
+    let config = ObserverConfig { follow_all, evictions_any_process: follow_all, ..ObserverConfig::default() };
+    match Observer::load(config) {
+        Ok(observer) => (Some(observer), None),
+        Err(err) => {
+            let note = format!("eBPF observation unavailable ({err}); running on hints only");
+            tracing::warn!("{note}");
+            (None, Some(note))
+        }
+    }
+}
+
+/// The daemon's sources.
+pub struct Sources {
+    hints: Option<HintSource>,
+    observer_stats: Arc<Mutex<Option<ObserverStats>>>,
+    observer_thread: Option<JoinHandle<()>>,
+    source: &'static str,
+    note: Option<String>,
+    stop: Arc<AtomicBool>,
+}
+
+impl Sources {
+    /// Starts what `config` asks for. Observation that cannot start is a
+    /// warning (the daemon says which source it runs on), unless the
+    /// configuration demands eBPF.
+    pub fn start(config: &Config, sender: EventSender, stop: Arc<AtomicBool>) -> Result<Self> {
+        let hints = if config.hints.enabled {
+            let h = &config.hints;
+            let hint_config = HintConfig {
+                max_clients: h.max_clients,
+                max_handles_per_client: h.max_handles_per_client,
+                frames_per_sec: h.frames_per_sec,
+                frame_burst: h.frames_per_sec.saturating_mul(2),
+                bytes_per_sec: h.mib_per_sec << 20,
+                byte_burst: (h.mib_per_sec << 20).saturating_mul(4),
+                ..HintConfig::at(&h.socket)
+            };
+            Some(HintSource::start(hint_config, sender.clone())?)
+        } else {
+            None
+        };
+        let observer_stats = Arc::new(Mutex::new(None));
+        let (mut source, mut note, mut observer_thread) = ("none", None, None);
+        if config.observe.source != "none" {
+            let (observer, why) = observer_or_note(true);
+            match observer {
+                Some(mut observer) => {
+                    source = observer.source_name();
+                    let poll = Duration::from_millis(config.observe.poll_ms.max(1));
+                    let (shared, flag) = (Arc::clone(&observer_stats), Arc::clone(&stop));
+                    let me = std::process::id();
+                    observer_thread =
+                        Some(std::thread::Builder::new().name("predictio-observe".into()).spawn(move || {
+                            let mut forward = |event: predictio::Event| {
+                                // Our own prefetching is not the workload.
+                                let own = matches!(event,
+                                    predictio::Event::PageAccess { pid, .. }
+                                    | predictio::Event::PageMiss { pid, .. } if pid == me);
+                                if !own {
+                                    sender.send(event, None);
+                                }
+                            };
+                            while !flag.load(Ordering::Relaxed) {
+                                if let Err(err) = observer.poll(poll, &mut forward) {
+                                    tracing::warn!(%err, "observation");
+                                    std::thread::sleep(Duration::from_millis(100));
+                                }
+                                *shared.lock().unwrap_or_else(|e| e.into_inner()) = Some(observer.stats());
+                            }
+                        })?);
+                }
+                None if config.observe.source == "ebpf" => {
+                    anyhow::bail!("{}", why.unwrap_or_else(|| "eBPF observation unavailable".into()))
+                }
+                None => note = why,
+            }
+        } else {
+            note = Some("observation disabled by configuration (observe.source = \"none\")".into());
+        }
+        Ok(Self { hints, observer_stats, observer_thread, source, note, stop })
+    }
+
+    /// "ebpf" or "none".
+    pub fn source_name(&self) -> &'static str {
+        self.source
+    }
+
+    /// Why observation runs on a fallback or not at all.
+    pub fn source_note(&self) -> Option<String> {
+        self.note.clone()
+    }
+
+    /// Hint-server counters as JSON (null when hints are off).
+    pub fn hint_stats(&self) -> serde_json::Value {
+        self.hints.as_ref().map_or(serde_json::Value::Null, HintSource::stats_json)
+    }
+
+    /// Observer counters as JSON (null without observation).
+    pub fn observer_stats(&self) -> serde_json::Value {
+        self.observer_stats
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .map_or(serde_json::Value::Null, observer_stats_json)
+    }
+
+    /// Stops every source thread.
+    pub fn stop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.observer_thread.take() {
+            let _ = t.join();
+        }
+        self.hints = None;
+    }
+}

@@ -1,0 +1,50 @@
+//! The daemon's status document: what `predictio stat` and `top` show and the
+//! metrics endpoint exports.
+
+use predictio::accounting::{Counters, Stats};
+use predictio::pipeline::PipelineStats;
+use serde::{Deserialize, Serialize};
+
+/// Everything the daemon reports.
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+pub struct Status {
+    /// predictio's version.
+    pub version: String,
+    /// The daemon's pid.
+    pub pid: u32,
+    /// Seconds since start.
+    pub uptime_s: f64,
+    /// The executor's backend.
+    pub backend: String,
+    /// Why the configured backend was replaced, if it was.
+    pub fallback: Option<String>,
+    /// The observation source in use: "ebpf", "fanotify" or "none".
+    pub source: String,
+    /// Why observation runs on a fallback or not at all.
+    pub source_note: Option<String>,
+    /// Running policies.
+    pub policies: Vec<String>,
+    /// Executor accounting: total, per origin, per file.
+    pub executor: Stats,
+    /// The event pipeline.
+    pub pipeline: PipelineStats,
+    /// The hint server's counters (free-form: the server's own schema).
+    pub hints: serde_json::Value,
+    /// The observer's counters (free-form).
+    pub observer: serde_json::Value,
+}
+
+/// The counters worth a line of their own, in display order.
+pub fn headline(c: &Counters) -> [(&'static str, u64); 9] {
+    [
+        ("requested_pages", c.requested_pages),
+        ("skipped_resident_pages", c.skipped_resident_pages),
+        ("skipped_inflight_pages", c.skipped_inflight_pages),
+        ("issued_pages", c.issued_pages),
+        ("completed_pages", c.completed_pages),
+        ("hit_pages", c.hit_pages),
+        ("wasted_pages", c.wasted_pages),
+        ("dropped_pages", c.dropped_pages),
+        ("errors", c.errors),
+    ]
+}
