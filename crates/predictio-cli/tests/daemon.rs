@@ -240,3 +240,26 @@ fn trace_prints_a_commands_reads() {
     let top = reads.iter().filter_map(|e| e["end"].as_u64()).max().expect("end");
     assert!(top >= 512, "reads reach the end of the 2 MiB file (page {top})");
 }
+
+#[test]
+fn the_daemon_runs_on_fanotify_when_asked_and_says_so() {
+    if !is_root() && skip("needs root for fanotify") {
+        return;
+    }
+    let dir = disk_dir();
+    let file = dir.path().join("data");
+    data(&file, 1);
+    let port = 40000 + (std::process::id() % 20000) as u16;
+    let daemon = start_daemon(dir.path(), port, "fanotify");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        std::fs::read(&file).expect("read");
+        let s = status(&daemon);
+        assert_eq!(s["source"], "fanotify", "{s}");
+        if s["observer"]["opens"].as_u64().unwrap_or(0) > 0 && s["pipeline"]["dispatched"].as_u64().unwrap_or(0) > 0 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no open events reached the pipeline: {s}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}

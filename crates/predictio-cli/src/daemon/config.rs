@@ -144,8 +144,10 @@ impl Default for HintsSection {
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct ObserveSection {
-    /// auto | ebpf | none
+    /// auto (eBPF, else fanotify, else hints only) | ebpf | fanotify | none
     pub source: String,
+    /// Mounts fanotify watches when it is the source (opens and execs).
+    pub fanotify_mounts: Vec<std::path::PathBuf>,
     /// How long the event source may sit on events before handing them over,
     /// ms (the notification-latency bound).
     pub poll_ms: u64,
@@ -153,7 +155,7 @@ pub struct ObserveSection {
 
 impl Default for ObserveSection {
     fn default() -> Self {
-        Self { source: "auto".into(), poll_ms: 2 }
+        Self { source: "auto".into(), poll_ms: 2, fanotify_mounts: vec!["/".into()] }
     }
 }
 
@@ -210,8 +212,8 @@ impl Config {
                 bail!("unknown policy {name:?}; known: {}", predictio::policies::NAMES.join(", "));
             }
         }
-        if !["auto", "ebpf", "none"].contains(&self.observe.source.as_str()) {
-            bail!("observe.source must be auto, ebpf or none, not {:?}", self.observe.source);
+        if !["auto", "ebpf", "fanotify", "none"].contains(&self.observe.source.as_str()) {
+            bail!("observe.source must be auto, ebpf, fanotify or none, not {:?}", self.observe.source);
         }
         if self.executor.max_io_kib < 4
             || self.executor.max_io_kib > 256 * 1024

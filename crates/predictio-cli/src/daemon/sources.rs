@@ -11,6 +11,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use predictio::hints::{HintConfig, HintServer, HintStats};
 use predictio::pipeline::EventSender;
+use predictio_bpf::fallback::{FanotifyConfig, FanotifyObserver};
 use predictio_bpf::{Observer, ObserverConfig, ObserverStats};
 
 use super::config::Config;
@@ -103,10 +104,50 @@ pub fn observer_or_note(follow_all: bool) -> (Option<Observer>, Option<String>) 
     }
 }
 
+/// A running kernel event source.
+enum Kernel {
+    Ebpf(Box<Observer>),
+    Fanotify(FanotifyObserver),
+}
+
+impl Kernel {
+    fn name(&self) -> &'static str {
+        match self {
+            Kernel::Ebpf(o) => o.source_name(),
+            Kernel::Fanotify(o) => o.source_name(),
+        }
+    }
+
+    fn poll(&mut self, timeout: Duration, on_event: &mut impl FnMut(predictio::Event)) -> Result<usize, String> {
+        match self {
+            Kernel::Ebpf(o) => o.poll(timeout, on_event).map_err(|e| e.to_string()),
+            Kernel::Fanotify(o) => o.poll(timeout, on_event).map_err(|e| e.to_string()),
+        }
+    }
+
+    fn stats_json(&self) -> serde_json::Value {
+        match self {
+            Kernel::Ebpf(o) => observer_stats_json(&o.stats()),
+            Kernel::Fanotify(o) => {
+                let s = o.stats();
+                serde_json::json!({
+                    "events": s.events, "opens": s.opens, "execs": s.execs,
+                    "overflows": s.overflows, "skipped": s.skipped,
+                })
+            }
+        }
+    }
+}
+
+fn start_fanotify(config: &Config) -> Result<Kernel, predictio_bpf::fallback::FanotifyError> {
+    let mounts = config.observe.fanotify_mounts.clone();
+    FanotifyObserver::new(&FanotifyConfig { mounts, whole_filesystems: true }).map(Kernel::Fanotify)
+}
+
 /// The daemon's sources.
 pub struct Sources {
     hints: Option<HintSource>,
-    observer_stats: Arc<Mutex<Option<ObserverStats>>>,
+    observer_stats: Arc<Mutex<serde_json::Value>>,
     observer_thread: Option<JoinHandle<()>>,
     source: &'static str,
     note: Option<String>,
@@ -133,13 +174,36 @@ impl Sources {
         } else {
             None
         };
-        let observer_stats = Arc::new(Mutex::new(None));
+        let observer_stats = Arc::new(Mutex::new(serde_json::Value::Null));
         let (mut source, mut note, mut observer_thread) = ("none", None, None);
-        if config.observe.source != "none" {
-            let (observer, why) = observer_or_note(true);
-            match observer {
-                Some(mut observer) => {
-                    source = observer.source_name();
+        let wanted = config.observe.source.as_str();
+        if wanted == "none" {
+            note = Some("observation disabled by configuration (observe.source = \"none\")".into());
+        } else {
+            let kernel = match wanted {
+                "fanotify" => start_fanotify(config).map_err(|e| format!("fanotify: {e}")),
+                _ => {
+                    let (observer, why) = observer_or_note(true);
+                    match observer {
+                        Some(o) => Ok(Kernel::Ebpf(Box::new(o))),
+                        None if wanted == "ebpf" => {
+                            anyhow::bail!("{}", why.unwrap_or_else(|| "eBPF observation unavailable".into()))
+                        }
+                        None => {
+                            let why = why.unwrap_or_default();
+                            start_fanotify(config)
+                                .map(|f| {
+                                    note = Some(format!("{why}; falling back to fanotify (opens and execs only)"));
+                                    f
+                                })
+                                .map_err(|e| format!("{why}; fanotify fallback failed too: {e}"))
+                        }
+                    }
+                }
+            };
+            match kernel {
+                Ok(mut kernel) => {
+                    source = kernel.name();
                     let poll = Duration::from_millis(config.observe.poll_ms.max(1));
                     let (shared, flag) = (Arc::clone(&observer_stats), Arc::clone(&stop));
                     let me = std::process::id();
@@ -149,32 +213,32 @@ impl Sources {
                                 // Our own prefetching is not the workload.
                                 let own = matches!(event,
                                     predictio::Event::PageAccess { pid, .. }
-                                    | predictio::Event::PageMiss { pid, .. } if pid == me);
+                                    | predictio::Event::PageMiss { pid, .. }
+                                    | predictio::Event::FileOpen { pid, .. } if pid == me);
                                 if !own {
                                     sender.send(event, None);
                                 }
                             };
                             while !flag.load(Ordering::Relaxed) {
-                                if let Err(err) = observer.poll(poll, &mut forward) {
+                                if let Err(err) = kernel.poll(poll, &mut forward) {
                                     tracing::warn!(%err, "observation");
                                     std::thread::sleep(Duration::from_millis(100));
                                 }
-                                *shared.lock().unwrap_or_else(|e| e.into_inner()) = Some(observer.stats());
+                                *shared.lock().unwrap_or_else(|e| e.into_inner()) = kernel.stats_json();
                             }
                         })?);
                 }
-                None if config.observe.source == "ebpf" => {
-                    anyhow::bail!("{}", why.unwrap_or_else(|| "eBPF observation unavailable".into()))
+                Err(why) if wanted == "fanotify" => anyhow::bail!("{why}"),
+                Err(why) => {
+                    tracing::warn!("{why}; running on hints only");
+                    note = Some(format!("{why}; running on hints only"));
                 }
-                None => note = why,
             }
-        } else {
-            note = Some("observation disabled by configuration (observe.source = \"none\")".into());
         }
         Ok(Self { hints, observer_stats, observer_thread, source, note, stop })
     }
 
-    /// "ebpf" or "none".
+    /// "ebpf", "fanotify" or "none".
     pub fn source_name(&self) -> &'static str {
         self.source
     }
@@ -191,11 +255,7 @@ impl Sources {
 
     /// Observer counters as JSON (null without observation).
     pub fn observer_stats(&self) -> serde_json::Value {
-        self.observer_stats
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .as_ref()
-            .map_or(serde_json::Value::Null, observer_stats_json)
+        self.observer_stats.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     /// Stops every source thread.
