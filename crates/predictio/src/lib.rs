@@ -27,6 +27,7 @@ pub mod policies;
 pub mod policy;
 pub mod pressure;
 pub mod request;
+pub mod resolve;
 pub mod runtime;
 #[allow(unsafe_code)]
 pub mod sys;

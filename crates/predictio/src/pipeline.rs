@@ -20,6 +20,7 @@ use crate::executor::Executor;
 use crate::file::FileRef;
 use crate::page::PageRange;
 use crate::policy::Policy;
+use crate::resolve::{Resolver, ResolverConfig};
 use crate::runtime::{Runtime, RuntimeStats};
 
 /// One item on the queue: an event, with the descriptor of its file when the
@@ -45,6 +46,13 @@ pub struct PipelineStats {
     pub requests: u64,
     /// Requests the executor refused (full, nonsense).
     pub refused: u64,
+    /// Observed files resolved to a held descriptor (see [`crate::resolve`]).
+    #[serde(default)]
+    pub resolved: u64,
+    /// Lookups of observed files that found no descriptor (or were skipped
+    /// by the resolver's bounds).
+    #[serde(default)]
+    pub unresolved: u64,
 }
 
 #[derive(Default)]
@@ -54,6 +62,8 @@ struct Counters {
     dispatched: AtomicU64,
     requests: AtomicU64,
     refused: AtomicU64,
+    resolved: AtomicU64,
+    unresolved: AtomicU64,
 }
 
 struct Shared {
@@ -108,6 +118,19 @@ impl Pipeline {
     /// Starts a dispatcher thread running `policies` over `executor`, with a
     /// queue of `capacity` events.
     pub fn start(executor: Arc<Executor>, policies: Vec<Box<dyn Policy>>, capacity: usize) -> std::io::Result<Self> {
+        Self::start_with(executor, policies, capacity, None)
+    }
+
+    /// Like [`Self::start`], and when `resolve` is set, finds descriptors for
+    /// files that kernel observation reports (through the process that
+    /// touched them, see [`crate::resolve`]) so that policies can request
+    /// them. For the daemon and `predictio run`.
+    pub fn start_with(
+        executor: Arc<Executor>,
+        policies: Vec<Box<dyn Policy>>,
+        capacity: usize,
+        resolve: Option<ResolverConfig>,
+    ) -> std::io::Result<Self> {
         let shared = Arc::new(Shared {
             queue: ArrayQueue::new(capacity.max(1)),
             counters: Counters::default(),
@@ -122,7 +145,7 @@ impl Pipeline {
         let worker_executor = Arc::clone(&executor);
         let dispatcher = thread::Builder::new()
             .name("predictio-dispatch".into())
-            .spawn(move || dispatch_loop(worker_shared, runtime, worker_executor))?;
+            .spawn(move || dispatch_loop(worker_shared, runtime, worker_executor, resolve.map(Resolver::new)))?;
         let sender = EventSender { shared: Arc::clone(&shared), dispatcher: dispatcher.thread().clone() };
         Ok(Self { shared, executor, dispatcher: Some(dispatcher), sender, policies: names })
     }
@@ -151,6 +174,8 @@ impl Pipeline {
             dispatched: c.dispatched.load(Ordering::Relaxed),
             requests: c.requests.load(Ordering::Relaxed),
             refused: c.refused.load(Ordering::Relaxed),
+            resolved: c.resolved.load(Ordering::Relaxed),
+            unresolved: c.unresolved.load(Ordering::Relaxed),
         }
     }
 
@@ -188,7 +213,18 @@ fn feed_accounting(executor: &Executor, event: &Event) {
     }
 }
 
-fn dispatch_loop(shared: Arc<Shared>, mut runtime: Runtime, executor: Arc<Executor>) {
+/// The process and file of an observed event, when it has both.
+fn observed(event: &Event) -> Option<(u32, crate::file::FileId)> {
+    match event {
+        Event::PageAccess { pid, file, .. } | Event::PageMiss { pid, file, .. } | Event::FileOpen { pid, file, .. } => {
+            Some((*pid, *file))
+        }
+        Event::Exec { pid, exe, .. } => Some((*pid, *exe)),
+        _ => None,
+    }
+}
+
+fn dispatch_loop(shared: Arc<Shared>, mut runtime: Runtime, executor: Arc<Executor>, mut resolver: Option<Resolver>) {
     let mut last = RuntimeStats::default();
     loop {
         let mut any = false;
@@ -196,6 +232,20 @@ fn dispatch_loop(shared: Arc<Shared>, mut runtime: Runtime, executor: Arc<Execut
             any = true;
             if let Some(file) = incoming.file {
                 runtime.hold_file(file);
+            } else if let Some(resolver) = resolver.as_mut()
+                && let Some((pid, id)) = observed(&incoming.event)
+                && runtime.wants(incoming.event.kind())
+                && runtime.files().get(id).is_none()
+            {
+                match resolver.resolve(pid, id) {
+                    Some(file) => {
+                        runtime.hold_file(file);
+                        shared.counters.resolved.fetch_add(1, Ordering::Relaxed);
+                    }
+                    None => {
+                        shared.counters.unresolved.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
             }
             feed_accounting(&executor, &incoming.event);
             runtime.dispatch(&incoming.event);

@@ -19,16 +19,32 @@ use crate::request::{Request, Urgency};
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, Default, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
 pub struct PolicyId(pub u16);
 
-/// The files the runtime holds descriptors for, by identity.
+/// Descriptors a [`FileTable`] holds before it lets go of the oldest.
+pub const MAX_HELD_FILES: usize = 8192;
+
+/// The files the runtime holds descriptors for, by identity. Bounded: past
+/// [`MAX_HELD_FILES`] the longest-held descriptor is closed.
 #[derive(Default, Debug)]
 pub struct FileTable {
     files: HashMap<FileId, FileRef>,
+    order: std::collections::VecDeque<FileId>,
 }
 
 impl FileTable {
     /// Holds `file` (replacing any earlier descriptor of the same file).
     pub fn insert(&mut self, file: FileRef) {
-        self.files.insert(file.id(), file);
+        let id = file.id();
+        if self.files.insert(id, file).is_none() {
+            self.order.push_back(id);
+            while self.files.len() > MAX_HELD_FILES {
+                match self.order.pop_front() {
+                    Some(old) => {
+                        self.files.remove(&old);
+                    }
+                    None => break,
+                }
+            }
+        }
     }
 
     /// The held descriptor of `id`, if any.
@@ -38,7 +54,11 @@ impl FileTable {
 
     /// Stops holding `id`.
     pub fn remove(&mut self, id: FileId) -> Option<FileRef> {
-        self.files.remove(&id)
+        let removed = self.files.remove(&id);
+        if removed.is_some() {
+            self.order.retain(|o| *o != id);
+        }
+        removed
     }
 
     /// Number of files held.

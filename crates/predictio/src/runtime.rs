@@ -94,6 +94,11 @@ impl Runtime {
         self.files.insert(file);
     }
 
+    /// Whether any policy wants events of `kind`.
+    pub fn wants(&self, kind: EventKind) -> bool {
+        !self.by_kind[kind as usize].is_empty()
+    }
+
     /// The held files.
     pub fn files(&self) -> &FileTable {
         &self.files

@@ -77,3 +77,68 @@ fn a_slow_policy_makes_the_queue_drop_not_block() {
     assert!(refused > 9_000, "most events dropped: {refused}");
     assert_eq!(pipeline.stats().dropped, refused);
 }
+
+/// Requests the page after every observed read: enough to show that an
+/// observed file (no descriptor came with the event) becomes requestable.
+struct NextPage;
+
+impl Policy for NextPage {
+    fn name(&self) -> &str {
+        "next-page"
+    }
+    fn interests(&self) -> EventKinds {
+        EventKinds::of(&[EventKind::PageAccess])
+    }
+    fn on_event(&mut self, event: &Event, ctx: &mut PolicyContext<'_>) {
+        if let Event::PageAccess { file, pages, .. } = event {
+            ctx.request(*file, vec![PageRange::new(pages.end, pages.end + 8)], predictio::Urgency::Speculative);
+        }
+    }
+}
+
+#[test]
+fn observed_files_are_resolved_through_the_process_that_has_them_open() {
+    use std::os::unix::fs::MetadataExt;
+    let (_dir, path) = disk_file(64);
+    // This process has the file open, as an observed program would.
+    let held = std::fs::File::open(&path).expect("open");
+    let meta = held.metadata().expect("stat");
+    let id = predictio::FileId { dev: meta.dev(), ino: meta.ino() };
+    let file = FileRef::open(&path).expect("open");
+    cache::evict(&file).expect("evict");
+    let executor = Arc::new(Executor::new(ExecutorConfig::default()).expect("executor"));
+    let pipeline = Pipeline::start_with(
+        Arc::clone(&executor),
+        vec![Box::new(NextPage)],
+        1024,
+        Some(predictio::resolve::ResolverConfig::default()),
+    )
+    .expect("start");
+    let read = Event::PageAccess {
+        pid: std::process::id(),
+        file: id,
+        pages: PageRange::new(0, 1),
+        kind: AccessKind::Read,
+        time_ns: 0,
+    };
+    assert!(pipeline.sender().send(read, None));
+    assert!(pipeline.flush(Duration::from_secs(5)));
+    assert!(executor.wait_idle(Duration::from_secs(5)));
+    let stats = pipeline.stats();
+    assert_eq!((stats.resolved, stats.requests), (1, 1), "{stats:?}");
+    let up = cache::wait_resident(&file, &[PageRange::new(1, 9)], Duration::from_secs(5)).expect("mincore");
+    assert_eq!(up, 8);
+    // Without a resolver the same event requests nothing.
+    let plain = Pipeline::start(Arc::clone(&executor), vec![Box::new(NextPage)], 1024).expect("start");
+    let read = Event::PageAccess {
+        pid: std::process::id(),
+        file: id,
+        pages: PageRange::new(0, 1),
+        kind: AccessKind::Read,
+        time_ns: 0,
+    };
+    plain.sender().send(read, None);
+    assert!(plain.flush(Duration::from_secs(5)));
+    assert_eq!(plain.stats().requests, 0);
+    drop(held);
+}

@@ -52,8 +52,12 @@ pub fn run(args: Args) -> Result<()> {
         .iter()
         .map(|name| predictio::policies::by_name(name).with_context(|| format!("unknown policy {name}")))
         .collect::<Result<Vec<_>>>()?;
-    let pipeline =
-        Arc::new(Pipeline::start(Arc::clone(&executor), policies, 1 << 16).context("starting the pipeline")?);
+    // Observed files get descriptors through the processes that touch them,
+    // so that policies can act on kernel observation alone.
+    let resolve = Some(predictio::resolve::ResolverConfig::default());
+    let pipeline = Arc::new(
+        Pipeline::start_with(Arc::clone(&executor), policies, 1 << 16, resolve).context("starting the pipeline")?,
+    );
     let sources = Arc::new(Mutex::new(Sources::start(&config, pipeline.sender(), Arc::clone(&stop))?));
     let started = Instant::now();
 

@@ -50,7 +50,8 @@ pub fn run(args: Args) -> Result<()> {
     let config =
         ExecutorConfig { limits: Limits { track_hits: true, ..Limits::default() }, ..ExecutorConfig::default() };
     let executor = Arc::new(Executor::new(config).context("starting the executor")?);
-    let pipeline = Pipeline::start(Arc::clone(&executor), policies, 1 << 16)?;
+    let resolve = Some(predictio::resolve::ResolverConfig::default());
+    let pipeline = Pipeline::start_with(Arc::clone(&executor), policies, 1 << 16, resolve)?;
     let sender = pipeline.sender();
 
     let socket_dir = tempfile::Builder::new().prefix("predictio-run").tempdir().context("temporary directory")?;

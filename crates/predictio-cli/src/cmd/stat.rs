@@ -55,8 +55,8 @@ pub fn write_text(out: &mut impl Write, s: &Status, files: usize) -> std::io::Re
     let p = &s.pipeline;
     writeln!(
         out,
-        "events: {} queued, {} dropped, {} dispatched; {} requests, {} refused",
-        p.queued, p.dropped, p.dispatched, p.requests, p.refused
+        "events: {} queued, {} dropped, {} dispatched; {} requests, {} refused; observed files resolved {}, not {}",
+        p.queued, p.dropped, p.dispatched, p.requests, p.refused, p.resolved, p.unresolved
     )?;
     writeln!(out)?;
     writeln!(out, "{:<14} {}", "ORIGIN", COLUMNS)?;

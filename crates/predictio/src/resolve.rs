@@ -1,0 +1,215 @@
+//! Finding a descriptor for a file the kernel saw a process touch.
+//!
+//! Kernel observation names files by `(dev, ino)` only, and a policy can only
+//! request files the runtime holds a descriptor for. The resolver finds one
+//! through the process that touched the file: among `/proc/PID/fd/*` and
+//! `/proc/PID/map_files/*` it looks for an entry whose target has that
+//! identity and opens it (a new, read-only open file description of the very
+//! file the process has open). It never opens a path a client named, and it
+//! only runs in the daemon or `predictio run`, which observe with the
+//! privileges that eBPF needs anyway.
+//!
+//! Scanning `/proc` is not free, so the resolver is bounded: a negative cache
+//! per file, at most one scan per process per [`ResolverConfig::rescan`], and
+//! at most [`ResolverConfig::max_scans_per_sec`] scans overall. Identities
+//! seen in a scan are remembered briefly, so the next files of the same
+//! process resolve without another scan.
+
+use std::collections::HashMap;
+use std::os::unix::fs::MetadataExt;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use crate::file::{FileId, FileRef};
+
+/// Bounds of a [`Resolver`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct ResolverConfig {
+    /// How long a file that could not be resolved is not tried again.
+    pub negative_ttl: Duration,
+    /// Least time between two scans of the same process.
+    pub rescan: Duration,
+    /// Scans per second over all processes.
+    pub max_scans_per_sec: u32,
+    /// How long identities seen in a scan are remembered.
+    pub seen_ttl: Duration,
+    /// Entries kept in the caches before they are cleared.
+    pub max_entries: usize,
+}
+
+impl Default for ResolverConfig {
+    fn default() -> Self {
+        Self {
+            negative_ttl: Duration::from_secs(5),
+            rescan: Duration::from_millis(100),
+            max_scans_per_sec: 200,
+            seen_ttl: Duration::from_secs(2),
+            max_entries: 1 << 16,
+        }
+    }
+}
+
+/// Counters of a [`Resolver`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ResolverStats {
+    /// Files resolved to a held descriptor.
+    pub resolved: u64,
+    /// Lookups answered "no" from the negative cache or the rate limit.
+    pub skipped: u64,
+    /// `/proc/PID` scans made.
+    pub scans: u64,
+    /// Files not found in their process.
+    pub not_found: u64,
+}
+
+/// Resolves observed `(dev, ino)`s to descriptors through `/proc`.
+#[derive(Debug)]
+pub struct Resolver {
+    config: ResolverConfig,
+    negative: HashMap<FileId, Instant>,
+    scanned: HashMap<u32, Instant>,
+    seen: HashMap<FileId, (PathBuf, Instant)>,
+    window: (Instant, u32),
+    stats: ResolverStats,
+    proc_root: PathBuf,
+}
+
+impl Resolver {
+    /// A resolver over the real `/proc`.
+    pub fn new(config: ResolverConfig) -> Self {
+        Self::with_proc(config, "/proc")
+    }
+
+    /// A resolver over another procfs-shaped tree (tests).
+    pub fn with_proc(config: ResolverConfig, proc_root: impl Into<PathBuf>) -> Self {
+        Self {
+            config,
+            negative: HashMap::new(),
+            scanned: HashMap::new(),
+            seen: HashMap::new(),
+            window: (Instant::now(), 0),
+            stats: ResolverStats::default(),
+            proc_root: proc_root.into(),
+        }
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> ResolverStats {
+        self.stats
+    }
+
+    /// A descriptor for `file`, found through process `pid`, if it can be
+    /// found within the bounds.
+    pub fn resolve(&mut self, pid: u32, file: FileId) -> Option<FileRef> {
+        let now = Instant::now();
+        if self.negative.get(&file).is_some_and(|t| now.duration_since(*t) < self.config.negative_ttl) {
+            self.stats.skipped += 1;
+            return None;
+        }
+        if let Some(found) = self.open_seen(file, now) {
+            return Some(found);
+        }
+        let recently = self.scanned.get(&pid).is_some_and(|t| now.duration_since(*t) < self.config.rescan);
+        if recently || !self.take_scan_budget(now) {
+            self.stats.skipped += 1;
+            return None;
+        }
+        self.trim();
+        self.scanned.insert(pid, now);
+        self.scan(pid, now);
+        match self.open_seen(file, now) {
+            Some(found) => Some(found),
+            None => {
+                self.stats.not_found += 1;
+                self.negative.insert(file, now);
+                None
+            }
+        }
+    }
+
+    fn take_scan_budget(&mut self, now: Instant) -> bool {
+        if now.duration_since(self.window.0) >= Duration::from_secs(1) {
+            self.window = (now, 0);
+        }
+        if self.window.1 >= self.config.max_scans_per_sec {
+            return false;
+        }
+        self.window.1 += 1;
+        true
+    }
+
+    fn trim(&mut self) {
+        if self.negative.len() + self.scanned.len() + self.seen.len() > self.config.max_entries {
+            self.negative.clear();
+            self.scanned.clear();
+            self.seen.clear();
+        }
+    }
+
+    fn open_seen(&mut self, file: FileId, now: Instant) -> Option<FileRef> {
+        let (path, at) = self.seen.get(&file)?;
+        if now.duration_since(*at) >= self.config.seen_ttl {
+            return None;
+        }
+        match FileRef::open(path) {
+            Ok(found) if found.id() == file => {
+                self.stats.resolved += 1;
+                self.negative.remove(&file);
+                Some(found)
+            }
+            _ => {
+                self.seen.remove(&file);
+                None
+            }
+        }
+    }
+
+    /// Remembers the identity of every regular file `pid` has open or mapped.
+    fn scan(&mut self, pid: u32, now: Instant) {
+        self.stats.scans += 1;
+        for dir in ["fd", "map_files"] {
+            let Ok(entries) = std::fs::read_dir(self.proc_root.join(pid.to_string()).join(dir)) else { continue };
+            for entry in entries.flatten() {
+                let path = entry.path();
+                // metadata() follows the magic link to the file itself.
+                if let Ok(meta) = std::fs::metadata(&path)
+                    && meta.file_type().is_file()
+                {
+                    self.seen.insert(FileId { dev: meta.dev(), ino: meta.ino() }, (path, now));
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resolves_a_file_this_process_has_open() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("f");
+        std::fs::write(&path, b"hello").expect("write");
+        let held = std::fs::File::open(&path).expect("open");
+        let meta = held.metadata().expect("stat");
+        let id = FileId { dev: meta.dev(), ino: meta.ino() };
+        let mut r = Resolver::new(ResolverConfig::default());
+        let found = r.resolve(std::process::id(), id).expect("found through /proc/self/fd");
+        assert_eq!(found.id(), id);
+        assert_eq!(r.stats().resolved, 1);
+    }
+
+    #[test]
+    fn unknown_files_are_negatively_cached_and_scans_bounded() {
+        let mut r = Resolver::new(ResolverConfig { max_scans_per_sec: 2, ..ResolverConfig::default() });
+        let ghost = FileId { dev: u64::MAX, ino: 1 };
+        assert!(r.resolve(std::process::id(), ghost).is_none());
+        assert!(r.resolve(std::process::id(), ghost).is_none());
+        let s = r.stats();
+        assert_eq!((s.scans, s.not_found, s.skipped), (1, 1, 1));
+        // Other files of the same pid within `rescan` do not rescan.
+        assert!(r.resolve(std::process::id(), FileId { dev: u64::MAX, ino: 2 }).is_none());
+        assert_eq!(r.stats().scans, 1);
+    }
+}
