@@ -2,6 +2,7 @@
 //! evict → prefetch → residency on a real file, and a benchmark smoke run
 //! that must produce a well-formed result file.
 
+use predictio::testing::{is_root, skip};
 use std::fs::File;
 use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
@@ -32,22 +33,6 @@ fn succeeds(out: &Output) -> String {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "failed: {stderr}");
     String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with("Uid:")).map(|l| l.split_whitespace().nth(1) == Some("0")))
-        .unwrap_or(false)
-}
-
-#[track_caller]
-fn skip(reason: &str) -> bool {
-    if std::env::var("CI").as_deref() == Ok("true") {
-        panic!("under CI=true this test must run, but: {reason}");
-    }
-    eprintln!("skipping: {reason}");
-    true
 }
 
 fn disk_dir() -> tempfile::TempDir {

@@ -4,6 +4,7 @@
 //! eBPF needs root: outside CI those parts skip with a message, under
 //! `CI=true` they must run.
 
+use predictio::testing::{is_root, skip};
 use std::io::{Read, Write};
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
@@ -12,22 +13,6 @@ use std::time::{Duration, Instant};
 
 fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_predictio")
-}
-
-fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with("Uid:")).map(|l| l.split_whitespace().nth(1) == Some("0")))
-        .unwrap_or(false)
-}
-
-#[track_caller]
-fn skip(reason: &str) -> bool {
-    if std::env::var("CI").as_deref() == Ok("true") {
-        panic!("under CI=true this test must run, but: {reason}");
-    }
-    eprintln!("skipping: {reason}");
-    true
 }
 
 #[track_caller]

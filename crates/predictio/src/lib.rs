@@ -31,6 +31,7 @@ pub mod resolve;
 pub mod runtime;
 #[allow(unsafe_code)]
 pub mod sys;
+pub mod testing;
 
 pub use event::{Event, EventKind, EventKinds};
 pub use executor::{Executor, ExecutorConfig};

@@ -20,29 +20,13 @@ use std::time::{Duration, Instant};
 use predictio::event::Event;
 use predictio::hints::{Hint, HintConfig, HintServer, HintStats, Reject};
 use predictio::page::{ByteRange, PageRange};
+use predictio::testing::{is_root, skip};
 use predictio_client::protocol::{self, DecodeError, Frame, Handle, Kind, PageList, RangeList};
 use predictio_client::{Client, SendError};
 
 /// Environment variable that turns this test binary into the unprivileged
 /// helper client (see `helper_unprivileged_client`).
 const HELPER_ENV: &str = "PREDICTIO_HINTS_TEST_HELPER";
-
-fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with("Uid:")).map(|l| l.split_whitespace().nth(1) == Some("0")))
-        .unwrap_or(false)
-}
-
-/// Skips (returns true) with a message, or fails under CI.
-#[track_caller]
-fn skip(reason: &str) -> bool {
-    if std::env::var("CI").as_deref() == Ok("true") {
-        panic!("under CI=true this test must run, but: {reason}");
-    }
-    eprintln!("skipping: {reason}");
-    true
-}
 
 fn uid() -> u32 {
     std::fs::read_to_string("/proc/self/status")

@@ -14,6 +14,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use predictio::executor::{BackendKind, ExecutorConfig, Limits, SubmitError};
+use predictio::testing::{is_root, skip};
 use predictio::{Executor, FileRef, PAGE_SIZE, PageRange, Request, Urgency, cache};
 use proptest::prelude::*;
 
@@ -23,23 +24,6 @@ static CACHE: Mutex<()> = Mutex::new(());
 
 fn cache_lock() -> MutexGuard<'static, ()> {
     CACHE.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with("Uid:")).map(|l| l.split_whitespace().nth(1) == Some("0")))
-        .unwrap_or(false)
-}
-
-/// Skips (returns true) with a message, or fails under CI.
-#[track_caller]
-fn skip(reason: &str) -> bool {
-    if std::env::var("CI").as_deref() == Ok("true") {
-        panic!("under CI=true this test must run, but: {reason}");
-    }
-    eprintln!("skipping: {reason}");
-    true
 }
 
 /// A file of `pages` pages of deterministic bytes on a real disk (not tmpfs:

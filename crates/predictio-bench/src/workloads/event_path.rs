@@ -57,6 +57,21 @@ fn read_loop(file: &File, pages: u64, stop: &AtomicBool, reads: &AtomicU64) {
     }
 }
 
+type Readers = (Arc<AtomicBool>, Arc<AtomicU64>, Vec<std::thread::JoinHandle<()>>);
+
+/// Starts `n` reader threads over `path` until the returned flag is set.
+fn spawn_readers(path: &Path, pages: u64, n: usize) -> Result<Readers, BenchError> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let reads = Arc::new(AtomicU64::new(0));
+    let mut threads = Vec::new();
+    for _ in 0..n {
+        let file = File::open(path).doing(|| "open".into())?;
+        let (stop, reads) = (Arc::clone(&stop), Arc::clone(&reads));
+        threads.push(std::thread::spawn(move || read_loop(&file, pages, &stop, &reads)));
+    }
+    Ok((stop, reads, threads))
+}
+
 /// eBPF → pipeline throughput with `readers` reader threads for `seconds`.
 /// Returns (events/s delivered to the runtime, records lost in the kernel,
 /// events dropped by the pipeline, reads/s).
@@ -68,14 +83,7 @@ pub fn ebpf_throughput(path: &Path, readers: usize, seconds: f64) -> Result<(f64
     let sender = pipeline.sender();
     let me = std::process::id();
     observer.follow(me).map_err(bpf)?;
-    let stop = Arc::new(AtomicBool::new(false));
-    let reads = Arc::new(AtomicU64::new(0));
-    let mut threads = Vec::new();
-    for _ in 0..readers {
-        let file = File::open(path).doing(|| "open".into())?;
-        let (stop, reads) = (Arc::clone(&stop), Arc::clone(&reads));
-        threads.push(std::thread::spawn(move || read_loop(&file, pages, &stop, &reads)));
-    }
+    let (stop, reads, threads) = spawn_readers(path, pages, readers)?;
     let start = Instant::now();
     let before = observer.stats();
     let mut forward = |event: Event| {
@@ -115,14 +123,7 @@ pub fn ebpf_drain_capacity(path: &Path, fill: Duration) -> Result<(f64, u64, u64
     let sender = pipeline.sender();
     let me = std::process::id();
     observer.follow(me).map_err(bpf)?;
-    let stop = Arc::new(AtomicBool::new(false));
-    let reads = Arc::new(AtomicU64::new(0));
-    let mut threads = Vec::new();
-    for _ in 0..2 {
-        let file = File::open(path).doing(|| "open".into())?;
-        let (stop, reads) = (Arc::clone(&stop), Arc::clone(&reads));
-        threads.push(std::thread::spawn(move || read_loop(&file, pages, &stop, &reads)));
-    }
+    let (stop, _reads, threads) = spawn_readers(path, pages, 2)?;
     std::thread::sleep(fill);
     stop.store(true, Ordering::Relaxed);
     for t in threads {

@@ -192,9 +192,8 @@ impl Sources {
                         None => {
                             let why = why.unwrap_or_default();
                             start_fanotify(config)
-                                .map(|f| {
+                                .inspect(|_| {
                                     note = Some(format!("{why}; falling back to fanotify (opens and execs only)"));
-                                    f
                                 })
                                 .map_err(|e| format!("{why}; fanotify fallback failed too: {e}"))
                         }
