@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what building and testing predictio needs from the system, if it
 # is missing: clang and the libbpf headers (the BPF programs of
-# crates/predictio-bpf), a C compiler (the C ABI example), sync(1).
+# crates/predictio-bpf), a C compiler (the C ABI example), sync(1), and the
+# sqlite3 shell (tests build real SQLite files to check the page parser).
 # Needs root to install; without root it only says what is missing (the
 # workspace still builds without clang: eBPF observation is then left out and
 # predictio says so at run time).
@@ -12,6 +13,7 @@ command -v clang >/dev/null || need+=(clang)
 [ -f /usr/include/linux/bpf.h ] || need+=(linux-libc-dev)
 command -v cc >/dev/null || need+=(gcc)
 command -v sync >/dev/null || need+=(coreutils)
+command -v sqlite3 >/dev/null || need+=(sqlite3)
 [ ${#need[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" -ne 0 ]; then
   echo "predictio: missing system packages: ${need[*]} (run as root to install them)" >&2

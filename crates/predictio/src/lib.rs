@@ -14,6 +14,7 @@
 #![deny(unsafe_code)]
 
 pub mod accounting;
+pub mod btree;
 pub mod cache;
 pub mod event;
 pub mod executor;

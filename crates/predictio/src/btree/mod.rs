@@ -1,0 +1,483 @@
+//! B-tree page parsers: turn a raw database page a program just read into a
+//! traversal step for the `btree` policy ([`crate::policies::btree`]).
+//!
+//! This module owns the parsing of untrusted database pages. It must never
+//! panic, never index outside the bytes it was given, never allocate more
+//! than the page justifies, and never trust a page: every header field, cell
+//! count, pointer and child page number is checked, and whatever fails a check
+//! (a corrupt page, an overflow or freelist page, a meta page, a WAL file) is
+//! passed over with a typed [`PageError`]. A page that passes is still only a
+//! *prediction*: a stale or forged interior page costs at most one bounded
+//! window of wasted prefetch, never a wrong read, because prefetch is
+//! advisory. It does no I/O: the caller hands it bytes it already has.
+//!
+//! Only the parser differs between engines; the policy is shared:
+//!
+//! ```text
+//!  SQLite page ─ sqlite::parse_page ─┐                                     ┌─ PageRange (4 KiB pages)
+//!                                    ├─ InteriorPage ─ Traversal ─ Event::TreeChildEnter ─ btree policy
+//!  LMDB page ─── lmdb::parse_page ───┘   (children in    (child read →     (children as first 4 KiB
+//!                                         key order)      parent, position) page of each DB page)
+//! ```
+//!
+//! [`DbPageLayout`] maps database page numbers to file offsets: SQLite
+//! numbers pages from 1 (page N at byte `(N - 1) × page_size`), LMDB from 0
+//! (page N at `N × page_size`). `TreeChildEnter` carries no page size, so
+//! adapters put the index of the first 4 KiB page of each database page in
+//! it; a database page larger than 4 KiB spans
+//! [`DbPageLayout::pages_per_db_page`] pages, which is what the policy's
+//! `child_pages` must be set to.
+
+pub mod lmdb;
+pub mod sqlite;
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+
+use crate::event::Event;
+use crate::file::FileId;
+use crate::page::{PAGE_SIZE, PageRange};
+
+/// Why a page is not a usable interior page. Every variant but
+/// [`PageError::Leaf`] means the page was passed over as not trustworthy or
+/// not a B-tree page.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PageError {
+    /// A well-formed leaf page: nothing below it to prefetch.
+    #[error("a leaf page")]
+    Leaf,
+    /// Not a B-tree page: an overflow, freelist, meta or unknown page (its
+    /// type byte or flags as read).
+    #[error("not a b-tree page (type {kind:#x})")]
+    NotBtree {
+        /// SQLite's page type byte, or LMDB's page flags.
+        kind: u16,
+    },
+    /// The buffer is not one whole page.
+    #[error("page buffer is {actual} bytes, the page size is {expected}")]
+    Length {
+        /// The page size.
+        expected: usize,
+        /// Bytes given.
+        actual: usize,
+    },
+    /// A page size the engine cannot have.
+    #[error("invalid page size {0}")]
+    PageSize(u32),
+    /// The first bytes are a SQLite write-ahead log, not a database.
+    #[error("a SQLite WAL file, not a database file")]
+    WalFile,
+    /// A header field holds a value a valid file or page cannot have.
+    #[error("bad {what}: {value}")]
+    Header {
+        /// The field.
+        what: &'static str,
+        /// Its value as read.
+        value: u64,
+    },
+    /// More cells than the page can hold.
+    #[error("{count} cells cannot fit in the page (at most {max})")]
+    CellCount {
+        /// The count as read.
+        count: u32,
+        /// The most the page can hold.
+        max: u32,
+    },
+    /// A cell pointer points outside the page's cell area.
+    #[error("cell {index} at offset {offset} lies outside the cell area")]
+    CellOutOfBounds {
+        /// Index in the cell pointer array.
+        index: u32,
+        /// The pointer as read.
+        offset: u32,
+    },
+    /// A child page number no valid tree can hold (zero, a meta or header
+    /// page, the page itself, past the end of the file).
+    #[error("child {index} names page {child}, which cannot be a child")]
+    BadChild {
+        /// Index among the children (the right-most child of a SQLite page
+        /// is last).
+        index: u32,
+        /// The page number as read.
+        child: u64,
+    },
+    /// The page says it is another page (LMDB stores its own number).
+    #[error("page {expected} says it is page {found}")]
+    PageNumber {
+        /// Where the page was read.
+        expected: u64,
+        /// What its header says.
+        found: u64,
+    },
+}
+
+impl PageError {
+    /// A short stable name for counting pages passed over by reason.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            PageError::Leaf => "leaf",
+            PageError::NotBtree { .. } => "not_btree",
+            PageError::Length { .. } => "length",
+            PageError::PageSize(_) => "page_size",
+            PageError::WalFile => "wal_file",
+            PageError::Header { .. } => "header",
+            PageError::CellCount { .. } => "cell_count",
+            PageError::CellOutOfBounds { .. } => "cell_out_of_bounds",
+            PageError::BadChild { .. } => "bad_child",
+            PageError::PageNumber { .. } => "page_number",
+        }
+    }
+}
+
+/// What kind of interior page was parsed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum InteriorKind {
+    /// SQLite interior table b-tree page (type 0x05).
+    SqliteTable,
+    /// SQLite interior index b-tree page (type 0x02).
+    SqliteIndex,
+    /// LMDB branch page (`P_BRANCH`).
+    LmdbBranch,
+}
+
+/// A valid interior page: its children, as database page numbers, in key
+/// order (for SQLite, the left children of the cells, then the right-most
+/// pointer). Database page numbers are `u64` because LMDB's are 48-bit.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InteriorPage {
+    /// Which engine and tree kind.
+    pub kind: InteriorKind,
+    /// Children in key order.
+    pub children: Vec<u64>,
+}
+
+impl InteriorPage {
+    /// The position of `child` among the children, if it is one.
+    pub fn position_of(&self, child: u64) -> Option<u32> {
+        self.children.iter().position(|&c| c == child).and_then(|i| u32::try_from(i).ok())
+    }
+}
+
+/// Which engine numbers the pages.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Engine {
+    /// SQLite: pages numbered from 1.
+    Sqlite,
+    /// LMDB: pages numbered from 0 (0 and 1 are the meta pages).
+    Lmdb,
+}
+
+/// How an engine's page numbers map onto a file's bytes and 4 KiB pages.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct DbPageLayout {
+    engine: Engine,
+    page_size: u32,
+}
+
+impl DbPageLayout {
+    /// The layout of `engine` with `page_size`-byte pages: a power of two
+    /// from 512 to 65,536.
+    pub fn new(engine: Engine, page_size: u32) -> Result<Self, PageError> {
+        if !page_size.is_power_of_two() || !(512..=65536).contains(&page_size) {
+            return Err(PageError::PageSize(page_size));
+        }
+        Ok(Self { engine, page_size })
+    }
+
+    /// The engine.
+    pub fn engine(&self) -> Engine {
+        self.engine
+    }
+
+    /// Database page size in bytes.
+    pub fn page_size(&self) -> u32 {
+        self.page_size
+    }
+
+    /// Byte offset of database page `page`; `None` for SQLite's page 0
+    /// (which does not exist) or an offset past `u64`.
+    pub fn byte_offset(&self, page: u64) -> Option<u64> {
+        let index = match self.engine {
+            Engine::Sqlite => page.checked_sub(1)?,
+            Engine::Lmdb => page,
+        };
+        index.checked_mul(u64::from(self.page_size))
+    }
+
+    /// The 4 KiB pages database page `page` occupies (one 4 KiB page holds
+    /// several database pages smaller than 4 KiB).
+    pub fn page_range(&self, page: u64) -> Option<PageRange> {
+        let offset = self.byte_offset(page)?;
+        offset.checked_add(u64::from(self.page_size))?;
+        Some(PageRange::covering_bytes(offset, u64::from(self.page_size)))
+    }
+
+    /// The first 4 KiB page of database page `page`: what adapters put in
+    /// `TreeChildEnter`.
+    pub fn first_page(&self, page: u64) -> Option<u64> {
+        self.page_range(page).map(|range| range.start)
+    }
+
+    /// 4 KiB pages one database page spans (at least 1): the `btree`
+    /// policy's `child_pages` for this layout.
+    pub fn pages_per_db_page(&self) -> u64 {
+        (u64::from(self.page_size) / PAGE_SIZE).max(1)
+    }
+
+    /// The `TreeChildEnter` event for a descent from database page `parent`
+    /// (parsed into `page`) into its child at `position`, with pages as
+    /// first 4 KiB page indices. `None` when `position` is not a child or a
+    /// page number does not map.
+    pub fn enter_event(&self, file: FileId, parent: u64, page: &InteriorPage, position: u32) -> Option<Event> {
+        if position as usize >= page.children.len() {
+            return None;
+        }
+        let children = page.children.iter().map(|&child| self.first_page(child)).collect::<Option<Arc<[u64]>>>()?;
+        Some(Event::TreeChildEnter { file, parent: self.first_page(parent)?, children, position })
+    }
+}
+
+/// One remembered interior page.
+#[derive(Debug)]
+struct Remembered {
+    parent: u64,
+    page: InteriorPage,
+}
+
+/// Turns a stream of page reads of one database file into `TreeChildEnter`
+/// events: remembers the last few interior pages read and, when a page read
+/// is one of their children, reports the descent. This is the part of an
+/// adapter (VFS shim, LMDB wrapper, daemon observation) that does not depend
+/// on the engine. Bounded: at most `capacity` interior pages are remembered.
+#[derive(Debug)]
+pub struct Traversal {
+    file: FileId,
+    layout: DbPageLayout,
+    capacity: usize,
+    /// Remembered interior pages, oldest first.
+    parents: VecDeque<Remembered>,
+    /// Child → (parent, position), for the remembered pages; a child named by
+    /// two remembered parents maps to the newer.
+    children: HashMap<u64, (u64, u32)>,
+}
+
+impl Traversal {
+    /// A traversal of `file` laid out as `layout`, remembering up to
+    /// `capacity` interior pages (at least 1; a tree's depth plus a few
+    /// concurrent cursors is enough).
+    pub fn new(file: FileId, layout: DbPageLayout, capacity: usize) -> Self {
+        Self { file, layout, capacity: capacity.max(1), parents: VecDeque::new(), children: HashMap::new() }
+    }
+
+    /// The layout in use.
+    pub fn layout(&self) -> &DbPageLayout {
+        &self.layout
+    }
+
+    /// Interior pages remembered now.
+    pub fn remembered(&self) -> usize {
+        self.parents.len()
+    }
+
+    /// Reports that database page `page` was read and, if it parsed as an
+    /// interior page, what it holds. Returns the descent it completes, if
+    /// `page` is a child of a remembered interior page.
+    pub fn on_read(&mut self, page: u64, parsed: Option<InteriorPage>) -> Option<Event> {
+        let event = self.children.get(&page).copied().and_then(|(parent, position)| {
+            let remembered = self.parents.iter().rev().find(|r| r.parent == parent)?;
+            self.layout.enter_event(self.file, parent, &remembered.page, position)
+        });
+        if let Some(interior) = parsed {
+            self.remember(page, interior);
+        }
+        event
+    }
+
+    fn remember(&mut self, parent: u64, page: InteriorPage) {
+        // A page read again replaces what was remembered of it.
+        if let Some(old) = self.parents.iter().position(|r| r.parent == parent).and_then(|i| self.parents.remove(i)) {
+            self.forget(old);
+        }
+        if self.parents.len() >= self.capacity
+            && let Some(old) = self.parents.pop_front()
+        {
+            self.forget(old);
+        }
+        for (position, &child) in page.children.iter().enumerate() {
+            if let Ok(position) = u32::try_from(position) {
+                self.children.insert(child, (parent, position));
+            }
+        }
+        self.parents.push_back(Remembered { parent, page });
+    }
+
+    fn forget(&mut self, old: Remembered) {
+        for child in &old.page.children {
+            if self.children.get(child).is_some_and(|(parent, _)| *parent == old.parent) {
+                self.children.remove(child);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layouts_map_pages_to_4k_ranges() {
+        let sqlite = DbPageLayout::new(Engine::Sqlite, 4096).expect("4096");
+        assert_eq!(sqlite.page_range(1), Some(PageRange::new(0, 1)));
+        assert_eq!(sqlite.page_range(10), Some(PageRange::new(9, 10)));
+        assert_eq!(sqlite.page_range(0), None);
+        let big = DbPageLayout::new(Engine::Sqlite, 65536).expect("65536");
+        assert_eq!(big.page_range(3), Some(PageRange::new(32, 48)));
+        assert_eq!(big.pages_per_db_page(), 16);
+        let small = DbPageLayout::new(Engine::Sqlite, 1024).expect("1024");
+        assert_eq!(small.page_range(5), Some(PageRange::new(1, 2)));
+        assert_eq!(small.pages_per_db_page(), 1);
+        let lmdb = DbPageLayout::new(Engine::Lmdb, 4096).expect("4096");
+        assert_eq!(lmdb.page_range(0), Some(PageRange::new(0, 1)));
+        assert_eq!(lmdb.page_range(7), Some(PageRange::new(7, 8)));
+        let lmdb16 = DbPageLayout::new(Engine::Lmdb, 16384).expect("16384");
+        assert_eq!(lmdb16.page_range(2), Some(PageRange::new(8, 12)));
+        assert_eq!(lmdb.page_range(u64::MAX), None);
+        for bad in [0, 100, 256, 4095, 131072] {
+            assert_eq!(DbPageLayout::new(Engine::Lmdb, bad), Err(PageError::PageSize(bad)));
+        }
+    }
+
+    /// Builds one logical tree (a root over `interiors` interior pages over
+    /// `fanout` leaves each, page numbers scattered) as the page images of
+    /// `engine`, and the page reads of a full scan.
+    fn tree_pages(engine: Engine, interiors: usize, fanout: usize) -> (HashMap<u64, Vec<u8>>, Vec<u64>) {
+        let total = 1 + interiors * (1 + fanout);
+        // Page numbers from 2 (SQLite's page 1 is the schema, LMDB's 0 and 1
+        // are metas), scattered by a fixed multiplicative permutation.
+        let numbers: Vec<u64> = (0..total as u64).map(|i| 2 + (i * 7919) % total as u64).collect();
+        let root = numbers[0];
+        let mut pages = HashMap::new();
+        let mut reads = vec![root];
+        let mut interior_pages = Vec::new();
+        for k in 0..interiors {
+            let base = 1 + k * (1 + fanout);
+            let interior = numbers[base];
+            let leaves = &numbers[base + 1..base + 1 + fanout];
+            interior_pages.push(interior);
+            reads.push(interior);
+            reads.extend_from_slice(leaves);
+            let image = match engine {
+                Engine::Sqlite => {
+                    let children: Vec<u32> = leaves.iter().map(|&p| p as u32).collect();
+                    sqlite::tests::interior(4096, interior as u32, sqlite::INTERIOR_TABLE, &children)
+                }
+                Engine::Lmdb => lmdb::tests::branch(4096, interior, leaves),
+            };
+            pages.insert(interior, image);
+            for &leaf in leaves {
+                let mut image = vec![0u8; 4096];
+                match engine {
+                    Engine::Sqlite => image[0] = sqlite::LEAF_TABLE,
+                    Engine::Lmdb => {
+                        image[..8].copy_from_slice(&leaf.to_le_bytes());
+                        image[10..12].copy_from_slice(&lmdb::P_LEAF.to_le_bytes());
+                    }
+                }
+                pages.insert(leaf, image);
+            }
+        }
+        let image = match engine {
+            Engine::Sqlite => {
+                let children: Vec<u32> = interior_pages.iter().map(|&p| p as u32).collect();
+                sqlite::tests::interior(4096, root as u32, sqlite::INTERIOR_TABLE, &children)
+            }
+            Engine::Lmdb => lmdb::tests::branch(4096, root, &interior_pages),
+        };
+        pages.insert(root, image);
+        (pages, reads)
+    }
+
+    /// Scans the tree of `engine` through its parser, a [`Traversal`] and the
+    /// shared `btree` policy; returns the database pages requested, in order,
+    /// and how many reads found their page requested before.
+    fn scan_through_policy(engine: Engine) -> (Vec<u64>, usize) {
+        use crate::file::FileRef;
+        use crate::policies::btree::BtreePolicy;
+        use crate::policy::{FileTable, Policy, PolicyContext, PolicyId};
+
+        let (pages, reads) = tree_pages(engine, 4, 60);
+        let file = FileRef::open("/proc/self/exe").expect("open /proc/self/exe");
+        let mut files = FileTable::default();
+        files.insert(file.clone());
+        let layout = DbPageLayout::new(engine, 4096).expect("layout");
+        let sqlite_geometry = sqlite::Geometry::new(4096, 0, None).expect("geometry");
+        let lmdb_geometry = lmdb::Geometry::new(4096, None).expect("geometry");
+        let mut traversal = Traversal::new(file.id(), layout, 8);
+        let mut policy = BtreePolicy::default();
+        let mut requested = Vec::new();
+        let mut early = 0;
+        for page_no in reads {
+            if requested.contains(&page_no) {
+                early += 1;
+            }
+            let image = &pages[&page_no];
+            // Only the parser differs.
+            let parsed = match engine {
+                Engine::Sqlite => sqlite::parse_page(image, page_no as u32, &sqlite_geometry),
+                Engine::Lmdb => lmdb::parse_page(image, page_no, &lmdb_geometry),
+            };
+            assert!(parsed.is_ok() || parsed == Err(PageError::Leaf), "{engine:?} page {page_no}: {parsed:?}");
+            let Some(event) = traversal.on_read(page_no, parsed.ok()) else { continue };
+            let mut out = Vec::new();
+            policy.on_event(&event, &mut PolicyContext::new(&files, &mut out, PolicyId(1)));
+            for request in out {
+                for range in request.ranges {
+                    // Back from 4 KiB page indices to database page numbers.
+                    let db_page = match engine {
+                        Engine::Sqlite => range.start + 1,
+                        Engine::Lmdb => range.start,
+                    };
+                    assert_eq!(layout.page_range(db_page), Some(range));
+                    requested.push(db_page);
+                }
+            }
+        }
+        (requested, early)
+    }
+
+    #[test]
+    fn one_policy_serves_sqlite_and_lmdb() {
+        let (from_sqlite, early_sqlite) = scan_through_policy(Engine::Sqlite);
+        let (from_lmdb, early_lmdb) = scan_through_policy(Engine::Lmdb);
+        assert_eq!(from_sqlite, from_lmdb, "same tree, same policy, same predictions");
+        assert_eq!(early_sqlite, early_lmdb);
+        // 245 reads: all but the first leaves and each interior's first leaf
+        // were requested before the scan got there (interiors too, after the first).
+        assert!(early_sqlite >= 245 - 3 - 4 - 1, "{early_sqlite} reads prefetched");
+        assert!(from_sqlite.len() <= early_sqlite + 2, "{} requested for {early_sqlite} used", from_sqlite.len());
+    }
+
+    #[test]
+    fn traversal_reports_descents_and_stays_bounded() {
+        let file = FileId { dev: 1, ino: 2 };
+        let layout = DbPageLayout::new(Engine::Sqlite, 8192).expect("8192");
+        let mut traversal = Traversal::new(file, layout, 2);
+        let root = InteriorPage { kind: InteriorKind::SqliteTable, children: vec![5, 9, 7] };
+        assert_eq!(traversal.on_read(2, Some(root)), None);
+        let Some(Event::TreeChildEnter { parent, children, position, .. }) = traversal.on_read(9, None) else {
+            panic!("no descent reported");
+        };
+        // 8 KiB pages: page N starts at 4 KiB page 2 (N - 1).
+        assert_eq!((parent, position), (2, 1));
+        assert_eq!(&children[..], &[8, 16, 12]);
+        assert_eq!(traversal.on_read(100, None), None);
+        for page in 10..20 {
+            let interior = InteriorPage { kind: InteriorKind::SqliteTable, children: vec![page * 10, page * 10 + 1] };
+            traversal.on_read(page, Some(interior));
+        }
+        assert_eq!(traversal.remembered(), 2);
+        assert!(traversal.children.len() <= 4);
+        assert_eq!(traversal.on_read(5, None), None, "forgotten parent");
+        assert!(traversal.on_read(191, None).is_some());
+    }
+}

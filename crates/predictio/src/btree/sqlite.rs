@@ -1,0 +1,398 @@
+//! SQLite interior pages (file format: <https://www.sqlite.org/fileformat2.html>).
+//!
+//! ```text
+//! page 1:  ┌ 100-byte database header ─────────────────────────────────────┐
+//!          │ 0 "SQLite format 3\0"  16 page size (u16 BE, 1 = 65536)       │
+//!          │ 18 write ver  19 read ver  20 reserved bytes  21..24 64,32,32 │
+//!          │ 24 change counter  28 page count  32 freelist trunk  36 count │
+//!          │ 92 version-valid-for (page count valid iff == change counter) │
+//!          └────────────────────────────────────────────────────────────────┘
+//! b-tree page header at 0 (100 on page 1), big endian:
+//!   +0 type: 0x05 interior table, 0x02 interior index, 0x0d leaf table, 0x0a leaf index
+//!   +1 first freeblock (u16)  +3 cell count (u16)  +5 cell content start (u16, 0 = 65536)
+//!   +7 fragmented free bytes (u8)  +8 right-most child (u32, interior only)
+//! cell pointer array (u16 each) after the 12-byte interior header, in key order;
+//! each interior cell starts with its 4-byte left-child page number.
+//! ```
+//!
+//! Everything is checked against the page size and the usable size (page
+//! size minus reserved bytes): header fields, the cell count (each cell
+//! needs a 2-byte pointer and at least 4 bytes), every cell pointer (inside
+//! `[end of pointer array, usable size − 4]`), every child (≥ 2 — page 1 is
+//! the schema root and is nobody's child —, not the page itself, not the
+//! lock-byte page, ≤ the page count when the header's count is valid).
+//! Overflow and freelist trunk pages start with a page number, not a type
+//! byte, and are passed over as [`PageError::NotBtree`] (or fail a later
+//! check); a freelist *leaf* page keeps whatever it held before it was freed
+//! and cannot be told from a live page by its bytes — SQLite never reads one
+//! during a traversal, and a stale one costs one bounded window. In WAL mode
+//! the database file may hold an older version of a page than the WAL; the
+//! parse is still safe, only the prediction may be stale. WAL files
+//! themselves are recognised by [`Header::parse`] and passed over.
+
+use super::{DbPageLayout, Engine, InteriorKind, InteriorPage, PageError};
+
+/// Size of the database header at the start of page 1.
+pub const HEADER_SIZE: usize = 100;
+
+/// The first 16 bytes of every SQLite database file.
+pub const MAGIC: &[u8; 16] = b"SQLite format 3\0";
+
+/// The first 4 bytes (big endian) of a WAL file, with either checksum order.
+pub const WAL_MAGIC: [u32; 2] = [0x377f_0682, 0x377f_0683];
+
+/// Byte offset of the lock-byte page, which never holds b-tree data.
+const PENDING_BYTE: u64 = 0x4000_0000;
+
+/// Page type: interior index b-tree page.
+pub const INTERIOR_INDEX: u8 = 0x02;
+/// Page type: interior table b-tree page.
+pub const INTERIOR_TABLE: u8 = 0x05;
+/// Page type: leaf index b-tree page.
+pub const LEAF_INDEX: u8 = 0x0a;
+/// Page type: leaf table b-tree page.
+pub const LEAF_TABLE: u8 = 0x0d;
+
+/// The fields of the database header that page parsing needs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Header {
+    /// Page size in bytes (512 to 65,536).
+    pub page_size: u32,
+    /// Bytes reserved at the end of each page (encryption, checksums).
+    pub reserved: u8,
+    /// Pages in the database, when the header's count is valid (it is only
+    /// trusted when `version-valid-for` equals the change counter, as
+    /// SQLite itself does).
+    pub page_count: Option<u32>,
+    /// The file is in WAL mode (read or write version 2).
+    pub wal: bool,
+    /// First freelist trunk page (0: none).
+    pub freelist_trunk: u32,
+    /// Pages on the freelist.
+    pub freelist_count: u32,
+}
+
+impl Header {
+    /// Parses the first [`HEADER_SIZE`] bytes of a file (more may be given).
+    pub fn parse(bytes: &[u8]) -> Result<Header, PageError> {
+        let Some(header) = bytes.get(..HEADER_SIZE) else {
+            return Err(PageError::Length { expected: HEADER_SIZE, actual: bytes.len() });
+        };
+        if header[..16] != MAGIC[..] {
+            let first = be32(header, 0).unwrap_or(0);
+            if WAL_MAGIC.contains(&first) {
+                return Err(PageError::WalFile);
+            }
+            return Err(PageError::Header { what: "magic", value: u64::from(first) });
+        }
+        let raw_size = be16(header, 16).unwrap_or(0);
+        let page_size = if raw_size == 1 { 65536 } else { u32::from(raw_size) };
+        if !page_size.is_power_of_two() || !(512..=65536).contains(&page_size) {
+            return Err(PageError::PageSize(page_size));
+        }
+        let (write_version, read_version) = (header[18], header[19]);
+        if !(1..=2).contains(&write_version) {
+            return Err(PageError::Header { what: "write version", value: u64::from(write_version) });
+        }
+        if !(1..=2).contains(&read_version) {
+            return Err(PageError::Header { what: "read version", value: u64::from(read_version) });
+        }
+        let reserved = header[20];
+        if page_size - u32::from(reserved) < 480 {
+            return Err(PageError::Header { what: "reserved bytes", value: u64::from(reserved) });
+        }
+        if header[21..24] != [64, 32, 32] {
+            return Err(PageError::Header { what: "payload fractions", value: u64::from(header[21]) });
+        }
+        let change_counter = be32(header, 24).unwrap_or(0);
+        let count = be32(header, 28).unwrap_or(0);
+        let valid_for = be32(header, 92).unwrap_or(0);
+        let page_count = (count > 0 && valid_for == change_counter).then_some(count);
+        Ok(Header {
+            page_size,
+            reserved,
+            page_count,
+            wal: write_version == 2 || read_version == 2,
+            freelist_trunk: be32(header, 32).unwrap_or(0),
+            freelist_count: be32(header, 36).unwrap_or(0),
+        })
+    }
+
+    /// What [`parse_page`] needs to know of this file.
+    pub fn geometry(&self) -> Geometry {
+        Geometry {
+            page_size: self.page_size,
+            usable_size: self.page_size - u32::from(self.reserved),
+            page_count: self.page_count,
+        }
+    }
+
+    /// Where this file's pages lie.
+    pub fn layout(&self) -> Result<DbPageLayout, PageError> {
+        DbPageLayout::new(Engine::Sqlite, self.page_size)
+    }
+}
+
+/// The page geometry of one database file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Geometry {
+    /// Page size in bytes.
+    pub page_size: u32,
+    /// Page size minus reserved bytes: where cells must end.
+    pub usable_size: u32,
+    /// Pages in the file, if known: children beyond it are refused.
+    pub page_count: Option<u32>,
+}
+
+impl Geometry {
+    /// A geometry from its parts, checked as [`Header::parse`] checks them.
+    pub fn new(page_size: u32, reserved: u8, page_count: Option<u32>) -> Result<Self, PageError> {
+        if !page_size.is_power_of_two() || !(512..=65536).contains(&page_size) {
+            return Err(PageError::PageSize(page_size));
+        }
+        let usable_size = page_size - u32::from(reserved);
+        if usable_size < 480 {
+            return Err(PageError::Header { what: "reserved bytes", value: u64::from(reserved) });
+        }
+        Ok(Self { page_size, usable_size, page_count })
+    }
+}
+
+/// Parses database page `page_no` (numbered from 1; its b-tree header
+/// starts after the database header on page 1). `page` must be exactly one
+/// page. An interior table or index page yields its children in key order;
+/// anything else is a [`PageError`] (a valid leaf is [`PageError::Leaf`]).
+pub fn parse_page(page: &[u8], page_no: u32, geometry: &Geometry) -> Result<InteriorPage, PageError> {
+    let page_size = geometry.page_size as usize;
+    if page.len() != page_size {
+        return Err(PageError::Length { expected: page_size, actual: page.len() });
+    }
+    let usable = geometry.usable_size as usize;
+    if usable > page_size || usable < 480 {
+        return Err(PageError::Header { what: "usable size", value: usable as u64 });
+    }
+    if page_no == 0 {
+        return Err(PageError::Header { what: "page number", value: 0 });
+    }
+    let header = if page_no == 1 { HEADER_SIZE } else { 0 };
+    let kind = match page[header] {
+        INTERIOR_TABLE => InteriorKind::SqliteTable,
+        INTERIOR_INDEX => InteriorKind::SqliteIndex,
+        LEAF_TABLE | LEAF_INDEX => return Err(PageError::Leaf),
+        other => return Err(PageError::NotBtree { kind: u16::from(other) }),
+    };
+    let field = |offset: usize| be16(page, header + offset).map(usize::from);
+    let (Some(freeblock), Some(count), Some(content), Some(right)) =
+        (field(1), field(3), field(5), be32(page, header + 8))
+    else {
+        return Err(PageError::Length { expected: page_size, actual: page.len() });
+    };
+    let fragmented = page[header + 7];
+    let array_start = header + 12;
+    // Each cell needs a 2-byte pointer and at least a 4-byte child number.
+    let max = usable.saturating_sub(array_start) / 6;
+    if count > max {
+        return Err(PageError::CellCount { count: count as u32, max: max as u32 });
+    }
+    let array_end = array_start + 2 * count;
+    let content = if content == 0 { 65536 } else { content };
+    if content < array_end || content > usable {
+        return Err(PageError::Header { what: "cell content start", value: content as u64 });
+    }
+    if freeblock != 0 && (freeblock < array_end || freeblock + 4 > usable) {
+        return Err(PageError::Header { what: "first freeblock", value: freeblock as u64 });
+    }
+    if fragmented > 60 {
+        return Err(PageError::Header { what: "fragmented bytes", value: u64::from(fragmented) });
+    }
+    let lock_page = PENDING_BYTE / u64::from(geometry.page_size) + 1;
+    let check = |index: usize, child: u32| -> Result<u64, PageError> {
+        let child64 = u64::from(child);
+        let beyond = geometry.page_count.is_some_and(|n| child > n);
+        if child < 2 || child == page_no || child64 == lock_page || beyond {
+            return Err(PageError::BadChild { index: index as u32, child: child64 });
+        }
+        Ok(child64)
+    };
+    let mut children = Vec::with_capacity(count + 1);
+    for index in 0..count {
+        let offset = be16(page, array_start + 2 * index).map(usize::from).unwrap_or(0);
+        if offset < array_end || offset + 4 > usable {
+            return Err(PageError::CellOutOfBounds { index: index as u32, offset: offset as u32 });
+        }
+        let child =
+            be32(page, offset).ok_or(PageError::CellOutOfBounds { index: index as u32, offset: offset as u32 })?;
+        children.push(check(index, child)?);
+    }
+    children.push(check(count, right)?);
+    Ok(InteriorPage { kind, children })
+}
+
+fn be16(bytes: &[u8], at: usize) -> Option<u16> {
+    let b = bytes.get(at..at.checked_add(2)?)?;
+    Some(u16::from_be_bytes([b[0], b[1]]))
+}
+
+fn be32(bytes: &[u8], at: usize) -> Option<u32> {
+    let b = bytes.get(at..at.checked_add(4)?)?;
+    Some(u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// A database header for `page_size`-byte pages and `page_count` pages.
+    pub(crate) fn header(page_size: u32, page_count: u32) -> Vec<u8> {
+        let mut h = vec![0u8; HEADER_SIZE];
+        h[..16].copy_from_slice(MAGIC);
+        let raw = if page_size == 65536 { 1 } else { page_size as u16 };
+        h[16..18].copy_from_slice(&raw.to_be_bytes());
+        h[18] = 1;
+        h[19] = 1;
+        h[21..24].copy_from_slice(&[64, 32, 32]);
+        h[24..28].copy_from_slice(&7u32.to_be_bytes());
+        h[28..32].copy_from_slice(&page_count.to_be_bytes());
+        h[92..96].copy_from_slice(&7u32.to_be_bytes());
+        h
+    }
+
+    /// An interior page `page_no` of `page_size` bytes with these children
+    /// (the last is the right-most pointer), cells packed at the page's end.
+    pub(crate) fn interior(page_size: usize, page_no: u32, kind: u8, children: &[u32]) -> Vec<u8> {
+        let mut page = vec![0u8; page_size];
+        let header = if page_no == 1 { HEADER_SIZE } else { 0 };
+        let (cells, right) = children.split_at(children.len() - 1);
+        let mut content = page_size;
+        for (i, child) in cells.iter().enumerate() {
+            // A cell: left child, then a one-byte rowid varint (table) or
+            // payload length + payload (index).
+            let cell: Vec<u8> = child
+                .to_be_bytes()
+                .into_iter()
+                .chain(if kind == INTERIOR_TABLE { vec![i as u8 & 0x7f] } else { vec![2, 1, 7] })
+                .collect();
+            content -= cell.len();
+            page[content..content + cell.len()].copy_from_slice(&cell);
+            let at = header + 12 + 2 * i;
+            page[at..at + 2].copy_from_slice(&(content as u16).to_be_bytes());
+        }
+        page[header] = kind;
+        page[header + 3..header + 5].copy_from_slice(&(cells.len() as u16).to_be_bytes());
+        page[header + 5..header + 7].copy_from_slice(&((content % 65536) as u16).to_be_bytes());
+        page[header + 8..header + 12].copy_from_slice(&right[0].to_be_bytes());
+        page
+    }
+
+    fn geometry() -> Geometry {
+        Geometry::new(4096, 0, Some(1000)).expect("geometry")
+    }
+
+    #[test]
+    fn parses_interior_table_and_index_pages() {
+        let page = interior(4096, 7, INTERIOR_TABLE, &[10, 30, 20, 99]);
+        let parsed = parse_page(&page, 7, &geometry()).expect("interior");
+        assert_eq!(parsed.kind, InteriorKind::SqliteTable);
+        assert_eq!(parsed.children, vec![10, 30, 20, 99]);
+        assert_eq!(parsed.position_of(20), Some(2));
+        let page = interior(4096, 8, INTERIOR_INDEX, &[11, 12]);
+        let parsed = parse_page(&page, 8, &geometry()).expect("interior");
+        assert_eq!((parsed.kind, parsed.children), (InteriorKind::SqliteIndex, vec![11, 12]));
+        // Only the right-most child.
+        let page = interior(4096, 8, INTERIOR_TABLE, &[5]);
+        assert_eq!(parse_page(&page, 8, &geometry()).expect("interior").children, vec![5]);
+    }
+
+    #[test]
+    fn page_one_has_its_header_first() {
+        let mut page = interior(4096, 1, INTERIOR_TABLE, &[2, 3, 4]);
+        page[..HEADER_SIZE].copy_from_slice(&header(4096, 4));
+        let parsed_header = Header::parse(&page).expect("header");
+        assert_eq!(parsed_header.page_count, Some(4));
+        let parsed = parse_page(&page, 1, &parsed_header.geometry()).expect("interior");
+        assert_eq!(parsed.children, vec![2, 3, 4]);
+    }
+
+    #[test]
+    fn header_fields() {
+        let h = Header::parse(&header(65536, 10)).expect("header");
+        assert_eq!((h.page_size, h.page_count, h.wal), (65536, Some(10), false));
+        let mut stale = header(4096, 10);
+        stale[92] = 9;
+        assert_eq!(Header::parse(&stale).expect("header").page_count, None, "stale count is not trusted");
+        let mut wal = header(4096, 10);
+        wal[18] = 2;
+        wal[19] = 2;
+        assert!(Header::parse(&wal).expect("header").wal);
+        let mut wal_file = vec![0u8; 100];
+        wal_file[..4].copy_from_slice(&0x377f_0682u32.to_be_bytes());
+        assert_eq!(Header::parse(&wal_file), Err(PageError::WalFile));
+        assert!(matches!(Header::parse(&[0u8; 100]), Err(PageError::Header { what: "magic", .. })));
+        assert!(matches!(Header::parse(&header(4096, 1)[..50]), Err(PageError::Length { .. })));
+        let mut odd = header(4096, 1);
+        odd[16..18].copy_from_slice(&1000u16.to_be_bytes());
+        assert_eq!(Header::parse(&odd), Err(PageError::PageSize(1000)));
+        let mut reserved = header(512, 1);
+        reserved[20] = 40;
+        assert!(matches!(Header::parse(&reserved), Err(PageError::Header { what: "reserved bytes", .. })));
+    }
+
+    #[test]
+    fn leaves_and_other_pages_are_passed_over() {
+        let mut page = vec![0u8; 4096];
+        page[0] = LEAF_TABLE;
+        assert_eq!(parse_page(&page, 5, &geometry()), Err(PageError::Leaf));
+        page[0] = LEAF_INDEX;
+        assert_eq!(parse_page(&page, 5, &geometry()), Err(PageError::Leaf));
+        // An overflow or freelist trunk page starts with a page number.
+        page[..4].copy_from_slice(&77u32.to_be_bytes());
+        assert_eq!(parse_page(&page, 5, &geometry()), Err(PageError::NotBtree { kind: 0 }));
+        assert!(matches!(parse_page(&page[..100], 5, &geometry()), Err(PageError::Length { .. })));
+    }
+
+    #[test]
+    fn malformed_interior_pages_are_refused() {
+        let good = interior(4096, 7, INTERIOR_TABLE, &[10, 30, 20, 99]);
+        let g = geometry();
+        let mut bad = good.clone();
+        bad[3..5].copy_from_slice(&2000u16.to_be_bytes());
+        assert!(matches!(parse_page(&bad, 7, &g), Err(PageError::CellCount { .. })));
+        let mut bad = good.clone();
+        bad[12..14].copy_from_slice(&4094u16.to_be_bytes());
+        assert!(matches!(parse_page(&bad, 7, &g), Err(PageError::CellOutOfBounds { index: 0, .. })));
+        let mut bad = good.clone();
+        bad[14..16].copy_from_slice(&2u16.to_be_bytes());
+        assert!(matches!(parse_page(&bad, 7, &g), Err(PageError::CellOutOfBounds { index: 1, .. })));
+        let mut bad = good.clone();
+        bad[8..12].copy_from_slice(&0u32.to_be_bytes());
+        assert_eq!(parse_page(&bad, 7, &g), Err(PageError::BadChild { index: 3, child: 0 }));
+        let bad = interior(4096, 7, INTERIOR_TABLE, &[10, 7, 99]);
+        assert_eq!(parse_page(&bad, 7, &g), Err(PageError::BadChild { index: 1, child: 7 }));
+        let bad = interior(4096, 7, INTERIOR_TABLE, &[10, 1001]);
+        assert_eq!(parse_page(&bad, 7, &g), Err(PageError::BadChild { index: 1, child: 1001 }));
+        let unknown = Geometry::new(4096, 0, None).expect("geometry");
+        assert!(parse_page(&bad, 7, &unknown).is_ok(), "no page count, no upper bound");
+        let lock_page = (PENDING_BYTE / 4096 + 1) as u32;
+        let bad = interior(4096, 7, INTERIOR_TABLE, &[10, lock_page]);
+        assert!(matches!(parse_page(&bad, 7, &unknown), Err(PageError::BadChild { .. })));
+        let mut bad = good.clone();
+        bad[5..7].copy_from_slice(&10u16.to_be_bytes());
+        assert!(matches!(parse_page(&bad, 7, &g), Err(PageError::Header { what: "cell content start", .. })));
+        let mut bad = good.clone();
+        bad[7] = 61;
+        assert!(matches!(parse_page(&bad, 7, &g), Err(PageError::Header { what: "fragmented bytes", .. })));
+        let mut bad = good.clone();
+        bad[1..3].copy_from_slice(&4094u16.to_be_bytes());
+        assert!(matches!(parse_page(&bad, 7, &g), Err(PageError::Header { what: "first freeblock", .. })));
+        // Reserved bytes shrink where cells may lie.
+        let reserved = Geometry::new(4096, 32, Some(1000)).expect("geometry");
+        assert!(matches!(parse_page(&good, 7, &reserved), Err(PageError::Header { .. })));
+    }
+
+    #[test]
+    fn sixty_four_kib_pages() {
+        let g = Geometry::new(65536, 0, None).expect("geometry");
+        let page = interior(65536, 3, INTERIOR_TABLE, &[4, 5, 6]);
+        assert_eq!(parse_page(&page, 3, &g).expect("interior").children, vec![4, 5, 6]);
+    }
+}

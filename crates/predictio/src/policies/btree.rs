@@ -1,0 +1,816 @@
+//! `btree`: range scans over a B-tree, seen as a traversal (seed 000 §4.2).
+//!
+//! B-tree neighbours in key order are far apart on disk, so offset readahead
+//! cannot help a range scan over a fragmented table. An adapter (a SQLite VFS
+//! shim, an LMDB wrapper, the daemon parsing interior pages it saw read) tells
+//! us where the traversal is with [`Event::TreeChildEnter`]: this interior
+//! page, its children in key order, the child being descended into. This
+//! policy asks for a bounded window of the children *after* that one, as
+//! [`Urgency::Imminent`] requests. It is engine independent: only the page
+//! parser ([`crate::btree`]) differs between engines.
+//!
+//! # Behaviour
+//!
+//! - **A point lookup costs nothing.** The first enter into a parent starts a
+//!   scan with a window of [`BtreeConfig::initial_window`] children (0 by
+//!   default: nothing is requested until the traversal shows it is a scan).
+//! - **A scan grows its window.** An enter into the same parent at a later
+//!   position, no further ahead than what was already predicted plus one,
+//!   continues the scan: the window slides along with it, and each time the
+//!   traversal has advanced by the previous window (readahead's async mark)
+//!   it is multiplied by [`BtreeConfig::growth_factor`] (0 becomes the
+//!   factor), up to [`BtreeConfig::max_window`]. With the defaults the window
+//!   after `n` children of a scan is about `n` (2, 4, 8, … 64), so a scan
+//!   that stops wastes at most about as many pages as it read. Entering the
+//!   first child of a parent whose preceding sibling the scan just finished
+//!   (the grandparent's enter came first, as every descent does) carries the
+//!   window over; the grandparent's own forward step is a continuation at
+//!   its level too, so upcoming interior pages are fetched as well.
+//! - **Anything else starts a new scan** (a backward or far jump, a parent
+//!   whose child list changed length) with the initial window.
+//! - **Past the end of a parent**, when the window reaches beyond its last
+//!   child, the parent's next sibling (an interior page, known from the
+//!   grandparent's enter) is requested too, so the next descent finds it
+//!   resident.
+//! - **Duplicates are suppressed**: per parent, children already requested
+//!   are not requested again while the scan goes on; across parents and
+//!   scans, a bounded recent set of `(file, page)` requested lately
+//!   ([`BtreeConfig::recent_capacity`], first in first out) drops repeats.
+//!
+//! # Units
+//!
+//! `TreeChildEnter` carries no page size, so its child "pages" are 4 KiB page
+//! indices ([`crate::page::PAGE_SIZE`]): adapters convert a database page
+//! number to the index of the first 4 KiB page it occupies
+//! ([`DbPageLayout::first_page`](crate::btree::DbPageLayout::first_page)).
+//! A database page larger than
+//! 4 KiB spans [`BtreeConfig::child_pages`] pages (1 by default, right for the
+//! 4 KiB pages SQLite and LMDB use by default).
+//!
+//! # Bounds
+//!
+//! Memory is bounded whatever the input: at most [`BtreeConfig::max_files`]
+//! files and [`BtreeConfig::max_parents_per_file`] parents per file are
+//! tracked (least recently used evicted first), each in a few words (no child
+//! list is kept: every event carries its own), and the recent set holds at
+//! most [`BtreeConfig::recent_capacity`] pages. One event requests at most
+//! `max_window + 1` children. Pure logic: no I/O, no syscalls, no blocking.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+
+use crate::event::{Event, EventKind, EventKinds};
+use crate::file::FileId;
+use crate::page::PageRange;
+use crate::policy::{Policy, PolicyContext};
+use crate::request::Urgency;
+
+/// Parameters of the [`BtreePolicy`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BtreeConfig {
+    /// Children requested ahead on the first enter of a scan. 0 (the
+    /// default): a point lookup requests nothing.
+    pub initial_window: u32,
+    /// Factor the window grows by on each step of a continuing scan (a
+    /// window of 0 becomes this). At least 2 is sensible; 1 never grows.
+    pub growth_factor: u32,
+    /// Most children requested ahead of the traversal (64).
+    pub max_window: u32,
+    /// 4 KiB pages per child (a database page larger than 4 KiB spans
+    /// several). 1 by default.
+    pub child_pages: u64,
+    /// Pages in the recent set that suppresses duplicate requests (4,096).
+    pub recent_capacity: usize,
+    /// Files tracked at once (64).
+    pub max_files: usize,
+    /// Parents tracked per file (16): enough for the levels of a few
+    /// concurrent cursors.
+    pub max_parents_per_file: usize,
+}
+
+impl Default for BtreeConfig {
+    fn default() -> Self {
+        Self {
+            initial_window: 0,
+            growth_factor: 2,
+            max_window: 64,
+            child_pages: 1,
+            recent_capacity: 4096,
+            max_files: 64,
+            max_parents_per_file: 16,
+        }
+    }
+}
+
+/// Counters of the [`BtreePolicy`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BtreeStats {
+    /// `TreeChildEnter` events handled.
+    pub events: u64,
+    /// Events ignored: no descriptor held for the file.
+    pub unknown_file: u64,
+    /// Events ignored: no children, or a position outside them.
+    pub malformed: u64,
+    /// Events that started a new scan.
+    pub scans_started: u64,
+    /// Events that continued a scan (window grown).
+    pub continued: u64,
+    /// Requests emitted.
+    pub requests: u64,
+    /// Children (and next siblings) requested.
+    pub requested_children: u64,
+    /// Children not requested because they were requested lately.
+    pub suppressed_duplicates: u64,
+}
+
+/// How an enter relates to what the policy saw before.
+#[derive(Clone, Copy, Debug)]
+enum Step {
+    /// The scan goes on: the window it had, and the position at which
+    /// that window grows.
+    Continue {
+        /// Window so far.
+        window: u32,
+        /// Grow once the traversal reaches this position.
+        grow_at: u32,
+    },
+    /// The same child entered again.
+    Repeat(ParentState),
+    /// A new scan.
+    Start,
+}
+
+/// What the policy remembers of one parent (interior page) of one file.
+#[derive(Clone, Copy, Debug)]
+struct ParentState {
+    parent: u64,
+    /// Number of children when last seen.
+    len: u32,
+    /// Position last entered.
+    position: u32,
+    /// Current window, in children.
+    window: u32,
+    /// The window grows when the traversal reaches this position: once it
+    /// has advanced by the previous window (readahead's async mark).
+    grow_at: u32,
+    /// Children below this index have been requested (or passed) in this scan.
+    issued_until: u32,
+    /// The child last entered (`children[position]`).
+    entered: u64,
+    /// The child entered before it, when the last step continued a scan.
+    prev_entered: Option<u64>,
+    /// `children[position + 1]`, if any.
+    next_sibling: Option<u64>,
+    /// The parent we descended from into this one, when known.
+    grandparent: Option<u64>,
+    /// Logical time of last use, for eviction.
+    last_used: u64,
+}
+
+/// The parents tracked for one file.
+#[derive(Debug, Default)]
+struct FileState {
+    parents: Vec<ParentState>,
+    last_used: u64,
+}
+
+/// A bounded first-in-first-out set of `(file, page)` recently requested.
+#[derive(Debug)]
+struct RecentSet {
+    capacity: usize,
+    order: VecDeque<(FileId, u64)>,
+    members: HashSet<(FileId, u64)>,
+}
+
+impl RecentSet {
+    fn new(capacity: usize) -> Self {
+        Self { capacity, order: VecDeque::new(), members: HashSet::new() }
+    }
+
+    /// Inserts `key`; false when it was already there.
+    fn insert(&mut self, key: (FileId, u64)) -> bool {
+        if self.capacity == 0 {
+            return true;
+        }
+        if self.members.contains(&key) {
+            return false;
+        }
+        if self.order.len() >= self.capacity
+            && let Some(old) = self.order.pop_front()
+        {
+            self.members.remove(&old);
+        }
+        self.order.push_back(key);
+        self.members.insert(key);
+        true
+    }
+
+    fn len(&self) -> usize {
+        self.order.len()
+    }
+}
+
+/// The `btree` policy: a growing window of upcoming B-tree children.
+#[derive(Debug)]
+pub struct BtreePolicy {
+    config: BtreeConfig,
+    files: HashMap<FileId, FileState>,
+    recent: RecentSet,
+    clock: u64,
+    stats: BtreeStats,
+}
+
+impl Default for BtreePolicy {
+    fn default() -> Self {
+        Self::new(BtreeConfig::default())
+    }
+}
+
+impl BtreePolicy {
+    /// A policy with these parameters. Zero caps are raised to 1 (a zero
+    /// `recent_capacity` disables duplicate suppression across scans).
+    pub fn new(config: BtreeConfig) -> Self {
+        let config = BtreeConfig {
+            growth_factor: config.growth_factor.max(1),
+            child_pages: config.child_pages.max(1),
+            max_files: config.max_files.max(1),
+            max_parents_per_file: config.max_parents_per_file.max(1),
+            ..config
+        };
+        Self {
+            recent: RecentSet::new(config.recent_capacity),
+            config,
+            files: HashMap::new(),
+            clock: 0,
+            stats: BtreeStats::default(),
+        }
+    }
+
+    /// The parameters in use.
+    pub fn config(&self) -> &BtreeConfig {
+        &self.config
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> BtreeStats {
+        self.stats
+    }
+
+    /// Files tracked, parents tracked over all files, pages in the recent set:
+    /// what bounds the policy's memory.
+    pub fn footprint(&self) -> (usize, usize, usize) {
+        let parents = self.files.values().map(|f| f.parents.len()).sum();
+        (self.files.len(), parents, self.recent.len())
+    }
+
+    /// The window of the scan through `parent` of `file`, if tracked.
+    pub fn window(&self, file: FileId, parent: u64) -> Option<u32> {
+        let state = self.files.get(&file)?;
+        state.parents.iter().find(|p| p.parent == parent).map(|p| p.window)
+    }
+
+    fn grow(&self, window: u32) -> u32 {
+        let grown =
+            if window == 0 { self.config.growth_factor } else { window.saturating_mul(self.config.growth_factor) };
+        grown.min(self.config.max_window)
+    }
+
+    /// The file's state, creating it (and evicting the least recently used
+    /// file beyond the cap).
+    fn file_state(&mut self, file: FileId) -> &mut FileState {
+        if !self.files.contains_key(&file)
+            && self.files.len() >= self.config.max_files
+            && let Some(oldest) = self.files.iter().min_by_key(|(_, s)| s.last_used).map(|(id, _)| *id)
+        {
+            self.files.remove(&oldest);
+        }
+        let clock = self.clock;
+        let state = self.files.entry(file).or_default();
+        state.last_used = clock;
+        state
+    }
+
+    fn handle(&mut self, file: FileId, parent: u64, children: &[u64], position: u32, ctx: &mut PolicyContext<'_>) {
+        self.stats.events += 1;
+        if ctx.file(file).is_none() {
+            self.stats.unknown_file += 1;
+            return;
+        }
+        let Ok(len) = u32::try_from(children.len()) else {
+            self.stats.malformed += 1;
+            return;
+        };
+        if len == 0 || position >= len {
+            self.stats.malformed += 1;
+            return;
+        }
+        self.clock += 1;
+        let clock = self.clock;
+        let config = self.config;
+        let pos = position as usize;
+        let entered = children[pos];
+        let next_sibling = children.get(pos + 1).copied();
+
+        // Decide: continue a scan (and from which window), repeat, or start one.
+        let state = self.file_state(file);
+        let index = state.parents.iter().position(|p| p.parent == parent);
+        let old = index.map(|i| state.parents[i]);
+        let (step, grandparent) = match old {
+            Some(p) if p.len == len && position > p.position && position - p.position <= p.window.saturating_add(1) => {
+                (Step::Continue { window: p.window, grow_at: p.grow_at }, p.grandparent)
+            }
+            Some(p) if p.len == len && position == p.position => (Step::Repeat(p), p.grandparent),
+            Some(p) => (Step::Start, p.grandparent),
+            None => {
+                // A descent: the grandparent's enter into `parent` came first.
+                // If the grandparent stepped forward from a sibling whose
+                // scan reached its end, this is the same scan moving on.
+                let gp = state.parents.iter().filter(|g| g.entered == parent).max_by_key(|g| g.last_used).copied();
+                let carried = gp.and_then(|g| {
+                    let prev = g.prev_entered?;
+                    let sibling = state.parents.iter().find(|s| s.parent == prev)?;
+                    let finished = sibling.position.saturating_add(2) >= sibling.len;
+                    let to_grow = sibling.grow_at.saturating_sub(sibling.position).max(1);
+                    (finished && position <= 1)
+                        .then_some(Step::Continue { window: sibling.window, grow_at: position.saturating_add(to_grow) })
+                });
+                (carried.unwrap_or(Step::Start), gp.map(|g| g.parent))
+            }
+        };
+        let (window, grow_at, issued_from, prev_entered) = match step {
+            Step::Continue { window, grow_at } => {
+                self.stats.continued += 1;
+                let issued = old.map_or(position + 1, |p| p.issued_until.max(position + 1));
+                let (window, grow_at) = if position >= grow_at {
+                    (self.grow(window), position.saturating_add(window.max(1)))
+                } else {
+                    (window, grow_at)
+                };
+                (window, grow_at, issued, old.map(|p| p.entered))
+            }
+            Step::Repeat(p) => (p.window, p.grow_at, p.issued_until.max(position + 1), p.prev_entered),
+            Step::Start => {
+                self.stats.scans_started += 1;
+                (config.initial_window.min(config.max_window), position.saturating_add(1), position + 1, None)
+            }
+        };
+
+        // What to request: children[issued_from .. position + 1 + window].
+        let want_end = (position as u64 + 1 + window as u64).min(len as u64) as u32;
+        let from = issued_from.min(want_end);
+        let mut ranges = Vec::new();
+        for &child in &children[from as usize..want_end as usize] {
+            self.push_child(file, child, &mut ranges);
+        }
+        let issued_until = want_end.max(issued_from.min(len));
+
+        // The window runs past this parent's last child: fetch the next
+        // sibling parent too, so the next descent finds it resident.
+        let overflow = position as u64 + 1 + window as u64 > len as u64;
+        if overflow
+            && window > 0
+            && let Some(gp) = grandparent
+            && let Some(sibling) = self
+                .files
+                .get(&file)
+                .and_then(|s| s.parents.iter().find(|g| g.parent == gp && g.entered == parent))
+                .and_then(|g| g.next_sibling)
+        {
+            self.push_child(file, sibling, &mut ranges);
+        }
+
+        let new_state = ParentState {
+            parent,
+            len,
+            position,
+            window,
+            grow_at,
+            issued_until,
+            entered,
+            prev_entered,
+            next_sibling,
+            grandparent,
+            last_used: clock,
+        };
+        let cap = config.max_parents_per_file;
+        let state = self.file_state(file);
+        match index {
+            Some(i) => state.parents[i] = new_state,
+            None => {
+                if state.parents.len() >= cap
+                    && let Some(oldest) =
+                        state.parents.iter().enumerate().min_by_key(|(_, p)| p.last_used).map(|(i, _)| i)
+                {
+                    state.parents.swap_remove(oldest);
+                }
+                state.parents.push(new_state);
+            }
+        }
+
+        if !ranges.is_empty() {
+            self.stats.requested_children += ranges.len() as u64;
+            if ctx.request(file, ranges, Urgency::Imminent) {
+                self.stats.requests += 1;
+            }
+        }
+    }
+
+    /// Adds `child` to `ranges` unless it was requested lately.
+    fn push_child(&mut self, file: FileId, child: u64, ranges: &mut Vec<PageRange>) {
+        if self.recent.insert((file, child)) {
+            ranges.push(PageRange::new(child, child.saturating_add(self.config.child_pages)));
+        } else {
+            self.stats.suppressed_duplicates += 1;
+        }
+    }
+}
+
+impl Policy for BtreePolicy {
+    fn name(&self) -> &str {
+        "btree"
+    }
+
+    fn interests(&self) -> EventKinds {
+        EventKinds::of(&[EventKind::TreeChildEnter])
+    }
+
+    fn on_event(&mut self, event: &Event, ctx: &mut PolicyContext<'_>) {
+        if let Event::TreeChildEnter { file, parent, children, position } = event {
+            self.handle(*file, *parent, children, *position, ctx);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::file::FileRef;
+    use crate::policy::{FileTable, PolicyId};
+    use crate::request::Request;
+
+    /// xorshift64*: seeded, so a failure reproduces.
+    struct Rng(u64);
+
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 >> 12;
+            self.0 ^= self.0 << 25;
+            self.0 ^= self.0 >> 27;
+            self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+        }
+
+        fn below(&mut self, n: usize) -> usize {
+            (self.next() % n as u64) as usize
+        }
+    }
+
+    /// A three-level tree (root, interiors, leaves) with pages scattered
+    /// over the file, as after random-order inserts.
+    struct Tree {
+        root: u64,
+        interiors: Vec<(u64, Arc<[u64]>)>,
+    }
+
+    impl Tree {
+        fn new(interiors: usize, fanout: usize, seed: u64) -> Self {
+            let mut rng = Rng(seed);
+            let total = 1 + interiors * (1 + fanout);
+            let mut pages: Vec<u64> = (1..=total as u64).collect();
+            for i in (1..pages.len()).rev() {
+                pages.swap(i, rng.below(i + 1));
+            }
+            let root = pages[0];
+            let mut rest = pages[1..].chunks(1 + fanout);
+            let interiors =
+                (0..interiors).filter_map(|_| rest.next()).map(|c| (c[0], Arc::from(&c[1..]))).collect::<Vec<_>>();
+            Self { root, interiors }
+        }
+
+        fn root_children(&self) -> Arc<[u64]> {
+            self.interiors.iter().map(|(page, _)| *page).collect()
+        }
+
+        fn fanout(&self) -> usize {
+            self.interiors[0].1.len()
+        }
+
+        fn leaf(&self, index: usize) -> u64 {
+            self.interiors[index / self.fanout()].1[index % self.fanout()]
+        }
+
+        /// The enters of a scan over leaves `first..first + count`, and
+        /// which leaf (if any) each enter reads.
+        fn scan(&self, file: FileId, first: usize, count: usize) -> Vec<(Event, Option<u64>)> {
+            let fanout = self.fanout();
+            let root_children = self.root_children();
+            let mut events = Vec::new();
+            let mut current_interior = usize::MAX;
+            for leaf in first..(first + count).min(self.interiors.len() * fanout) {
+                let (k, j) = (leaf / fanout, leaf % fanout);
+                if k != current_interior {
+                    current_interior = k;
+                    let enter = Event::TreeChildEnter {
+                        file,
+                        parent: self.root,
+                        children: root_children.clone(),
+                        position: k as u32,
+                    };
+                    events.push((enter, None));
+                }
+                let (interior, children) = &self.interiors[k];
+                let enter =
+                    Event::TreeChildEnter { file, parent: *interior, children: children.clone(), position: j as u32 };
+                events.push((enter, Some(children[j])));
+            }
+            events
+        }
+    }
+
+    struct Harness {
+        file: FileRef,
+        files: FileTable,
+        policy: BtreePolicy,
+    }
+
+    impl Harness {
+        fn new(config: BtreeConfig) -> Self {
+            let file = FileRef::open("/proc/self/exe").expect("open /proc/self/exe");
+            let mut files = FileTable::default();
+            files.insert(file.clone());
+            Self { file, files, policy: BtreePolicy::new(config) }
+        }
+
+        fn id(&self) -> FileId {
+            self.file.id()
+        }
+
+        fn send(&mut self, event: &Event) -> Vec<Request> {
+            let mut out = Vec::new();
+            self.policy.on_event(event, &mut PolicyContext::new(&self.files, &mut out, PolicyId(1)));
+            out
+        }
+
+        /// Runs a traversal; returns (pages requested, leaves read that
+        /// had been requested earlier, leaves read).
+        fn run(&mut self, events: &[(Event, Option<u64>)]) -> (Vec<u64>, usize, usize) {
+            let mut requested = Vec::new();
+            let mut seen = HashSet::new();
+            let (mut covered, mut read) = (0, 0);
+            for (event, leaf) in events {
+                if let Some(leaf) = leaf {
+                    read += 1;
+                    covered += usize::from(seen.contains(leaf));
+                }
+                for request in self.send(event) {
+                    assert_eq!(request.urgency, Urgency::Imminent);
+                    for range in &request.ranges {
+                        assert_eq!(range.len(), 1);
+                        requested.push(range.start);
+                        seen.insert(range.start);
+                    }
+                }
+            }
+            (requested, covered, read)
+        }
+    }
+
+    #[test]
+    fn full_scan_is_covered_without_repeats() {
+        let tree = Tree::new(20, 100, 1);
+        let mut h = Harness::new(BtreeConfig::default());
+        let events = tree.scan(h.id(), 0, 2000);
+        let (requested, covered, read) = h.run(&events);
+        assert_eq!(read, 2000);
+        let unique: HashSet<u64> = requested.iter().copied().collect();
+        assert_eq!(unique.len(), requested.len(), "a page requested twice");
+        // Only the first leaves of the scan, and the first leaf of each
+        // interior (the descent that reveals its children), are demand reads.
+        assert!(covered >= read - 2 - 20, "{covered} of {read} leaves prefetched");
+        let leaves: HashSet<u64> = tree.interiors.iter().flat_map(|(_, c)| c.iter().copied()).collect();
+        let interiors: HashSet<u64> = tree.interiors.iter().map(|(p, _)| *p).collect();
+        assert!(requested.iter().all(|p| leaves.contains(p) || interiors.contains(p)));
+        // The tail of the last interior is not overshot: nothing requested beyond the tree.
+        assert!(requested.len() <= leaves.len() + interiors.len());
+        assert_eq!(h.policy.window(h.id(), tree.interiors[19].0), Some(64));
+        assert!(h.policy.stats().continued > 1900);
+    }
+
+    #[test]
+    fn window_grows_geometrically_to_the_cap() {
+        let tree = Tree::new(1, 200, 2);
+        let mut h = Harness::new(BtreeConfig::default());
+        let events = tree.scan(h.id(), 0, 200);
+        let interior = tree.interiors[0].0;
+        let mut windows = Vec::new();
+        for (event, _) in &events {
+            h.send(event);
+            if let Some(w) = h.policy.window(h.id(), interior) {
+                windows.push(w);
+            }
+        }
+        // Doubling each time the scan has advanced by the previous window.
+        assert_eq!(&windows[..10], &[0, 2, 4, 4, 8, 8, 8, 8, 16, 16]);
+        assert_eq!(windows[16], 32);
+        assert_eq!(windows[32], 64);
+        assert!(windows.iter().all(|&w| w <= 64));
+    }
+
+    #[test]
+    fn lookahead_never_exceeds_the_window() {
+        let tree = Tree::new(4, 300, 3);
+        let mut h = Harness::new(BtreeConfig { max_window: 16, ..BtreeConfig::default() });
+        let events = tree.scan(h.id(), 0, 1200);
+        let position: HashMap<u64, usize> = (0..1200).map(|i| (tree.leaf(i), i)).collect();
+        let mut current = 0;
+        for (event, leaf) in &events {
+            if let Some(leaf) = leaf {
+                current = position[leaf];
+            }
+            for request in h.send(event) {
+                for range in &request.ranges {
+                    if let Some(&ahead) = position.get(&range.start) {
+                        assert!(ahead > current && ahead <= current + 16, "leaf {ahead} requested at {current}");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn point_lookups_request_nothing() {
+        let tree = Tree::new(50, 100, 4);
+        let mut h = Harness::new(BtreeConfig::default());
+        let mut rng = Rng(44);
+        let mut requested = 0;
+        for _ in 0..2000 {
+            let leaf = rng.below(5000);
+            let (pages, _, _) = h.run(&tree.scan(h.id(), leaf, 1));
+            requested += pages.len();
+        }
+        // Two random lookups into neighbouring children look like a scan
+        // step now and then; that costs a few pages, no more.
+        assert!(requested <= 100, "point lookups requested {requested} pages");
+        assert!(h.policy.stats().scans_started >= 2000);
+    }
+
+    #[test]
+    fn point_lookups_with_initial_window_one_waste_one_page_per_level() {
+        let tree = Tree::new(50, 100, 5);
+        let mut h = Harness::new(BtreeConfig { initial_window: 1, ..BtreeConfig::default() });
+        let (pages, _, _) = h.run(&tree.scan(h.id(), 1234, 1));
+        assert_eq!(pages.len(), 2, "one child ahead at the root and one at the interior");
+    }
+
+    #[test]
+    fn short_scans_waste_little() {
+        let tree = Tree::new(50, 100, 6);
+        let mut rng = Rng(66);
+        for length in [1usize, 2, 3, 5, 10, 30] {
+            let mut h = Harness::new(BtreeConfig::default());
+            let start = rng.below(4000);
+            let events = tree.scan(h.id(), start, length);
+            let (requested, _, _) = h.run(&events);
+            let read: HashSet<u64> = events.iter().filter_map(|(_, leaf)| *leaf).collect();
+            let wasted = requested.iter().filter(|p| !read.contains(p)).count();
+            // The last window is the waste: about the scan's length, at most the cap (+ a sibling).
+            let bound = (2 * length).min(64) + 1;
+            assert!(wasted <= bound, "scan of {length}: {wasted} wasted pages (bound {bound})");
+            if length == 1 {
+                assert_eq!(requested.len(), 0);
+            }
+        }
+    }
+
+    #[test]
+    fn recent_duplicates_are_suppressed() {
+        let tree = Tree::new(2, 100, 7);
+        let mut h = Harness::new(BtreeConfig::default());
+        let events = tree.scan(h.id(), 10, 150);
+        let (first, _, _) = h.run(&events);
+        assert!(first.len() > 100);
+        // The same scan again: everything it would ask for was asked lately.
+        let (second, _, _) = h.run(&events);
+        assert!(second.is_empty(), "repeated scan requested {second:?}");
+        assert!(h.policy.stats().suppressed_duplicates as usize >= first.len() - 4);
+    }
+
+    #[test]
+    fn recent_set_forgets_oldest_first() {
+        let tree = Tree::new(2, 100, 8);
+        let mut h = Harness::new(BtreeConfig { recent_capacity: 16, ..BtreeConfig::default() });
+        let events = tree.scan(h.id(), 0, 200);
+        let (first, _, _) = h.run(&events);
+        let (second, _, _) = h.run(&events);
+        assert!(!second.is_empty(), "a small recent set cannot suppress a whole rescan");
+        assert!(second.len() <= first.len());
+        assert!(h.policy.footprint().2 <= 16);
+    }
+
+    #[test]
+    fn a_backward_jump_starts_a_new_scan() {
+        let tree = Tree::new(1, 100, 9);
+        let mut h = Harness::new(BtreeConfig::default());
+        let events = tree.scan(h.id(), 50, 20);
+        h.run(&events);
+        let interior = tree.interiors[0].0;
+        assert_eq!(h.policy.window(h.id(), interior), Some(32));
+        h.run(&tree.scan(h.id(), 5, 1));
+        assert_eq!(h.policy.window(h.id(), interior), Some(0));
+        // A far forward jump is a new scan too.
+        h.run(&tree.scan(h.id(), 6, 1));
+        assert_eq!(h.policy.window(h.id(), interior), Some(2));
+        h.run(&tree.scan(h.id(), 90, 1));
+        assert_eq!(h.policy.window(h.id(), interior), Some(0));
+    }
+
+    #[test]
+    fn the_window_carries_over_to_the_next_sibling() {
+        let tree = Tree::new(3, 10, 10);
+        let mut h = Harness::new(BtreeConfig::default());
+        let events = tree.scan(h.id(), 0, 30);
+        let (requested, covered, read) = h.run(&events);
+        assert_eq!(read, 30);
+        // Interior 1 and 2 were requested before they were descended into.
+        assert!(requested.contains(&tree.interiors[1].0));
+        assert!(requested.contains(&tree.interiors[2].0));
+        // Past the first interior, only the first leaf of each is a demand read.
+        assert!(covered >= 30 - 2 - 2, "{covered}");
+        assert!(h.policy.window(h.id(), tree.interiors[2].0).is_some_and(|w| w >= 16));
+    }
+
+    #[test]
+    fn malformed_and_unknown_events_are_counted() {
+        let mut h = Harness::new(BtreeConfig::default());
+        let file = h.id();
+        assert!(h.send(&Event::TreeChildEnter { file, parent: 1, children: Arc::from([]), position: 0 }).is_empty());
+        assert!(
+            h.send(&Event::TreeChildEnter { file, parent: 1, children: Arc::from([2, 3]), position: 2 }).is_empty()
+        );
+        let stranger = FileId { dev: 77, ino: 77 };
+        let event = Event::TreeChildEnter { file: stranger, parent: 1, children: Arc::from([2, 3]), position: 0 };
+        assert!(h.send(&event).is_empty());
+        let stats = h.policy.stats();
+        assert_eq!((stats.events, stats.malformed, stats.unknown_file), (3, 2, 1));
+        assert_eq!(h.policy.footprint().0, 0, "nothing kept for malformed or unknown events");
+        assert!(h.policy.window(stranger, 1).is_none());
+        // Extreme page numbers do not overflow.
+        let children: Arc<[u64]> = Arc::from([u64::MAX - 1, u64::MAX]);
+        for position in [0, 1, 0, 1] {
+            h.send(&Event::TreeChildEnter { file, parent: 9, children: children.clone(), position });
+        }
+    }
+
+    #[test]
+    fn memory_is_bounded() {
+        let config =
+            BtreeConfig { max_files: 4, max_parents_per_file: 3, recent_capacity: 50, ..BtreeConfig::default() };
+        let mut policy = BtreePolicy::new(config);
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut files = FileTable::default();
+        let mut ids = Vec::new();
+        for i in 0..10 {
+            let path = dir.path().join(format!("db{i}"));
+            std::fs::write(&path, b"x").expect("write");
+            let file = FileRef::open(&path).expect("open");
+            ids.push(file.id());
+            files.insert(file);
+        }
+        let mut rng = Rng(12);
+        let mut out = Vec::new();
+        for _ in 0..20_000 {
+            let len = 1 + rng.below(200);
+            let children: Arc<[u64]> = (0..len).map(|_| rng.next() % 10_000).collect();
+            let event = Event::TreeChildEnter {
+                file: ids[rng.below(ids.len())],
+                parent: (rng.next() % 40),
+                children,
+                position: rng.below(len) as u32,
+            };
+            policy.on_event(&event, &mut PolicyContext::new(&files, &mut out, PolicyId(1)));
+            let (tracked_files, parents, recent) = policy.footprint();
+            assert!(tracked_files <= 4 && parents <= 12 && recent <= 50);
+            for request in out.drain(..) {
+                assert!(request.ranges.len() as u32 <= config.max_window + 1);
+            }
+        }
+    }
+
+    #[test]
+    fn child_pages_span_large_database_pages() {
+        let mut h = Harness::new(BtreeConfig { child_pages: 4, ..BtreeConfig::default() });
+        let file = h.id();
+        let children: Arc<[u64]> = Arc::from([0, 4, 8, 12, 16]);
+        h.send(&Event::TreeChildEnter { file, parent: 100, children: children.clone(), position: 0 });
+        let requests = h.send(&Event::TreeChildEnter { file, parent: 100, children, position: 1 });
+        assert_eq!(requests[0].ranges, vec![PageRange::new(8, 12), PageRange::new(12, 16)]);
+    }
+
+    #[test]
+    fn registered_by_name() {
+        let policy = crate::policies::by_name("btree").expect("btree registered");
+        assert_eq!(policy.name(), "btree");
+        assert!(policy.interests().contains(EventKind::TreeChildEnter));
+        assert!(crate::policies::NAMES.contains(&"btree"));
+    }
+}
