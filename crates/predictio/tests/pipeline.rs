@@ -9,7 +9,7 @@ use predictio::event::{AccessKind, Event, EventKind, EventKinds};
 use predictio::executor::ExecutorConfig;
 use predictio::page::ByteRange;
 use predictio::pipeline::Pipeline;
-use predictio::policies::hints::HintPolicy;
+use predictio::policies::readplan::ReadPlanPolicy;
 use predictio::policy::{Policy, PolicyContext};
 use predictio::{Executor, FileRef, PAGE_SIZE, PageRange, cache};
 
@@ -26,7 +26,8 @@ fn a_read_plan_hint_becomes_resident_pages() {
     let file = FileRef::open(&path).expect("open");
     cache::evict(&file).expect("evict");
     let executor = Arc::new(Executor::new(ExecutorConfig::default()).expect("executor"));
-    let pipeline = Pipeline::start(Arc::clone(&executor), vec![Box::new(HintPolicy::default())], 1024).expect("start");
+    let pipeline =
+        Pipeline::start(Arc::clone(&executor), vec![Box::new(ReadPlanPolicy::default())], 1024).expect("start");
     let sender = pipeline.sender();
     let plan = Event::ReadPlan { file: file.id(), segments: vec![ByteRange::new(0, 64 * PAGE_SIZE)].into() };
     assert!(sender.send(plan, Some(file.clone())));
@@ -36,7 +37,7 @@ fn a_read_plan_hint_becomes_resident_pages() {
     assert_eq!(up, 64);
     let stats = pipeline.stats();
     assert_eq!((stats.dispatched, stats.requests, stats.refused), (1, 1, 0));
-    let hints = executor.stats().origins.into_iter().find(|o| o.name == "hints").expect("hints origin");
+    let hints = executor.stats().origins.into_iter().find(|o| o.name == "readplan").expect("readplan origin");
     assert_eq!(hints.counters.issued_pages, 64);
 }
 

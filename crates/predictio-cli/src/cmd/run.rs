@@ -18,7 +18,9 @@ use crate::daemon::status::Status;
 /// Arguments of `run`.
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// Policies to run (repeatable). Default: every policy predictio ships.
+    /// Policies to run (repeatable): hints, readplan, btree, stream. Default:
+    /// hints, readplan, btree (stream, which speculates from observed
+    /// sequential reads, is opt-in).
     #[arg(long = "policy", value_name = "POLICY")]
     policies: Vec<String>,
     /// Print the counters as JSON (to stderr) at the end.
@@ -35,7 +37,7 @@ pub struct Args {
 /// Runs `run`; exits with the command's exit code.
 pub fn run(args: Args) -> Result<()> {
     let names: Vec<String> = if args.policies.is_empty() {
-        predictio::policies::NAMES.iter().map(|s| s.to_string()).collect()
+        predictio::policies::DEFAULT.iter().map(|s| s.to_string()).collect()
     } else {
         args.policies.clone()
     };

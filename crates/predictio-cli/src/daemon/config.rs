@@ -36,7 +36,7 @@ pub struct Config {
 impl Default for Config {
     fn default() -> Self {
         Self {
-            policies: vec!["hints".into()],
+            policies: predictio::policies::DEFAULT.iter().map(|s| s.to_string()).collect(),
             executor: ExecutorSection::default(),
             pressure: PressureSection::default(),
             hints: HintsSection::default(),

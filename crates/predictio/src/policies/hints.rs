@@ -1,5 +1,7 @@
 //! `hints`: programs that know what they will read say so; this policy turns
-//! their plain page ranges and read plans into imminent requests, unchanged.
+//! their plain page ranges into imminent requests, unchanged. (Read plans —
+//! segments to be read in order — go to the `readplan` policy, which paces
+//! them ahead of the reader.)
 //! It predicts nothing itself — the program did — so there is nothing to get
 //! wrong but the bounds, which the executor keeps.
 
@@ -8,7 +10,7 @@ use crate::page::PageRange;
 use crate::policy::{Policy, PolicyContext};
 use crate::request::Urgency;
 
-/// Passes `Pages` and `ReadPlan` hints to the executor.
+/// Passes `Pages` hints to the executor.
 #[derive(Debug, Default)]
 pub struct HintPolicy {
     forwarded: u64,
@@ -29,15 +31,12 @@ impl Policy for HintPolicy {
     }
 
     fn interests(&self) -> EventKinds {
-        EventKinds::of(&[EventKind::Pages, EventKind::ReadPlan])
+        EventKinds::of(&[EventKind::Pages])
     }
 
     fn on_event(&mut self, event: &Event, ctx: &mut PolicyContext<'_>) {
-        let (file, ranges): (_, Vec<PageRange>) = match event {
-            Event::Pages { file, ranges } => (*file, ranges.to_vec()),
-            Event::ReadPlan { file, segments } => (*file, segments.iter().map(|s| s.pages()).collect()),
-            _ => return,
-        };
+        let Event::Pages { file, ranges } = event else { return };
+        let (file, ranges): (_, Vec<PageRange>) = (*file, ranges.to_vec());
         if ctx.request(file, ranges, Urgency::Imminent) {
             self.forwarded += 1;
         } else {
@@ -50,7 +49,6 @@ impl Policy for HintPolicy {
 mod tests {
     use super::*;
     use crate::file::{FileId, FileRef};
-    use crate::page::ByteRange;
     use crate::policy::{FileTable, PolicyId};
 
     #[test]
@@ -60,7 +58,7 @@ mod tests {
         files.insert(file.clone());
         let mut out = Vec::new();
         let mut policy = HintPolicy::default();
-        let plan = Event::ReadPlan { file: file.id(), segments: vec![ByteRange::new(8192, 100)].into() };
+        let plan = Event::Pages { file: file.id(), ranges: vec![PageRange::new(2, 3)].into() };
         policy.on_event(&plan, &mut PolicyContext::new(&files, &mut out, PolicyId(3)));
         assert_eq!(out.len(), 1);
         assert_eq!(out[0].ranges, vec![PageRange::new(2, 3)]);
