@@ -53,6 +53,10 @@ pub struct PipelineStats {
     /// by the resolver's bounds).
     #[serde(default)]
     pub unresolved: u64,
+    /// Model files (GGUF, safetensors) recognised among held files, whose
+    /// layout was handed to the policies as a `TensorLayout` event.
+    #[serde(default)]
+    pub models_detected: u64,
 }
 
 #[derive(Default)]
@@ -64,6 +68,7 @@ struct Counters {
     refused: AtomicU64,
     resolved: AtomicU64,
     unresolved: AtomicU64,
+    models_detected: AtomicU64,
 }
 
 struct Shared {
@@ -176,6 +181,7 @@ impl Pipeline {
             refused: c.refused.load(Ordering::Relaxed),
             resolved: c.resolved.load(Ordering::Relaxed),
             unresolved: c.unresolved.load(Ordering::Relaxed),
+            models_detected: c.models_detected.load(Ordering::Relaxed),
         }
     }
 
@@ -224,28 +230,78 @@ fn observed(event: &Event) -> Option<(u32, crate::file::FileId)> {
     }
 }
 
+/// Files checked for a model header before the set is cleared.
+const MAX_CHECKED_FILES: usize = 1 << 16;
+
+/// Recognises model files among the files the runtime comes to hold and
+/// describes their layout to the policies: the runtime reads a model's
+/// *header* (metadata the loader has just read, so it is cached) once per
+/// file; it never reads tensor data on anyone's behalf.
+#[derive(Default)]
+struct ModelDetector {
+    checked: std::collections::HashSet<crate::file::FileId>,
+}
+
+impl ModelDetector {
+    /// A `TensorLayout` event for `file` if it is a model file not seen
+    /// before.
+    fn detect(&mut self, file: &crate::file::FileRef) -> Option<Event> {
+        use std::os::unix::fs::FileExt;
+        if self.checked.len() >= MAX_CHECKED_FILES {
+            self.checked.clear();
+        }
+        if !self.checked.insert(file.id()) {
+            return None;
+        }
+        let mut first = [0u8; 16];
+        let n = file.file().read_at(&mut first, 0).ok()?;
+        crate::model::detect(&first[..n])?;
+        let layout = match crate::model::ModelLayout::read(file.file()) {
+            Ok(layout) => layout,
+            Err(err) => {
+                tracing::debug!(file = %file.id(), %err, "model header not parsed");
+                return None;
+            }
+        };
+        let ranges: Vec<crate::page::ByteRange> = layout
+            .plan(crate::model::LoadOrder::Compute)
+            .iter()
+            .map(|r| crate::page::ByteRange::new(r.offset, r.len))
+            .collect();
+        Some(Event::TensorLayout { file: file.id(), ranges: ranges.into() })
+    }
+}
+
 fn dispatch_loop(shared: Arc<Shared>, mut runtime: Runtime, executor: Arc<Executor>, mut resolver: Option<Resolver>) {
+    let mut models = ModelDetector::default();
     let mut last = RuntimeStats::default();
     loop {
         let mut any = false;
         while let Some(incoming) = shared.queue.pop() {
             any = true;
-            if let Some(file) = incoming.file {
-                runtime.hold_file(file);
+            let newly_held = if let Some(file) = incoming.file {
+                Some(file)
             } else if let Some(resolver) = resolver.as_mut()
                 && let Some((pid, id)) = observed(&incoming.event)
                 && runtime.wants(incoming.event.kind())
                 && runtime.files().get(id).is_none()
             {
-                match resolver.resolve(pid, id) {
-                    Some(file) => {
-                        runtime.hold_file(file);
-                        shared.counters.resolved.fetch_add(1, Ordering::Relaxed);
-                    }
-                    None => {
-                        shared.counters.unresolved.fetch_add(1, Ordering::Relaxed);
-                    }
+                let found = resolver.resolve(pid, id);
+                let counter = if found.is_some() { &shared.counters.resolved } else { &shared.counters.unresolved };
+                counter.fetch_add(1, Ordering::Relaxed);
+                found
+            } else {
+                None
+            };
+            if let Some(file) = newly_held {
+                if runtime.wants(crate::event::EventKind::TensorLayout)
+                    && let Some(layout) = models.detect(&file)
+                {
+                    runtime.hold_file(file.clone());
+                    shared.counters.models_detected.fetch_add(1, Ordering::Relaxed);
+                    runtime.dispatch(&layout);
                 }
+                runtime.hold_file(file);
             }
             feed_accounting(&executor, &incoming.event);
             runtime.dispatch(&incoming.event);

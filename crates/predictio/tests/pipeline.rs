@@ -143,3 +143,63 @@ fn observed_files_are_resolved_through_the_process_that_has_them_open() {
     assert_eq!(plain.stats().requests, 0);
     drop(held);
 }
+
+/// Records the model layouts it is told about.
+struct Layouts(Arc<std::sync::Mutex<Vec<Vec<ByteRange>>>>);
+
+impl Policy for Layouts {
+    fn name(&self) -> &str {
+        "layouts"
+    }
+    fn interests(&self) -> EventKinds {
+        EventKinds::of(&[EventKind::TensorLayout, EventKind::PageAccess])
+    }
+    fn on_event(&mut self, event: &Event, _: &mut PolicyContext<'_>) {
+        if let Event::TensorLayout { ranges, .. } = event {
+            self.0.lock().expect("lock").push(ranges.to_vec());
+        }
+    }
+}
+
+#[test]
+fn an_observed_model_file_is_recognised_and_its_layout_dispatched_once() {
+    use std::os::unix::fs::MetadataExt;
+    let dir = tempfile::Builder::new().prefix("predictio-model").tempdir_in("/var/tmp").expect("temp dir");
+    let path = dir.path().join("m.safetensors");
+    let header = br#"{"a":{"dtype":"F32","shape":[2,2],"data_offsets":[0,16]},"b":{"dtype":"F32","shape":[4],"data_offsets":[16,32]}}"#;
+    let mut bytes = (header.len() as u64).to_le_bytes().to_vec();
+    bytes.extend_from_slice(header);
+    bytes.extend_from_slice(&[7u8; 32]);
+    std::fs::write(&path, &bytes).expect("write");
+    let held = std::fs::File::open(&path).expect("open");
+    let meta = held.metadata().expect("stat");
+    let id = predictio::FileId { dev: meta.dev(), ino: meta.ino() };
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let executor = Arc::new(Executor::new(ExecutorConfig::default()).expect("executor"));
+    let pipeline = Pipeline::start_with(
+        executor,
+        vec![Box::new(Layouts(Arc::clone(&seen)))],
+        1024,
+        Some(predictio::resolve::ResolverConfig::default()),
+    )
+    .expect("start");
+    for page in 0..3 {
+        let read = Event::PageAccess {
+            pid: std::process::id(),
+            file: id,
+            pages: PageRange::page(page),
+            kind: AccessKind::Read,
+            time_ns: 0,
+        };
+        pipeline.sender().send(read, None);
+    }
+    assert!(pipeline.flush(Duration::from_secs(5)));
+    let layouts = seen.lock().expect("lock").clone();
+    assert_eq!(layouts.len(), 1, "one layout for one file: {layouts:?}");
+    let data = 8 + header.len() as u64;
+    let total: u64 = layouts[0].iter().map(|r| r.len).sum();
+    assert_eq!(total, 32, "both tensors: {layouts:?}");
+    assert!(layouts[0].iter().all(|r| r.offset >= data), "ranges are absolute, past the header");
+    assert_eq!(pipeline.stats().models_detected, 1);
+    drop(held);
+}
