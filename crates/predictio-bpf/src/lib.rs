@@ -155,6 +155,7 @@ mod observer;
 #[cfg(predictio_bpf_unavailable)]
 #[path = "unavailable.rs"]
 mod observer;
+pub mod perf;
 #[cfg_attr(predictio_bpf_unavailable, allow(dead_code, reason = "used by the eBPF observer only"))]
 mod record;
 mod source;

@@ -153,3 +153,247 @@ pub(crate) fn monotonic_ns() -> u64 {
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     (ts.tv_sec as u64).saturating_mul(1_000_000_000).saturating_add(ts.tv_nsec as u64)
 }
+
+// ---- perf_event_open(2): the perf observer's edge (`crate::perf`) ----
+
+/// `struct perf_event_attr` through `sample_max_stack`
+/// (`PERF_ATTR_SIZE_VER5`, Linux 4.8+): everything the perf observer sets.
+/// The bit fields of the kernel's struct are the one word `flags`
+/// (`PERF_ATTR_FLAG_*`).
+///
+/// # References
+///
+/// - [`perf_event_open(2)`](https://man7.org/linux/man-pages/man2/perf_event_open.2.html)
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct PerfEventAttr {
+    pub kind: u32,
+    pub size: u32,
+    pub config: u64,
+    pub sample_period: u64,
+    pub sample_type: u64,
+    pub read_format: u64,
+    pub flags: u64,
+    /// `wakeup_events`, or `wakeup_watermark` (bytes) with `PERF_ATTR_FLAG_WATERMARK`.
+    pub wakeup: u32,
+    pub bp_type: u32,
+    pub config1: u64,
+    pub config2: u64,
+    pub branch_sample_type: u64,
+    pub sample_regs_user: u64,
+    pub sample_stack_user: u32,
+    pub clockid: i32,
+    pub sample_regs_intr: u64,
+    pub aux_watermark: u32,
+    pub sample_max_stack: u16,
+    pub reserved_2: u16,
+}
+
+/// `PERF_ATTR_SIZE_VER5`.
+pub(crate) const PERF_ATTR_SIZE: u32 = 112;
+const _: () = assert!(size_of::<PerfEventAttr>() == PERF_ATTR_SIZE as usize);
+
+/// Bits of [`PerfEventAttr::flags`] (the kernel's bit-field order).
+pub(crate) const PERF_ATTR_FLAG_DISABLED: u64 = 1 << 0;
+pub(crate) const PERF_ATTR_FLAG_INHERIT: u64 = 1 << 1;
+pub(crate) const PERF_ATTR_FLAG_TASK: u64 = 1 << 13;
+pub(crate) const PERF_ATTR_FLAG_WATERMARK: u64 = 1 << 14;
+pub(crate) const PERF_ATTR_FLAG_USE_CLOCKID: u64 = 1 << 25;
+
+/// `perf_event_open(attr, pid, cpu, group_fd = -1, PERF_FLAG_FD_CLOEXEC)`.
+pub(crate) fn perf_event_open(attr: &PerfEventAttr, pid: i32, cpu: i32) -> io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    const PERF_FLAG_FD_CLOEXEC: libc::c_ulong = 1 << 3;
+    // SAFETY: `attr` points to a live, initialised struct whose `size` field
+    // the caller sets to at most its size (the kernel reads `size` bytes and
+    // writes `size` back only on E2BIG, which is within the struct too);
+    // the other arguments are integers.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_perf_event_open,
+            std::ptr::from_ref(attr),
+            pid as libc::c_int,
+            cpu as libc::c_int,
+            -1 as libc::c_int,
+            PERF_FLAG_FD_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the kernel just returned this descriptor to us; nobody else owns it.
+    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as libc::c_int) })
+}
+
+/// The `ioctl`s the perf observer makes on a perf event descriptor.
+pub(crate) enum PerfIoctl<'fd> {
+    /// `PERF_EVENT_IOC_ENABLE`.
+    Enable,
+    /// `PERF_EVENT_IOC_SET_OUTPUT`: write this event's records into the ring
+    /// of the given event (same CPU).
+    SetOutput(BorrowedFd<'fd>),
+}
+
+/// One perf `ioctl` (the enum keeps each request paired with the argument
+/// type the kernel expects).
+pub(crate) fn perf_ioctl(event: BorrowedFd<'_>, request: PerfIoctl<'_>) -> io::Result<()> {
+    const PERF_EVENT_IOC_ENABLE: libc::c_ulong = 0x2400;
+    const PERF_EVENT_IOC_SET_OUTPUT: libc::c_ulong = 0x2405;
+    let (request, arg) = match request {
+        PerfIoctl::Enable => (PERF_EVENT_IOC_ENABLE, 0 as libc::c_ulong),
+        PerfIoctl::SetOutput(output) => (PERF_EVENT_IOC_SET_OUTPUT, output.as_raw_fd() as libc::c_ulong),
+    };
+    // SAFETY: both requests take an integer argument (flags, or a descriptor
+    // borrowed for the call) and touch no user memory.
+    let rc = unsafe { libc::ioctl(event.as_raw_fd(), request, arg) };
+    if rc < 0 { Err(io::Error::last_os_error()) } else { Ok(()) }
+}
+
+/// `poll(2)` on several descriptors; `revents` are written into `fds`.
+/// Returns how many are ready (0 on timeout or an interrupting signal).
+pub(crate) fn poll_many(fds: &mut [libc::pollfd], timeout: Duration) -> io::Result<usize> {
+    let ms = timeout.as_nanos().div_ceil(1_000_000).min(i32::MAX as u128) as libc::c_int;
+    // SAFETY: `fds` is a valid, initialised array of `fds.len()` elements
+    // that lives across the call; the caller keeps the descriptors open.
+    let rc = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+    if rc < 0 {
+        let err = io::Error::last_os_error();
+        return if err.kind() == io::ErrorKind::Interrupted { Ok(0) } else { Err(err) };
+    }
+    Ok(rc as usize)
+}
+
+/// A perf event's mmap'ed ring: the control page (`struct
+/// perf_event_mmap_page`) and `2^n` data pages, shared with the kernel,
+/// which writes records at `data_head` while we read from `data_tail`.
+///
+/// Drop order: the mapping is unmapped when this drops; the event's
+/// descriptor may be closed before or after (the mapping holds its own
+/// reference to the buffer).
+pub(crate) struct PerfRing {
+    base: std::ptr::NonNull<u8>,
+    map_len: usize,
+    data_offset: usize,
+    data_size: usize,
+}
+
+// SAFETY: the mapping is owned by this value alone (no aliasing Rust
+// references exist); the kernel side is synchronised through the atomic
+// head/tail words, so moving the owner to another thread is sound.
+unsafe impl Send for PerfRing {}
+
+/// Offsets in `struct perf_event_mmap_page`.
+const PERF_MMAP_DATA_HEAD: usize = 1024;
+const PERF_MMAP_DATA_TAIL: usize = 1032;
+const PERF_MMAP_DATA_OFFSET: usize = 1040;
+const PERF_MMAP_DATA_SIZE: usize = 1048;
+
+impl PerfRing {
+    /// Maps the ring of `event` with `data_pages` data pages (a power of two).
+    pub(crate) fn map(event: BorrowedFd<'_>, data_pages: usize) -> io::Result<PerfRing> {
+        let page = page_size();
+        let map_len = (data_pages + 1) * page;
+        // SAFETY: a fresh shared mapping chosen by the kernel (no address
+        // hint), aliasing no Rust memory; the descriptor is borrowed for the
+        // call only (the mapping keeps the buffer alive).
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                map_len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                event.as_raw_fd(),
+                0,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        let base = std::ptr::NonNull::new(base.cast::<u8>()).ok_or_else(|| io::Error::other("mmap returned null"))?;
+        let mut ring = PerfRing { base, map_len, data_offset: page, data_size: data_pages * page };
+        // Linux 4.1+ says where the data area is; older kernels leave zeros
+        // and use the page after the control page.
+        let (offset, size) = (ring.control_word(PERF_MMAP_DATA_OFFSET), ring.control_word(PERF_MMAP_DATA_SIZE));
+        if size != 0 && (offset as usize).saturating_add(size as usize) <= map_len && size.is_power_of_two() {
+            ring.data_offset = offset as usize;
+            ring.data_size = size as usize;
+        }
+        Ok(ring)
+    }
+
+    /// An 8-byte word of the control page, as an atomic (the kernel writes
+    /// `data_head` concurrently; we write `data_tail`).
+    fn control_atomic(&self, offset: usize) -> &std::sync::atomic::AtomicU64 {
+        debug_assert!(offset.is_multiple_of(8) && offset + 8 <= page_size());
+        // SAFETY: `offset` is an 8-aligned offset inside the control page,
+        // which is mapped (page-aligned) for as long as `self` lives; the
+        // kernel only ever accesses these words atomically, and AtomicU64 has
+        // the layout of u64.
+        unsafe { &*self.base.as_ptr().add(offset).cast::<std::sync::atomic::AtomicU64>() }
+    }
+
+    fn control_word(&self, offset: usize) -> u64 {
+        self.control_atomic(offset).load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Bytes in the data area (a power of two).
+    pub(crate) fn data_size(&self) -> u64 {
+        self.data_size as u64
+    }
+
+    /// Where the kernel has written up to (acquire: the records before it
+    /// are visible once this is read).
+    pub(crate) fn head(&self) -> u64 {
+        self.control_atomic(PERF_MMAP_DATA_HEAD).load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Where we have read up to.
+    pub(crate) fn tail(&self) -> u64 {
+        self.control_word(PERF_MMAP_DATA_TAIL)
+    }
+
+    /// Hands the bytes before `tail` back to the kernel (release: our reads
+    /// of them are done before the kernel may overwrite them).
+    pub(crate) fn set_tail(&self, tail: u64) {
+        self.control_atomic(PERF_MMAP_DATA_TAIL).store(tail, std::sync::atomic::Ordering::Release);
+    }
+
+    /// Copies `out.len()` bytes starting at ring position `position` (a
+    /// free-running counter, wrapped here) into `out`. The caller reads only
+    /// between `tail()` and a `head()` it has loaded, which the kernel does
+    /// not write until the tail moves past them.
+    ///
+    /// # Panics
+    ///
+    /// If `out` is longer than the data area.
+    pub(crate) fn copy_out(&self, position: u64, out: &mut [u8]) {
+        assert!(out.len() <= self.data_size, "copy of {} bytes from a {}-byte ring", out.len(), self.data_size);
+        let start = (position as usize) & (self.data_size - 1);
+        let first = out.len().min(self.data_size - start);
+        // SAFETY: `data_offset + start + first <= data_offset + data_size <=
+        // map_len` and the wrapped rest is `< data_size`, so both source
+        // ranges lie inside the live mapping; `out` is a distinct Rust
+        // buffer. The kernel does not write these bytes while they are
+        // between tail and head (see above), so the copy reads stable data.
+        unsafe {
+            let data = self.base.as_ptr().add(self.data_offset);
+            std::ptr::copy_nonoverlapping(data.add(start), out.as_mut_ptr(), first);
+            std::ptr::copy_nonoverlapping(data, out.as_mut_ptr().add(first), out.len() - first);
+        }
+    }
+}
+
+impl Drop for PerfRing {
+    fn drop(&mut self) {
+        // SAFETY: unmapping exactly the mapping made in `map`; no reference
+        // into it outlives `self` (all accessors borrow `self`).
+        unsafe { libc::munmap(self.base.as_ptr().cast(), self.map_len) };
+    }
+}
+
+/// The system page size.
+pub(crate) fn page_size() -> usize {
+    // SAFETY: sysconf has no preconditions; _SC_PAGESIZE always succeeds on Linux.
+    let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    usize::try_from(size).ok().filter(|s| s.is_power_of_two()).unwrap_or(4096)
+}
