@@ -8,6 +8,7 @@
 //! subscribed to its kind, and feeds observed accesses and evictions to the
 //! executor's hit and waste accounting.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::{self, JoinHandle};
@@ -15,7 +16,7 @@ use std::time::Duration;
 
 use crossbeam_queue::ArrayQueue;
 
-use crate::event::Event;
+use crate::event::{Event, EventKind, EventKinds};
 use crate::executor::Executor;
 use crate::file::FileRef;
 use crate::page::PageRange;
@@ -57,6 +58,9 @@ pub struct PipelineStats {
     /// layout was handed to the policies as a `TensorLayout` event.
     #[serde(default)]
     pub models_detected: u64,
+    /// Events of kinds nobody uses, let go without queueing.
+    #[serde(default)]
+    pub filtered: u64,
 }
 
 #[derive(Default)]
@@ -69,10 +73,13 @@ struct Counters {
     resolved: AtomicU64,
     unresolved: AtomicU64,
     models_detected: AtomicU64,
+    filtered: AtomicU64,
 }
 
 struct Shared {
     queue: ArrayQueue<Incoming>,
+    /// Kinds a policy or the accounting uses; others are not queued.
+    wanted: EventKinds,
     counters: Counters,
     stop: AtomicBool,
 }
@@ -92,8 +99,15 @@ impl std::fmt::Debug for EventSender {
 
 impl EventSender {
     /// Queues an event; false (and counted) when the queue is full or the
-    /// pipeline stopped. Never blocks.
+    /// pipeline stopped. Never blocks. Events of a kind nobody uses (no
+    /// policy wants it and the accounting does not need it) are let go at
+    /// once and counted as filtered — e.g. every page-cache miss of a cold
+    /// read when no policy learns from misses.
     pub fn send(&self, event: Event, file: Option<FileRef>) -> bool {
+        if !self.shared.wanted.contains(event.kind()) {
+            self.shared.counters.filtered.fetch_add(1, Ordering::Relaxed);
+            return true;
+        }
         if self.shared.stop.load(Ordering::Relaxed) || self.shared.queue.push(Incoming { event, file }).is_err() {
             self.shared.counters.dropped.fetch_add(1, Ordering::Relaxed);
             return false;
@@ -136,8 +150,13 @@ impl Pipeline {
         capacity: usize,
         resolve: Option<ResolverConfig>,
     ) -> std::io::Result<Self> {
+        // The accounting needs accesses (hits) and evictions (waste).
+        let wanted = policies
+            .iter()
+            .fold(EventKinds::of(&[EventKind::PageAccess, EventKind::PageEvict]), |k, p| k.with(p.interests()));
         let shared = Arc::new(Shared {
             queue: ArrayQueue::new(capacity.max(1)),
+            wanted,
             counters: Counters::default(),
             stop: AtomicBool::new(false),
         });
@@ -182,6 +201,7 @@ impl Pipeline {
             resolved: c.resolved.load(Ordering::Relaxed),
             unresolved: c.unresolved.load(Ordering::Relaxed),
             models_detected: c.models_detected.load(Ordering::Relaxed),
+            filtered: c.filtered.load(Ordering::Relaxed),
         }
     }
 
@@ -235,11 +255,15 @@ const MAX_CHECKED_FILES: usize = 1 << 16;
 
 /// Recognises model files among the files the runtime comes to hold and
 /// describes their layout to the policies: the runtime reads a model's
-/// *header* (metadata the loader has just read, so it is cached) once per
-/// file; it never reads tensor data on anyone's behalf.
+/// *header* once per file, and only once the file's first page is already in
+/// the page cache (the program read it) — so looking never causes I/O of its
+/// own and never makes a page resident that the program did not ask for. It
+/// never reads tensor data on anyone's behalf.
 #[derive(Default)]
 struct ModelDetector {
     checked: std::collections::HashSet<crate::file::FileId>,
+    /// Files whose first page was not resident yet, and when to look again.
+    later: HashMap<crate::file::FileId, std::time::Instant>,
 }
 
 impl ModelDetector {
@@ -247,12 +271,28 @@ impl ModelDetector {
     /// before.
     fn detect(&mut self, file: &crate::file::FileRef) -> Option<Event> {
         use std::os::unix::fs::FileExt;
-        if self.checked.len() >= MAX_CHECKED_FILES {
+        if self.checked.len() + self.later.len() >= MAX_CHECKED_FILES {
             self.checked.clear();
+            self.later.clear();
         }
-        if !self.checked.insert(file.id()) {
+        let id = file.id();
+        if self.checked.contains(&id) {
             return None;
         }
+        let now = std::time::Instant::now();
+        if self.later.get(&id).is_some_and(|at| now < *at) {
+            return None;
+        }
+        use std::os::fd::AsFd;
+        match crate::sys::cachestat(file.as_fd(), 0, crate::page::PAGE_SIZE) {
+            Ok(stat) if stat.nr_cache > 0 => {}
+            _ => {
+                self.later.insert(id, now + Duration::from_secs(1));
+                return None;
+            }
+        }
+        self.later.remove(&id);
+        self.checked.insert(id);
         let mut first = [0u8; 16];
         let n = file.file().read_at(&mut first, 0).ok()?;
         crate::model::detect(&first[..n])?;

@@ -144,7 +144,8 @@ impl Default for HintsSection {
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct ObserveSection {
-    /// auto (eBPF, else fanotify, else hints only) | ebpf | fanotify | none
+    /// auto (eBPF, else perf, else fanotify, else hints only) | ebpf | perf |
+    /// fanotify | none
     pub source: String,
     /// Mounts fanotify watches when it is the source (opens and execs).
     pub fanotify_mounts: Vec<std::path::PathBuf>,
@@ -212,8 +213,8 @@ impl Config {
                 bail!("unknown policy {name:?}; known: {}", predictio::policies::NAMES.join(", "));
             }
         }
-        if !["auto", "ebpf", "fanotify", "none"].contains(&self.observe.source.as_str()) {
-            bail!("observe.source must be auto, ebpf, fanotify or none, not {:?}", self.observe.source);
+        if !["auto", "ebpf", "perf", "fanotify", "none"].contains(&self.observe.source.as_str()) {
+            bail!("observe.source must be auto, ebpf, perf, fanotify or none, not {:?}", self.observe.source);
         }
         if self.executor.max_io_kib < 4
             || self.executor.max_io_kib > 256 * 1024

@@ -12,6 +12,7 @@ use anyhow::{Context, Result};
 use predictio::hints::{HintConfig, HintServer, HintStats};
 use predictio::pipeline::EventSender;
 use predictio_bpf::fallback::{FanotifyConfig, FanotifyObserver};
+use predictio_bpf::perf::{PerfConfig, PerfObserver};
 use predictio_bpf::{Observer, ObserverConfig, ObserverStats};
 
 use super::config::Config;
@@ -107,6 +108,7 @@ pub fn observer_or_note(follow_all: bool) -> (Option<Observer>, Option<String>) 
 /// A running kernel event source.
 enum Kernel {
     Ebpf(Box<Observer>),
+    Perf(Box<PerfObserver>),
     Fanotify(FanotifyObserver),
 }
 
@@ -114,6 +116,7 @@ impl Kernel {
     fn name(&self) -> &'static str {
         match self {
             Kernel::Ebpf(o) => o.source_name(),
+            Kernel::Perf(o) => o.source_name(),
             Kernel::Fanotify(o) => o.source_name(),
         }
     }
@@ -121,6 +124,7 @@ impl Kernel {
     fn poll(&mut self, timeout: Duration, on_event: &mut impl FnMut(predictio::Event)) -> Result<usize, String> {
         match self {
             Kernel::Ebpf(o) => o.poll(timeout, on_event).map_err(|e| e.to_string()),
+            Kernel::Perf(o) => o.poll(timeout, on_event).map_err(|e| e.to_string()),
             Kernel::Fanotify(o) => o.poll(timeout, on_event).map_err(|e| e.to_string()),
         }
     }
@@ -128,6 +132,7 @@ impl Kernel {
     fn stats_json(&self) -> serde_json::Value {
         match self {
             Kernel::Ebpf(o) => observer_stats_json(&o.stats()),
+            Kernel::Perf(o) => observer_stats_json(&o.stats().into()),
             Kernel::Fanotify(o) => {
                 let s = o.stats();
                 serde_json::json!({
@@ -137,6 +142,11 @@ impl Kernel {
             }
         }
     }
+}
+
+fn start_perf() -> Result<Kernel, predictio_bpf::perf::PerfError> {
+    let config = PerfConfig { follow_all: true, pid: None, ..PerfConfig::default() };
+    PerfObserver::open(config).map(|o| Kernel::Perf(Box::new(o)))
 }
 
 fn start_fanotify(config: &Config) -> Result<Kernel, predictio_bpf::fallback::FanotifyError> {
@@ -182,6 +192,7 @@ impl Sources {
         } else {
             let kernel = match wanted {
                 "fanotify" => start_fanotify(config).map_err(|e| format!("fanotify: {e}")),
+                "perf" => start_perf().map_err(|e| format!("perf: {e}")),
                 _ => {
                     let (observer, why) = observer_or_note(true);
                     match observer {
@@ -190,12 +201,21 @@ impl Sources {
                             anyhow::bail!("{}", why.unwrap_or_else(|| "eBPF observation unavailable".into()))
                         }
                         None => {
+                            // eBPF → perf_event_open on the same tracepoints → fanotify.
                             let why = why.unwrap_or_default();
-                            start_fanotify(config)
-                                .inspect(|_| {
-                                    note = Some(format!("{why}; falling back to fanotify (opens and execs only)"));
-                                })
-                                .map_err(|e| format!("{why}; fanotify fallback failed too: {e}"))
+                            match start_perf() {
+                                Ok(perf) => {
+                                    note = Some(format!("{why}; falling back to perf_event_open tracepoints"));
+                                    Ok(perf)
+                                }
+                                Err(perf_err) => start_fanotify(config)
+                                    .inspect(|_| {
+                                        note = Some(format!(
+                                            "{why}; perf unavailable ({perf_err}); falling back to fanotify (opens and execs only)"
+                                        ));
+                                    })
+                                    .map_err(|e| format!("{why}; perf: {perf_err}; fanotify: {e}")),
+                            }
                         }
                     }
                 }
@@ -227,7 +247,7 @@ impl Sources {
                             }
                         })?);
                 }
-                Err(why) if wanted == "fanotify" => anyhow::bail!("{why}"),
+                Err(why) if wanted == "fanotify" || wanted == "perf" => anyhow::bail!("{why}"),
                 Err(why) => {
                     tracing::warn!("{why}; running on hints only");
                     note = Some(format!("{why}; running on hints only"));
@@ -237,7 +257,7 @@ impl Sources {
         Ok(Self { hints, observer_stats, observer_thread, source, note, stop })
     }
 
-    /// "ebpf", "fanotify" or "none".
+    /// "ebpf", "perf", "fanotify" or "none".
     pub fn source_name(&self) -> &'static str {
         self.source
     }
