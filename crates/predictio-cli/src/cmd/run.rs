@@ -18,9 +18,9 @@ use crate::daemon::status::Status;
 /// Arguments of `run`.
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// Policies to run (repeatable): hints, readplan, btree, stream. Default:
-    /// hints, readplan, btree (stream, which speculates from observed
-    /// sequential reads, is opt-in).
+    /// Policies to run (repeatable): hints, readplan, btree, tensor, stream,
+    /// learned. Default: hints, readplan, btree, tensor (stream and learned,
+    /// which speculate from observed reads, are opt-in).
     #[arg(long = "policy", value_name = "POLICY")]
     policies: Vec<String>,
     /// Print the counters as JSON (to stderr) at the end.
