@@ -21,3 +21,28 @@ pub fn skip(reason: &str) -> bool {
     eprintln!("skipping: {reason}");
     true
 }
+
+/// xorshift64*: a small seeded generator for tests and fuzz loops, so that a
+/// failure replays from its seed.
+#[derive(Clone, Debug)]
+pub struct Rng(pub u64);
+
+impl Rng {
+    /// The next value.
+    #[allow(clippy::should_implement_trait)]
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    /// Uniform in `0..n` (`0` when `n` is 0), in `n`'s own integer type.
+    pub fn below<N>(&mut self, n: N) -> N
+    where
+        N: Copy + Default + TryInto<u64> + TryFrom<u64>,
+    {
+        let m = n.try_into().unwrap_or(u64::MAX).max(1);
+        N::try_from(self.next() % m).unwrap_or_default()
+    }
+}

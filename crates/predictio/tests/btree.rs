@@ -22,6 +22,7 @@ use std::process::Command;
 use predictio::btree::{DbPageLayout, Engine, InteriorKind, InteriorPage, PageError, Traversal, lmdb, sqlite};
 use predictio::policies::btree::{BtreeConfig, BtreePolicy};
 use predictio::policy::{FileTable, Policy, PolicyContext};
+use predictio::testing::Rng;
 use predictio::{Event, FileRef, PolicyId};
 
 // ------------------------------------------------------------ real SQLite
@@ -198,22 +199,6 @@ fn a_real_scan_drives_the_policy() {
 }
 
 // ------------------------------------------------------------------ fuzzing
-
-/// xorshift64*: the fuzz run is seeded, so a failure reproduces.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
-}
 
 /// A SQLite interior page with `children` (the last is the right-most).
 fn sqlite_interior(page_size: usize, page_no: u32, kind: u8, children: &[u32]) -> Vec<u8> {

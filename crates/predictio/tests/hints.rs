@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 use predictio::event::Event;
 use predictio::hints::{Hint, HintConfig, HintServer, HintStats, Reject};
 use predictio::page::{ByteRange, PageRange};
+use predictio::testing::Rng;
 use predictio::testing::{is_root, skip};
 use predictio_client::protocol::{self, DecodeError, Frame, Handle, Kind, PageList, RangeList};
 use predictio_client::{Client, SendError};
@@ -335,22 +336,6 @@ fn unprivileged_client_cannot_reach_files_it_cannot_open() {
     assert_eq!(public_hints.len(), 1, "the positive control must arrive");
     assert_eq!(public_hints[0].file.id(), file_id(&public));
     assert_eq!(public_hints[0].peer.gid, 65534);
-}
-
-/// xorshift64*: a seeded PRNG, so a failure can be replayed.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
 }
 
 /// Valid encodings of every kind, for handles 1..=3 (registered) and 99 (not).

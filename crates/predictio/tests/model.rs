@@ -6,6 +6,7 @@
 use std::io::Write;
 
 use predictio::model::{LoadOrder, MetaValue, ModelError, ModelFormat, ModelLayout, TensorRole};
+use predictio::testing::Rng;
 
 // ---------------------------------------------------------------- GGUF writer
 
@@ -509,22 +510,6 @@ fn safetensors_malformed() {
 }
 
 // ------------------------------------------------------------------ fuzzing
-
-/// xorshift64*: the fuzz run is seeded, so a failure reproduces.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
-}
 
 /// One mutation of a valid encoding: bit flips, byte stores, truncation,
 /// count inflation (a u64 field overwritten with a large value), splices.

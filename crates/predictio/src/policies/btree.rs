@@ -448,22 +448,7 @@ mod tests {
     use crate::file::FileRef;
     use crate::policy::{FileTable, PolicyId};
     use crate::request::Request;
-
-    /// xorshift64*: seeded, so a failure reproduces.
-    struct Rng(u64);
-
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 >> 12;
-            self.0 ^= self.0 << 25;
-            self.0 ^= self.0 >> 27;
-            self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-        }
-
-        fn below(&mut self, n: usize) -> usize {
-            (self.next() % n as u64) as usize
-        }
-    }
+    use crate::testing::Rng;
 
     /// A three-level tree (root, interiors, leaves) with pages scattered
     /// over the file, as after random-order inserts.
