@@ -1,0 +1,202 @@
+//! The safe half of the adapter: page reads of one database file in,
+//! `TreeChildEnter` events to an embedded runtime out.
+//!
+//! ```text
+//!  xRead(offset, bytes) ─ DbObserver::on_read ─ Header::parse (offset 0)
+//!                                            └ parse_page ─ Traversal ─ TreeChildEnter ─ Prefetcher (Runtime + Executor, btree policy)
+//! ```
+//!
+//! Everything here only *looks* at bytes SQLite already received; nothing is
+//! written back, and any page that does not parse is passed over.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use predictio::btree::sqlite::{self, Geometry};
+use predictio::btree::{DbPageLayout, Traversal};
+use predictio::executor::ExecutorError;
+use predictio::file::FileError;
+use predictio::policies::btree::{BtreeConfig, BtreePolicy};
+use predictio::runtime::RuntimeStats;
+use predictio::{Event, Executor, ExecutorConfig, FileRef, Runtime};
+
+/// Interior pages a [`Traversal`] remembers per file: the depth of a deep
+/// tree plus a few concurrent cursors.
+const TRAVERSAL_CAPACITY: usize = 32;
+
+/// Why the embedded runtime could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The executor did not start.
+    #[error("starting the prefetch executor: {0}")]
+    Executor(#[from] ExecutorError),
+    /// The database file could not be opened for prefetching.
+    #[error("opening the database for prefetch: {0}")]
+    File(#[from] FileError),
+    /// An earlier attempt to start the runtime failed; it is not retried.
+    #[error("the embedded runtime failed to start earlier")]
+    Unavailable,
+}
+
+/// Counters of the embedded runtime: the runtime's and the executor's.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct PrefetchStats {
+    /// `TreeChildEnter` events dispatched.
+    pub events: u64,
+    /// Requests the policy produced.
+    pub requests: u64,
+    /// Requests the executor refused.
+    pub refused: u64,
+    /// The executor's totals (requested, issued, skipped pages, …).
+    pub executor: predictio::accounting::Counters,
+}
+
+/// The embedded runtime: one `btree` policy and one executor per process.
+#[derive(Debug)]
+pub struct Prefetcher {
+    executor: Arc<Executor>,
+    runtime: Mutex<Runtime>,
+}
+
+static GLOBAL: OnceLock<Result<Prefetcher, String>> = OnceLock::new();
+
+impl Prefetcher {
+    /// A runtime of its own (tests; most users want [`Prefetcher::global`]).
+    /// `child_pages` is 1 here: each event's children are first 4 KiB pages
+    /// and a request for a database page larger than 4 KiB covers only its
+    /// first 4 KiB page (see the report in `README`).
+    pub fn new(config: ExecutorConfig) -> Result<Self, Error> {
+        let executor = Arc::new(Executor::new(config)?);
+        let mut runtime = Runtime::new(executor.clone());
+        runtime.add_policy(Box::new(BtreePolicy::new(BtreeConfig::default())));
+        Ok(Self { executor, runtime: Mutex::new(runtime) })
+    }
+
+    /// The process's runtime, started on first use with the default
+    /// executor settings.
+    pub fn global() -> Result<&'static Prefetcher, Error> {
+        GLOBAL.get_or_init(|| Prefetcher::new(ExecutorConfig::default()).map_err(|e| e.to_string())).as_ref().map_err(
+            |err| {
+                tracing::warn!(%err, "predictio-sqlite: no prefetching");
+                Error::Unavailable
+            },
+        )
+    }
+
+    /// Holds `file` so that the policy may prefetch it.
+    pub fn hold(&self, file: FileRef) {
+        self.lock().hold_file(file);
+    }
+
+    /// Dispatches one event (non-blocking: requests are queued).
+    pub fn dispatch(&self, event: &Event) {
+        self.lock().dispatch(event);
+    }
+
+    /// The executor.
+    pub fn executor(&self) -> &Arc<Executor> {
+        &self.executor
+    }
+
+    /// Current counters.
+    pub fn stats(&self) -> PrefetchStats {
+        let RuntimeStats { events, requests, refused, .. } = self.lock().stats();
+        PrefetchStats { events, requests, refused, executor: self.executor.stats().total }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Runtime> {
+        // A poisoned lock only means a policy panicked mid-event; the state
+        // is still bounded and usable.
+        self.runtime.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+/// What is known of the file once its header parsed.
+#[derive(Debug)]
+struct Known {
+    geometry: Geometry,
+    traversal: Traversal,
+}
+
+/// Observes the page reads of one main database file.
+#[derive(Debug)]
+pub struct DbObserver {
+    path: PathBuf,
+    prefetcher: &'static Prefetcher,
+    file: Option<FileRef>,
+    known: Option<Known>,
+    /// Set once opening the file for prefetch failed: never retried.
+    disabled: bool,
+}
+
+impl DbObserver {
+    /// An observer of the database at `path`, feeding `prefetcher`. The file
+    /// is opened (read-only, a descriptor of our own) on the first read of
+    /// its header.
+    pub fn new(path: impl Into<PathBuf>, prefetcher: &'static Prefetcher) -> Self {
+        Self { path: path.into(), prefetcher, file: None, known: None, disabled: false }
+    }
+
+    /// Whether the header has been seen and parsed.
+    pub fn knows_header(&self) -> bool {
+        self.known.is_some()
+    }
+
+    /// Reports that SQLite read `bytes` at `offset` and got all of them.
+    pub fn on_read(&mut self, offset: u64, bytes: &[u8]) {
+        if self.disabled {
+            return;
+        }
+        if offset == 0 && bytes.len() >= sqlite::HEADER_SIZE {
+            self.on_header(bytes);
+        }
+        let Some(known) = self.known.as_mut() else { return };
+        let page_size = u64::from(known.geometry.page_size);
+        if bytes.len() as u64 != page_size || !offset.is_multiple_of(page_size) {
+            return;
+        }
+        let Ok(page_no) = u32::try_from(offset / page_size + 1) else { return };
+        let parsed = sqlite::parse_page(bytes, page_no, &known.geometry).ok();
+        if let Some(event) = known.traversal.on_read(u64::from(page_no), parsed) {
+            self.prefetcher.dispatch(&event);
+        }
+    }
+
+    fn on_header(&mut self, bytes: &[u8]) {
+        let header = match sqlite::Header::parse(bytes) {
+            Ok(header) => header,
+            Err(err) => {
+                tracing::debug!(path = %self.path.display(), %err, "not a usable SQLite header; passed over");
+                self.known = None;
+                return;
+            }
+        };
+        let geometry = header.geometry();
+        if let Some(known) = self.known.as_mut()
+            && known.geometry.page_size == geometry.page_size
+        {
+            // Same layout: keep the traversal, take the new page count.
+            known.geometry = geometry;
+            return;
+        }
+        let Ok(layout) = DbPageLayout::new(predictio::btree::Engine::Sqlite, geometry.page_size) else {
+            self.known = None;
+            return;
+        };
+        if self.file.is_none() {
+            match FileRef::open(&self.path) {
+                Ok(file) => {
+                    self.prefetcher.hold(file.clone());
+                    self.file = Some(file);
+                }
+                Err(err) => {
+                    tracing::debug!(path = %self.path.display(), %err, "cannot open for prefetch");
+                    self.disabled = true;
+                    return;
+                }
+            }
+        }
+        let Some(file) = self.file.as_ref() else { return };
+        self.known = Some(Known { geometry, traversal: Traversal::new(file.id(), layout, TRAVERSAL_CAPACITY) });
+    }
+}

@@ -1,0 +1,89 @@
+//! The Rust API without SQLite in the loop: a cold key-order walk of a real
+//! table's b-tree, page by page as SQLite's pager reads it, fed to a
+//! [`DbObserver`] over a runtime of its own. The executor issues reads of
+//! the leaves ahead of the walk, and every page read is the same bytes as
+//! the file holds (the observer only looks).
+
+use std::fs::File;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use predictio::ExecutorConfig;
+use predictio::btree::sqlite;
+use predictio_sqlite::{DbObserver, Prefetcher};
+
+const PAGE: usize = 4096;
+
+#[track_caller]
+fn sqlite3(db: &Path, sql: &str) -> Option<String> {
+    let out = match Command::new("sqlite3").arg(db).arg(sql).stderr(Stdio::inherit()).output() {
+        Ok(out) => out,
+        Err(_) => {
+            assert!(std::env::var("CI").as_deref() != Ok("true"), "sqlite3 shell missing under CI (scripts/deps.sh)");
+            eprintln!("skipping: needs the sqlite3 shell (apt install sqlite3)");
+            return None;
+        }
+    };
+    assert!(out.status.success(), "sqlite3 failed on {sql}");
+    Some(String::from_utf8(out.stdout).expect("utf-8"))
+}
+
+/// Pages in the order a full key-order scan reads them from `root`.
+fn walk(image: &[u8], geometry: &sqlite::Geometry, page_no: u32, reads: &mut Vec<u32>) {
+    reads.push(page_no);
+    let start = (page_no as usize - 1) * PAGE;
+    if let Ok(interior) = sqlite::parse_page(&image[start..start + PAGE], page_no, geometry) {
+        for child in interior.children {
+            walk(image, geometry, child as u32, reads);
+        }
+    }
+}
+
+#[test]
+fn a_cold_walk_through_the_observer_issues_prefetches() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("walk.db");
+    let build = "PRAGMA page_size = 4096;
+        CREATE TABLE usertable(k TEXT PRIMARY KEY, v BLOB) WITHOUT ROWID;
+        WITH RECURSIVE c(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM c WHERE i + 1 < 20000)
+        INSERT INTO usertable SELECT printf('user%010d', i), randomblob(400) FROM c ORDER BY random();";
+    if sqlite3(&db, build).is_none() {
+        return;
+    }
+    let root: u32 = sqlite3(&db, "SELECT rootpage FROM sqlite_schema WHERE name = 'usertable';")
+        .expect("sqlite3")
+        .trim()
+        .parse()
+        .expect("root page");
+    let image = std::fs::read(&db).expect("read db");
+    let geometry = sqlite::Header::parse(&image).expect("header").geometry();
+    let mut reads = vec![1];
+    walk(&image, &geometry, root, &mut reads);
+    assert!(reads.len() > 1000, "{} pages", reads.len());
+
+    let prefetcher: &'static Prefetcher =
+        Box::leak(Box::new(Prefetcher::new(ExecutorConfig::default()).expect("executor")));
+    let mut observer = DbObserver::new(&db, prefetcher);
+    let file = File::open(&db).expect("open db");
+    // SAFETY: a valid descriptor; DONTNEED only drops clean cached pages.
+    assert_eq!(unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) }, 0);
+    let mut buf = vec![0; PAGE];
+    for &page_no in &reads {
+        let offset = (u64::from(page_no) - 1) * PAGE as u64;
+        file.read_exact_at(&mut buf, offset).expect("read page");
+        observer.on_read(offset, &buf);
+        let start = offset as usize;
+        assert_eq!(buf, image[start..start + PAGE], "page {page_no} changed");
+    }
+    assert!(observer.knows_header());
+    assert!(prefetcher.executor().wait_idle(Duration::from_secs(5)), "executor did not drain");
+    let stats = prefetcher.stats();
+    assert!(stats.events as usize > reads.len() / 2, "{stats:?}");
+    assert!(stats.requests > 0, "{stats:?}");
+    assert!(stats.executor.requested_pages > 0, "{stats:?}");
+    assert!(stats.executor.issued_pages > 0, "{stats:?}");
+    assert_eq!(stats.executor.errors, 0, "{stats:?}");
+}

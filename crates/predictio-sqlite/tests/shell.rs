@@ -1,0 +1,244 @@
+//! The extension in the unmodified `sqlite3` shell: range scans, point
+//! reads, writes and a corrupt database give byte-identical output with and
+//! without `.load`, and the loaded shim really drove the `btree` policy.
+#![cfg(feature = "extension")]
+
+use std::fs::File;
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use predictio::testing::skip;
+
+/// Rows in the test table: ~20k rows of 400-byte values, a 3-level tree.
+const ROWS: u32 = 20_000;
+
+/// `libpredictio_sqlite.so` of this very build. Cargo builds the library
+/// unit with all its crate types into `<target>/<profile>/deps/`, next to
+/// this test binary; only `cargo build` copies it up a level, so `deps/` is
+/// the one that is never stale.
+fn extension() -> PathBuf {
+    let exe = std::env::current_exe().expect("current_exe");
+    let deps = exe.parent().expect("test binary has a directory");
+    let lib = deps.join("libpredictio_sqlite.so");
+    assert!(lib.exists(), "{} not found: the crate's cdylib crate type produces it", lib.display());
+    lib
+}
+
+/// Whether the `sqlite3` shell is there; outside CI a missing shell skips
+/// the test with a message, under `CI=true` it fails.
+#[track_caller]
+fn have_sqlite3() -> bool {
+    let found = Command::new("sqlite3").arg("-version").stdout(Stdio::null()).status().is_ok_and(|s| s.success());
+    if !found {
+        assert!(std::env::var("CI").as_deref() != Ok("true"), "sqlite3 shell missing under CI (scripts/deps.sh)");
+        eprintln!("skipping: needs the sqlite3 shell (apt install sqlite3)");
+    }
+    found
+}
+
+#[track_caller]
+fn run(args: &[&str], script: &str) -> Output {
+    use std::io::Write;
+    let mut child = Command::new("sqlite3")
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn sqlite3");
+    child.stdin.take().expect("stdin").write_all(script.as_bytes()).expect("write script");
+    child.wait_with_output().expect("sqlite3 output")
+}
+
+/// Evicts the file's clean pages so that the next scan is cold.
+fn drop_cache(path: &Path) {
+    let file = File::open(path).expect("open db");
+    // SAFETY: a valid descriptor; fadvise only drops clean cached pages.
+    let rc = unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+    assert_eq!(rc, 0, "posix_fadvise(DONTNEED)");
+}
+
+/// A YCSB-like table inserted in random key order, so that leaves are
+/// scattered: `usertable(k TEXT PRIMARY KEY, v BLOB) WITHOUT ROWID`.
+#[track_caller]
+fn build_db(dir: &Path) -> PathBuf {
+    let db = dir.join("ycsb.db");
+    let script = format!(
+        "PRAGMA page_size = 4096;
+         CREATE TABLE usertable(k TEXT PRIMARY KEY, v BLOB) WITHOUT ROWID;
+         WITH RECURSIVE c(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM c WHERE i + 1 < {ROWS})
+         INSERT INTO usertable SELECT printf('user%010d', i * 7919 % {ROWS}), randomblob(400) FROM c ORDER BY random();"
+    );
+    let out = run(&[db.to_str().expect("utf-8 path")], &script);
+    assert!(out.status.success(), "building the db: {}", String::from_utf8_lossy(&out.stderr));
+    db
+}
+
+/// Range scans of 10 to 1 000 rows from several start keys, point reads,
+/// and a full count.
+fn queries() -> String {
+    let mut script = String::new();
+    for (start, limit) in [(123, 10), (4_567, 100), (9_000, 1_000), (17_777, 1_000), (19_990, 100)] {
+        script.push_str(&format!(
+            "SELECT k, hex(v) FROM usertable WHERE k >= 'user{start:010}' ORDER BY k LIMIT {limit};\n"
+        ));
+    }
+    for key in [0, 42, 12_345, 19_999, 20_001] {
+        script.push_str(&format!("SELECT k, length(v) FROM usertable WHERE k = 'user{key:010}';\n"));
+    }
+    script.push_str("SELECT count(*), sum(length(v)) FROM usertable;\n");
+    script
+}
+
+/// `script` on `db` without the extension.
+fn plain(db: &Path, script: &str) -> Output {
+    drop_cache(db);
+    run(&[db.to_str().expect("utf-8 path")], script)
+}
+
+/// `script` on `db` through the extension: load into an in-memory
+/// connection, then `.open` the database (the shim wraps files opened after
+/// the load). The last line of stdout is `predictio_stats()`.
+fn loaded(db: &Path, script: &str) -> (Output, serde_json::Value) {
+    drop_cache(db);
+    let full = format!(".load {}\n.open {}\n{script}SELECT predictio_stats();\n", extension().display(), db.display());
+    let mut out = run(&[":memory:"], &full);
+    let text = String::from_utf8(out.stdout).expect("utf-8 output");
+    let (body, last) = text.trim_end().rsplit_once('\n').unwrap_or(("", text.trim_end()));
+    let stats: serde_json::Value =
+        serde_json::from_str(last).unwrap_or_else(|e| panic!("predictio_stats() gave {last:?}: {e}"));
+    out.stdout = if body.is_empty() { Vec::new() } else { format!("{body}\n").into_bytes() };
+    (out, stats)
+}
+
+fn counter(stats: &serde_json::Value, path: &[&str]) -> u64 {
+    path.iter().fold(stats, |v, k| &v[*k]).as_u64().unwrap_or_else(|| panic!("no counter {path:?} in {stats}"))
+}
+
+#[test]
+fn scans_through_the_extension_give_identical_answers_and_prefetch() {
+    if !have_sqlite3() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = build_db(dir.path());
+    let script = queries();
+    let baseline = plain(&db, &script);
+    assert!(baseline.status.success(), "baseline: {}", String::from_utf8_lossy(&baseline.stderr));
+    assert!(baseline.stdout.len() > 1_000_000, "baseline printed only {} bytes", baseline.stdout.len());
+    let (with, stats) = loaded(&db, &script);
+    assert!(with.status.success(), "with the extension: {}", String::from_utf8_lossy(&with.stderr));
+    assert_eq!(String::from_utf8_lossy(&with.stderr), String::from_utf8_lossy(&baseline.stderr));
+    assert!(with.stdout == baseline.stdout, "answers differ with the extension loaded");
+    // The shim saw the descents and the executor issued reads of the cold
+    // leaves ahead of the scan.
+    assert!(counter(&stats, &["events"]) > 10, "{stats}");
+    assert!(counter(&stats, &["requests"]) > 0, "{stats}");
+    assert!(counter(&stats, &["executor", "requested_pages"]) > 0, "{stats}");
+    assert!(counter(&stats, &["executor", "issued_pages"]) > 0, "{stats}");
+    assert_eq!(counter(&stats, &["executor", "errors"]), 0, "{stats}");
+}
+
+#[test]
+fn writes_journals_and_wal_pass_through() {
+    if !have_sqlite3() {
+        return;
+    }
+    let script = "CREATE TABLE t(k INTEGER PRIMARY KEY, v TEXT);
+        WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM c WHERE i < 5000)
+        INSERT INTO t SELECT i, printf('%0300d', i) FROM c;
+        BEGIN; UPDATE t SET v = 'x' || v WHERE k % 3 = 0; ROLLBACK;
+        DELETE FROM t WHERE k % 7 = 0;
+        SELECT count(*), sum(length(v)), min(k), max(k) FROM t;
+        SELECT k, v FROM t WHERE k >= 2500 ORDER BY k LIMIT 50;
+        PRAGMA integrity_check;\n";
+    for mode in ["DELETE", "WAL"] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (a, b) = (dir.path().join("a.db"), dir.path().join("b.db"));
+        let script = format!("PRAGMA journal_mode = {mode};\n{script}");
+        let baseline = run(&[a.to_str().expect("utf-8")], &script);
+        assert!(baseline.status.success(), "{mode}: {}", String::from_utf8_lossy(&baseline.stderr));
+        let full = format!(".load {}\n.open {}\n{script}", extension().display(), b.display());
+        let with = run(&[":memory:"], &full);
+        assert!(with.status.success(), "{mode} with the extension: {}", String::from_utf8_lossy(&with.stderr));
+        assert_eq!(String::from_utf8_lossy(&with.stdout), String::from_utf8_lossy(&baseline.stdout), "{mode}");
+        // And the file written through the shim reads back the same without it.
+        let check = "SELECT count(*), sum(length(v)) FROM t; PRAGMA integrity_check;\n";
+        assert_eq!(run(&[a.to_str().expect("utf-8")], check).stdout, run(&[b.to_str().expect("utf-8")], check).stdout);
+    }
+}
+
+#[test]
+fn a_corrupt_database_fails_as_it_would_without_us() {
+    if !have_sqlite3() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = build_db(dir.path());
+    let mut image = std::fs::read(&db).expect("read db");
+    // Random-looking bytes over the body of every interior page after the
+    // root's header (keep the type byte so SQLite descends into them).
+    let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
+    let mut corrupted = 0;
+    for page in image.chunks_mut(4096).skip(1) {
+        if matches!(page[0], 0x02 | 0x05) {
+            for byte in &mut page[8..64] {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                *byte = seed as u8;
+            }
+            corrupted += 1;
+        }
+    }
+    assert!(corrupted > 0, "no interior page found");
+    std::fs::write(&db, &image).expect("write corrupt db");
+    let script = "SELECT k, hex(v) FROM usertable WHERE k >= 'user0000005000' ORDER BY k LIMIT 500;
+        SELECT count(*) FROM usertable;\nPRAGMA integrity_check;\n";
+    // Two comment lines stand in for `.load` and `.open`, so that the
+    // shell's "near line N" messages match.
+    let baseline = plain(&db, &format!("-- .load\n-- .open\n{script}"));
+    let full = format!(".load {}\n.open {}\n{script}", extension().display(), db.display());
+    drop_cache(&db);
+    let with = run(&[":memory:"], &full);
+    assert_eq!(with.status.code(), baseline.status.code());
+    assert!(with.stdout == baseline.stdout, "stdout differs on a corrupt database");
+    assert_eq!(String::from_utf8_lossy(&with.stderr), String::from_utf8_lossy(&baseline.stderr));
+}
+
+#[test]
+fn python_load_extension() {
+    if !have_sqlite3() {
+        return;
+    }
+    let code = format!(
+        "import sqlite3, sys
+m = sqlite3.connect(':memory:')
+if not hasattr(m, 'enable_load_extension'):
+    print('skip'); sys.exit(0)
+m.enable_load_extension(True)
+m.load_extension({:?})
+c = sqlite3.connect(sys.argv[1])
+print(c.execute('SELECT count(*) FROM usertable').fetchone()[0])
+print(c.execute('SELECT predictio_stats()').fetchone()[0])",
+        extension().display().to_string()
+    );
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = build_db(dir.path());
+    // Debian's python3 is built with load_extension; a python3 earlier on
+    // PATH (pyenv) may not be.
+    let python = if Path::new("/usr/bin/python3").exists() { "/usr/bin/python3" } else { "python3" };
+    let Ok(out) = Command::new(python).arg("-c").arg(&code).arg(&db).output() else {
+        skip("needs python3");
+        return;
+    };
+    assert!(out.status.success(), "python: {}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    if text.trim() == "skip" {
+        skip("this python3's sqlite3 module was built without load_extension");
+        return;
+    }
+    assert!(text.starts_with(&format!("{ROWS}\n")), "{text}");
+    assert!(text.contains("\"events\""), "{text}");
+}
