@@ -32,12 +32,22 @@ pub enum Workload {
     Backends,
     /// Seed 003: 1–128 MiB random buffered reads, read() vs the large-read engine.
     LargeRead,
+    /// Seed 004: a file read in 14 MiB batches with pauses; baseline, Riffle's window, stream, readplan.
+    ShuffleRead,
+    /// Seed 002: 64 KiB buffered sequential reads; baseline, stream, learned.
+    SeqRead,
 }
 
 impl Workload {
     /// Every workload.
-    pub const ALL: [Workload; 4] =
-        [Workload::AccessPatterns, Workload::ControlPath, Workload::Backends, Workload::LargeRead];
+    pub const ALL: [Workload; 6] = [
+        Workload::AccessPatterns,
+        Workload::ControlPath,
+        Workload::Backends,
+        Workload::LargeRead,
+        Workload::ShuffleRead,
+        Workload::SeqRead,
+    ];
 
     /// The workload's name (and result file stem).
     pub fn name(self) -> &'static str {
@@ -46,6 +56,8 @@ impl Workload {
             Workload::ControlPath => "control-path",
             Workload::Backends => "backends",
             Workload::LargeRead => "large-read",
+            Workload::ShuffleRead => "shuffle-read",
+            Workload::SeqRead => "seq-read",
         }
     }
 }
@@ -58,7 +70,9 @@ impl fmt::Display for Workload {
 
 /// An unknown workload name.
 #[derive(Debug, Clone, thiserror::Error)]
-#[error("unknown workload {0:?}: expected one of access-patterns, control-path, backends, large-read")]
+#[error(
+    "unknown workload {0:?}: expected one of access-patterns, control-path, backends, large-read, shuffle-read, seq-read"
+)]
 pub struct UnknownWorkload(pub String);
 
 impl FromStr for Workload {
@@ -115,5 +129,7 @@ pub fn run(workload: Workload, options: &BenchOptions) -> Result<Report, BenchEr
         Workload::ControlPath => workloads::control_path::run(options),
         Workload::Backends => workloads::backends::run(options),
         Workload::LargeRead => workloads::large_read::run(options),
+        Workload::ShuffleRead => workloads::shuffle_read::run(options),
+        Workload::SeqRead => workloads::seq_read::run(options),
     }
 }

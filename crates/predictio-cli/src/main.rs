@@ -52,8 +52,10 @@ enum Command {
     /// ratios and this machine's limits; writes JSON, Markdown and SVG.
     ///
     /// Workloads: access-patterns (jumpy reads, readahead vs an oracle),
-    /// control-path (executor and dispatch cost), backends (prefetch a
-    /// fragmented 256 MiB range list with each backend). Cold caches need root
+    /// control-path (executor, dispatch, eBPF, hints), backends (prefetch a
+    /// fragmented 256 MiB range list with each backend), large-read (parallel
+    /// large buffered reads), shuffle-read (batches with pauses, Riffle's
+    /// microbenchmark), seq-read (64 KiB sequential reads). Cold caches need root
     /// (drop_caches); without it the workload's files are evicted instead and
     /// the report says so.
     Bench(cmd::bench::Args),

@@ -27,6 +27,7 @@ pub mod pipeline;
 pub mod policies;
 pub mod policy;
 pub mod pressure;
+pub mod reader;
 pub mod request;
 pub mod resolve;
 pub mod runtime;

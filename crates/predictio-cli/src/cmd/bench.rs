@@ -8,7 +8,8 @@ use predictio_bench::{BenchOptions, Workload};
 /// Arguments of `bench`.
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// The workload: access-patterns, control-path or backends.
+    /// The workload: access-patterns, control-path, backends, large-read,
+    /// shuffle-read or seq-read.
     workload: Workload,
     /// A/B pairs per case (at least 5 for a reported result).
     #[arg(long, default_value_t = 5)]
