@@ -11,6 +11,9 @@ use std::time::{Duration, Instant};
 use predictio::{Event, FileId};
 use predictio_bpf::fallback::{FanotifyConfig, FanotifyObserver};
 
+mod common;
+use common::which;
+
 #[track_caller]
 fn observer(mounts: Vec<PathBuf>) -> Option<FanotifyObserver> {
     match FanotifyObserver::new(&FanotifyConfig { mounts, whole_filesystems: false }) {
@@ -24,15 +27,6 @@ fn observer(mounts: Vec<PathBuf>) -> Option<FanotifyObserver> {
         }
         Err(err) => panic!("fanotify: {err}"),
     }
-}
-
-fn which(program: &str) -> PathBuf {
-    std::env::var_os("PATH")
-        .into_iter()
-        .flat_map(|path| std::env::split_paths(&path).collect::<Vec<_>>())
-        .map(|dir| dir.join(program))
-        .find(|p| p.is_file())
-        .unwrap_or_else(|| panic!("{program} not on PATH"))
 }
 
 fn id_of(path: &std::path::Path) -> FileId {

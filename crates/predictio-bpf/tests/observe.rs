@@ -11,13 +11,15 @@ use std::fs::File;
 use std::io::Write as _;
 use std::os::fd::{AsFd, AsRawFd as _};
 use std::os::unix::fs::MetadataExt;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use predictio::event::AccessKind;
 use predictio::{Event, FileId, FileRef, PAGE_SIZE};
 use predictio_bpf::{Observer, ObserverConfig};
+
+mod common;
+use common::{Held, pages_accessed, path_str, which};
 
 /// Loads an observer, or says why not: `None` (skip) outside CI, a panic
 /// under `CI=true`.
@@ -88,79 +90,8 @@ impl TestFile {
     }
 }
 
-/// A command started blocked on its stdin (`read`), so that it can be
-/// followed before it does anything; then `exec`s `argv`.
-struct Held {
-    child: Child,
-}
-
-impl Held {
-    #[track_caller]
-    fn spawn(argv: &[&str]) -> Held {
-        let child = Command::new("sh")
-            .arg("-c")
-            .arg("read _ && exec \"$@\"")
-            .arg("sh")
-            .args(argv)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("spawn sh");
-        Held { child }
-    }
-
-    fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    /// Lets the command run.
-    #[track_caller]
-    fn release(&mut self) {
-        self.child.stdin.take().expect("stdin").write_all(b"go\n").expect("release");
-    }
-
-    /// Releases the command and collects `observer`'s events until it has
-    /// exited and its `Exit` record has been seen (or 10 s pass).
-    #[track_caller]
-    fn run(mut self, observer: &mut Observer) -> Vec<Event> {
-        let pid = self.pid();
-        self.release();
-        let mut events = Vec::new();
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            observer.poll(Duration::from_millis(2), &mut |e| events.push(e)).expect("poll");
-            let exited = events.iter().any(|e| matches!(e, Event::Exit { pid: p, .. } if *p == pid));
-            if exited || Instant::now() > deadline {
-                break;
-            }
-        }
-        let status = self.child.wait().expect("wait");
-        assert!(status.success(), "{status}");
-        events
-    }
-}
-
-/// Pages of `file` covered by access events of `kinds`, by `pid` if given.
-fn pages_accessed(events: &[Event], file: FileId, kinds: &[AccessKind], pid: Option<u32>) -> BTreeSet<u64> {
-    let mut set = BTreeSet::new();
-    for event in events {
-        if let Event::PageAccess { pid: p, file: f, pages, kind, .. } = event
-            && *f == file
-            && kinds.contains(kind)
-            && pid.is_none_or(|want| want == *p)
-        {
-            set.extend(pages.start..pages.end);
-        }
-    }
-    set
-}
-
 fn all_pages(pages: u64) -> BTreeSet<u64> {
     (0..pages).collect()
-}
-
-fn path_str(path: &Path) -> &str {
-    path.to_str().expect("utf-8 path")
 }
 
 #[test]
@@ -343,15 +274,6 @@ fn exec_reports_the_executable_and_exit_follows() {
     assert!(execs.len() <= 2 && execs.iter().all(|(p, _)| *p == pid), "{execs:?}");
     let exits = events.iter().filter(|e| matches!(e, Event::Exit { pid: p, .. } if *p == pid)).count();
     assert_eq!(exits, 1);
-}
-
-fn which(program: &str) -> PathBuf {
-    std::env::var_os("PATH")
-        .into_iter()
-        .flat_map(|path| std::env::split_paths(&path).collect::<Vec<_>>())
-        .map(|dir| dir.join(program))
-        .find(|p| p.is_file())
-        .unwrap_or_else(|| panic!("{program} not on PATH"))
 }
 
 #[test]
