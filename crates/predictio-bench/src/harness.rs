@@ -263,6 +263,28 @@ pub fn with_read_ahead<T>(dir: &Path, kb: u64, f: impl FnOnce() -> Result<T, Ben
     result
 }
 
+/// Median of whole numbers, as a float.
+pub fn median_u64(xs: impl IntoIterator<Item = u64>) -> f64 {
+    crate::report::median(&xs.into_iter().map(|x| x as f64).collect::<Vec<_>>())
+}
+
+/// Adds one side's reader accounting (median over its passes) to a case's
+/// extra figures as `{side}_hit_rate`, `{side}_prefetched_bytes` and
+/// `{side}_wasted_bytes`; nothing when the side kept no stats.
+pub fn insert_reader_stats(
+    extra: &mut serde_json::Map<String, serde_json::Value>,
+    side: &str,
+    stats: &[predictio::reader::ReaderStats],
+) {
+    if stats.is_empty() {
+        return;
+    }
+    let rates: Vec<f64> = stats.iter().map(predictio::reader::ReaderStats::hit_rate).collect();
+    extra.insert(format!("{side}_hit_rate"), crate::report::median(&rates).into());
+    extra.insert(format!("{side}_prefetched_bytes"), median_u64(stats.iter().map(|x| x.prefetched_bytes)).into());
+    extra.insert(format!("{side}_wasted_bytes"), median_u64(stats.iter().map(|x| x.wasted_bytes)).into());
+}
+
 /// Sleeps briefly so that background writeback and the previous pass settle.
 pub fn settle() {
     std::thread::sleep(Duration::from_millis(50));

@@ -24,7 +24,9 @@ use predictio::policies::learned::LearnedConfig;
 use predictio::reader::{PrefetchingReader, ReaderConfig, ReaderStats, Speculation};
 
 use crate::BenchOptions;
-use crate::harness::{BenchError, Harness, IoContext, checksum, data_file, settle, with_read_ahead};
+use crate::harness::{
+    BenchError, Harness, IoContext, checksum, data_file, insert_reader_stats, median_u64, settle, with_read_ahead,
+};
 use crate::report::{Case, Report, median};
 
 /// Seed 002's read size.
@@ -124,7 +126,7 @@ fn measure(h: &Harness, path: &Path, size: u64, ra: u64, pairs: usize) -> Result
     case.warm_s = Some(warm.seconds);
     case.resident_before = resident_before;
     case.answers_identical = sums.windows(2).all(|w| w[0] == w[1]);
-    let med_u64 = |xs: Vec<u64>| median(&xs.into_iter().map(|x| x as f64).collect::<Vec<_>>());
+    let med_u64 = |xs: Vec<u64>| median_u64(xs);
     case.issued_bytes = med_u64(stats[1].iter().map(|s| s.prefetched_bytes).collect()) as u64;
     case.wasted_bytes = med_u64(stats[1].iter().map(|s| s.wasted_bytes).collect()) as u64;
     let e = &mut case.extra;
@@ -139,12 +141,7 @@ fn measure(h: &Harness, path: &Path, size: u64, ra: u64, pairs: usize) -> Result
         let mbps = size as f64 / median(&secs[s]).max(1e-12) / 1e6;
         e.insert(format!("{n}_MBps"), mbps.into());
         e.insert(format!("{n}_pct_of_device"), (100.0 * mbps / device_mbps.max(1e-9)).into());
-        if !stats[s].is_empty() {
-            let st = &stats[s];
-            e.insert(format!("{n}_hit_rate"), median(&st.iter().map(ReaderStats::hit_rate).collect::<Vec<_>>()).into());
-            e.insert(format!("{n}_prefetched_bytes"), med_u64(st.iter().map(|x| x.prefetched_bytes).collect()).into());
-            e.insert(format!("{n}_wasted_bytes"), med_u64(st.iter().map(|x| x.wasted_bytes).collect()).into());
-        }
+        insert_reader_stats(e, n, &stats[s]);
     }
     Ok(case)
 }

@@ -34,7 +34,7 @@ use predictio::reader::{PrefetchingReader, ReaderConfig, ReaderStats, Speculatio
 use predictio::sys::{Advice, fadvise};
 
 use crate::BenchOptions;
-use crate::harness::{BenchError, Harness, IoContext, checksum, data_file, settle};
+use crate::harness::{BenchError, Harness, IoContext, checksum, data_file, insert_reader_stats, median_u64, settle};
 use crate::report::{Case, Report, median};
 
 /// Seed 004's batch: 14 MiB.
@@ -207,7 +207,7 @@ fn measure(
     case.resident_before = resident_before;
     case.answers_identical = sums.windows(2).all(|w| w[0] == w[1]);
     let stream = &stats[2];
-    let med_u64 = |xs: Vec<u64>| median(&xs.into_iter().map(|x| x as f64).collect::<Vec<_>>());
+    let med_u64 = |xs: Vec<u64>| median_u64(xs);
     case.issued_bytes = med_u64(stream.iter().map(|s| s.prefetched_bytes).collect()) as u64;
     case.wasted_bytes = med_u64(stream.iter().map(|s| s.wasted_bytes).collect()) as u64;
     let e = &mut case.extra;
@@ -237,10 +237,8 @@ fn measure(
             let st = &stats[s];
             e.insert(format!("{n}_hits"), med_u64(st.iter().map(|x| x.hits).collect()).into());
             e.insert(format!("{n}_misses"), med_u64(st.iter().map(|x| x.misses).collect()).into());
-            e.insert(format!("{n}_hit_rate"), median(&st.iter().map(ReaderStats::hit_rate).collect::<Vec<_>>()).into());
-            e.insert(format!("{n}_prefetched_bytes"), med_u64(st.iter().map(|x| x.prefetched_bytes).collect()).into());
-            e.insert(format!("{n}_wasted_bytes"), med_u64(st.iter().map(|x| x.wasted_bytes).collect()).into());
         }
+        insert_reader_stats(e, n, &stats[s]);
     }
     Ok(case)
 }

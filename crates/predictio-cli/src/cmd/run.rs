@@ -12,7 +12,7 @@ use predictio::Executor;
 use predictio::executor::{ExecutorConfig, Limits};
 use predictio::pipeline::Pipeline;
 
-use crate::daemon::sources::{HintSource, observer_or_note};
+use crate::daemon::sources::{HintSource, is_own, observer_or_note};
 use crate::daemon::status::Status;
 
 /// Arguments of `run`.
@@ -78,8 +78,7 @@ pub fn run(args: Args) -> Result<()> {
     };
     let mut child = spawned.with_context(|| format!("starting {}", args.command[0]))?;
     let mut forward = |event: predictio::Event| {
-        let own = matches!(event, predictio::Event::PageAccess { pid, .. } | predictio::Event::PageMiss { pid, .. } if pid == me);
-        if !own {
+        if !is_own(&event, me) {
             sender.send(event, None);
         }
     };

@@ -86,6 +86,15 @@ pub fn observer_stats_json(s: &ObserverStats) -> serde_json::Value {
     })
 }
 
+/// Whether `event` is predictio's own activity (process `me`): our prefetch
+/// reads and opens are not the workload, so sources drop them.
+pub fn is_own(event: &predictio::Event, me: u32) -> bool {
+    matches!(event,
+        predictio::Event::PageAccess { pid, .. }
+        | predictio::Event::PageMiss { pid, .. }
+        | predictio::Event::FileOpen { pid, .. } if *pid == me)
+}
+
 /// Loads the eBPF observer, or says why not (and the caller runs without
 /// observation: hints still work).
 pub fn observer_or_note(follow_all: bool) -> (Option<Observer>, Option<String>) {
@@ -229,12 +238,7 @@ impl Sources {
                     observer_thread =
                         Some(std::thread::Builder::new().name("predictio-observe".into()).spawn(move || {
                             let mut forward = |event: predictio::Event| {
-                                // Our own prefetching is not the workload.
-                                let own = matches!(event,
-                                    predictio::Event::PageAccess { pid, .. }
-                                    | predictio::Event::PageMiss { pid, .. }
-                                    | predictio::Event::FileOpen { pid, .. } if pid == me);
-                                if !own {
+                                if !is_own(&event, me) {
                                     sender.send(event, None);
                                 }
                             };
