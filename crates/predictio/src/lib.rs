@@ -16,6 +16,7 @@
 pub mod accounting;
 pub mod btree;
 pub mod cache;
+pub mod embedded;
 pub mod event;
 pub mod executor;
 pub mod file;

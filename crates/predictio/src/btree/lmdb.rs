@@ -77,6 +77,9 @@ pub struct Meta {
     pub main_root: Option<u64>,
     /// Depth of the main database's tree.
     pub main_depth: u16,
+    /// Flags of the main database (`md_flags`: `MDB_REVERSEKEY` 0x02,
+    /// `MDB_DUPSORT` 0x04, `MDB_INTEGERKEY` 0x08, …); 0 for plain byte keys.
+    pub main_flags: u16,
 }
 
 impl Meta {
@@ -107,6 +110,7 @@ impl Meta {
             txnid: le64(page, 144).unwrap_or(0),
             main_root: (root != P_INVALID).then_some(root),
             main_depth: le16(page, 94).unwrap_or(0),
+            main_flags: le16(page, 92).unwrap_or(0),
         })
     }
 
@@ -200,6 +204,39 @@ pub fn parse_page(page: &[u8], page_no: u64, geometry: &Geometry) -> Result<Inte
     Ok(InteriorPage { kind: InteriorKind::LmdbBranch, children })
 }
 
+/// Parses branch page `page_no` like [`parse_page`] and finds the child a
+/// search for `key` descends into, as LMDB's `mdb_node_search` does with its
+/// default comparator (`memcmp` order, the main database's unless it was
+/// opened with `MDB_REVERSEKEY`, `MDB_INTEGERKEY` or a custom comparator): the
+/// last child whose separator key is at most `key`, where node 0's key
+/// stands for "less than every key". Returns the page and that position.
+pub fn search_branch(
+    page: &[u8],
+    page_no: u64,
+    geometry: &Geometry,
+    key: &[u8],
+) -> Result<(InteriorPage, u32), PageError> {
+    let interior = parse_page(page, page_no, geometry)?;
+    // parse_page checked every node and key against the page bounds.
+    let node_key = |index: usize| -> &[u8] {
+        let offset = le16(page, PAGE_HEADER_SIZE + 2 * index).map(usize::from).unwrap_or(0);
+        let size = le16(page, offset + 6).map(usize::from).unwrap_or(0);
+        page.get(offset + NODE_HEADER_SIZE..offset + NODE_HEADER_SIZE + size).unwrap_or(&[])
+    };
+    // Binary search over nodes 1..count for the last key <= `key`.
+    let (mut low, mut high) = (1usize, interior.children.len());
+    while low < high {
+        let mid = low + (high - low) / 2;
+        if node_key(mid) <= key {
+            low = mid + 1;
+        } else {
+            high = mid;
+        }
+    }
+    let position = u32::try_from(low - 1).map_err(|_| PageError::CellCount { count: u32::MAX, max: 0 })?;
+    Ok((interior, position))
+}
+
 fn le16(bytes: &[u8], at: usize) -> Option<u16> {
     let b = bytes.get(at..at.checked_add(2)?)?;
     Some(u16::from_le_bytes([b[0], b[1]]))
@@ -282,6 +319,26 @@ pub(crate) mod tests {
         let mut page = branch(4096, 9, &[4, 5]);
         page[10..12].copy_from_slice(&(P_BRANCH | P_DIRTY).to_le_bytes());
         assert!(parse_page(&page, 9, &geometry()).is_ok());
+    }
+
+    #[test]
+    fn search_finds_the_child_a_key_descends_into() {
+        // Keys: node 0 empty, node i "user{i:06}".
+        let page = branch(4096, 9, &[20, 3, 7000, 15]);
+        let g = geometry();
+        let at = |key: &str| search_branch(&page, 9, &g, key.as_bytes()).expect("branch").1;
+        assert_eq!(at(""), 0);
+        assert_eq!(at("a"), 0);
+        assert_eq!(at("user000001"), 1);
+        assert_eq!(at("user0000015"), 1);
+        assert_eq!(at("user000002"), 2);
+        assert_eq!(at("user000003"), 3);
+        assert_eq!(at("zzz"), 3);
+        let single = branch(4096, 9, &[20]);
+        assert_eq!(search_branch(&single, 9, &g, b"x").expect("branch").1, 0);
+        let mut leaf = page.clone();
+        leaf[10..12].copy_from_slice(&P_LEAF.to_le_bytes());
+        assert_eq!(search_branch(&leaf, 9, &g, b"x"), Err(PageError::Leaf));
     }
 
     #[test]

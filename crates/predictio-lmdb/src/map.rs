@@ -1,0 +1,136 @@
+//! The one unsafe edge of the adapter: finding LMDB's read-only map of the
+//! data file in this process and copying pages out of it.
+//!
+//! LMDB maps the data file once per environment (`mmap(NULL, mapsize,
+//! PROT_READ, MAP_SHARED, fd, 0)`) and hands out keys and values as pointers
+//! into that map. The map is found by the data file's inode in
+//! `/proc/self/maps`. Pages are only ever read below the file's end (a read
+//! past it would fault with `SIGBUS`) and inside the mapping; whoever holds
+//! a [`Map`] must keep the environment open (the adapter holds a clone of
+//! the `Env`) and must not resize it.
+
+use std::io;
+use std::path::Path;
+
+use predictio::PAGE_SIZE;
+
+/// LMDB pages the adapter reads: the kernel's page size (LMDB's default).
+pub const LMDB_PAGE: usize = PAGE_SIZE as usize;
+
+/// The address range of one environment's map.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Map {
+    base: usize,
+    len: usize,
+}
+
+impl Map {
+    /// Finds the shared read-only mapping of the file with inode `ino` at
+    /// file offset 0 in `/proc/self/maps`.
+    pub fn find(ino: u64) -> io::Result<Option<Map>> {
+        let maps = std::fs::read_to_string(Path::new("/proc/self/maps"))?;
+        Ok(maps.lines().find_map(|line| parse_line(line, ino)))
+    }
+
+    /// The map's first byte.
+    pub fn base(&self) -> usize {
+        self.base
+    }
+
+    /// Length of the mapping (LMDB's map size; the file may be shorter).
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the mapping is empty (never, for a mapping LMDB made).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The LMDB page an address inside the map falls in.
+    pub fn page_of(&self, addr: usize) -> Option<u64> {
+        let offset = addr.checked_sub(self.base)?;
+        (offset < self.len).then_some((offset / LMDB_PAGE) as u64)
+    }
+
+    /// Copies page `page` into `out` if the page lies inside both the
+    /// mapping and the first `file_pages` pages of the file; false otherwise.
+    pub fn copy_page(&self, page: u64, file_pages: u64, out: &mut [u8; LMDB_PAGE]) -> bool {
+        if page >= file_pages {
+            return false;
+        }
+        let Some(offset) = usize::try_from(page).ok().and_then(|p| p.checked_mul(LMDB_PAGE)) else {
+            return false;
+        };
+        if offset.checked_add(LMDB_PAGE).is_none_or(|end| end > self.len) {
+            return false;
+        }
+        let src = (self.base + offset) as *const u8;
+        // SAFETY: `src .. src + LMDB_PAGE` lies inside a live mapping of the
+        // data file (checked against the mapping's length above; the holder
+        // keeps the environment, hence the mapping, alive) and below the
+        // file's end (checked against `file_pages`), so every byte is
+        // readable without a fault. The destination is a distinct local
+        // buffer. Another process may be writing pages that this
+        // transaction's snapshot does not reach; such bytes are copied as
+        // they are and the parser treats every page as untrusted.
+        unsafe { std::ptr::copy_nonoverlapping(src, out.as_mut_ptr(), LMDB_PAGE) };
+        true
+    }
+}
+
+/// One line of `/proc/PID/maps`:
+/// `start-end perms offset dev inode [path]`.
+fn parse_line(line: &str, ino: u64) -> Option<Map> {
+    let mut fields = line.split_whitespace();
+    let range = fields.next()?;
+    let perms = fields.next()?;
+    let offset = fields.next()?;
+    let _dev = fields.next()?;
+    let inode: u64 = fields.next()?.parse().ok()?;
+    if inode != ino || u64::from_str_radix(offset, 16).ok()? != 0 || !perms.starts_with('r') {
+        return None;
+    }
+    let (start, end) = range.split_once('-')?;
+    let start = usize::from_str_radix(start, 16).ok()?;
+    let end = usize::from_str_radix(end, 16).ok()?;
+    (end > start).then_some(Map { base: start, len: end - start })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_maps_lines() {
+        let line = "7f1000000000-7f1040000000 r--s 00000000 fd:00 1234     /var/tmp/db/data.mdb";
+        assert_eq!(parse_line(line, 1234), Some(Map { base: 0x7f10_0000_0000, len: 0x4000_0000 }));
+        assert_eq!(parse_line(line, 1235), None);
+        let shifted = "7f1000000000-7f1040000000 r--s 00001000 fd:00 1234 /x";
+        assert_eq!(parse_line(shifted, 1234), None);
+        assert_eq!(parse_line("garbage", 1), None);
+        let map = Map { base: 0x10000, len: 0x4000 };
+        assert_eq!(map.page_of(0x10000), Some(0));
+        assert_eq!(map.page_of(0x12fff), Some(2));
+        assert_eq!(map.page_of(0x14000), None);
+        assert_eq!(map.page_of(0xffff), None);
+    }
+
+    #[test]
+    fn copies_only_inside_the_file_and_the_mapping() {
+        // A map over a real file of 3 pages: this test's own mapping.
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("f");
+        let mut bytes = vec![0u8; 3 * LMDB_PAGE];
+        bytes[LMDB_PAGE] = 0xAB;
+        std::fs::write(&path, &bytes).expect("write");
+        let data = std::fs::read(&path).expect("read");
+        let map = Map { base: data.as_ptr() as usize, len: data.len() };
+        let mut out = [0u8; LMDB_PAGE];
+        assert!(map.copy_page(1, 3, &mut out));
+        assert_eq!(out[0], 0xAB);
+        assert!(!map.copy_page(3, 4, &mut out), "past the mapping");
+        assert!(!map.copy_page(2, 2, &mut out), "past the file");
+        assert!(!map.copy_page(u64::MAX, u64::MAX, &mut out));
+    }
+}
