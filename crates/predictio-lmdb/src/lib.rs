@@ -115,12 +115,33 @@ pub enum Error {
     /// No mapping of the data file was found in this process.
     #[error("no mapping of {0} in this process")]
     NoMap(PathBuf),
+    /// `madvise(MADV_RANDOM)` on the map failed.
+    #[error("madvise(MADV_RANDOM) on the map: {0}")]
+    Madvise(std::io::Error),
     /// The data file's meta page does not parse.
     #[error("the data file's meta page: {0}")]
     Meta(PageError),
     /// The environment's page size is not the 4 KiB this adapter reads.
     #[error("LMDB page size {0} is not supported (4096 only)")]
     PageSize(u32),
+}
+
+/// What happens to the kernel's read-around on the map.
+///
+/// Without `MDB_NORDAHEAD`, every page fault on LMDB's map makes the kernel
+/// read up to `read_ahead_kb` around the faulting page (8 MiB on a device
+/// set to 8192): blind, mostly useless for a B-tree whose neighbours lie
+/// far apart, and it competes with the policy's reads for the device.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ReadAround {
+    /// The adapter takes over readahead for the map: `madvise(MADV_RANDOM)`
+    /// once at setup (as `MDB_NORDAHEAD` would), so that faults read only
+    /// their page and the policy's prefetch does the rest. The advice stays
+    /// on the map for the environment's life.
+    #[default]
+    Replace,
+    /// Leave the map's read-around as the environment has it.
+    Keep,
 }
 
 /// What one scan saw and did.
@@ -168,7 +189,7 @@ impl LmdbPrefetcher {
         Env<T>: Send + Sync,
     {
         let runtime = Embedded::new(ExecutorConfig::default(), vec![Box::new(BtreePolicy::default())])?;
-        Self::with_runtime(env, Arc::new(runtime))
+        Self::with_runtime(env, Arc::new(runtime), ReadAround::Replace)
     }
 
     /// An embedded runtime with the `btree` policy over LMDB's 4 KiB pages
@@ -179,9 +200,13 @@ impl LmdbPrefetcher {
     }
 
     /// The adapter for `env`, feeding `runtime` (which should run a `btree`
-    /// policy). The environment must not be resized
-    /// (`Env::resize`) while the adapter exists: make a new one after.
-    pub fn with_runtime<T: 'static>(env: &Env<T>, runtime: Arc<Embedded>) -> Result<Self, Error>
+    /// policy), doing `read_around` to the map. The environment must not be
+    /// resized (`Env::resize`) while the adapter exists: make a new one after.
+    pub fn with_runtime<T: 'static>(
+        env: &Env<T>,
+        runtime: Arc<Embedded>,
+        read_around: ReadAround,
+    ) -> Result<Self, Error>
     where
         Env<T>: Send + Sync,
     {
@@ -198,6 +223,9 @@ impl LmdbPrefetcher {
             return Err(Error::PageSize(meta.page_size));
         }
         let layout = meta.layout().map_err(Error::Meta)?;
+        if read_around == ReadAround::Replace {
+            map.advise_random().map_err(Error::Madvise)?;
+        }
         let prefetcher = Self { runtime, file, map, layout, _env: Box::new(env.clone()) };
         prefetcher.runtime.hold(prefetcher.file.clone());
         Ok(prefetcher)
@@ -285,7 +313,12 @@ pub struct ScanObserver<'p> {
     /// The root that led to the scan's leaves, once found.
     root: Option<(u64, Geometry)>,
     file_pages: u64,
-    page: Box<[u8; LMDB_PAGE]>,
+    /// The first row's key, while the scan has not left its first leaf:
+    /// the descent to that leaf is made only once the scan reaches a second
+    /// leaf, so a point lookup or a scan inside one leaf costs no descent.
+    first_key: Vec<u8>,
+    /// Scratch page: a branch page copied out of the map.
+    page: Option<Box<[u8; LMDB_PAGE]>>,
     stats: ScanStats,
 }
 
@@ -298,7 +331,8 @@ impl<'p> ScanObserver<'p> {
             leaf: None,
             root: None,
             file_pages: 0,
-            page: Box::new([0u8; LMDB_PAGE]),
+            first_key: Vec::new(),
+            page: None,
             stats: ScanStats::default(),
         }
     }
@@ -310,7 +344,8 @@ impl<'p> ScanObserver<'p> {
 
     /// Reports that the scan returned a row with this key (a slice LMDB
     /// returned: it points into the map). Cheap while the row is in the same
-    /// leaf as the last one.
+    /// leaf as the last one; the first leaf's descent waits until the scan
+    /// reaches a second leaf.
     pub fn on_row(&mut self, key: &[u8]) {
         self.stats.rows += 1;
         let Some(leaf) = self.prefetcher.map.page_of(key.as_ptr() as usize) else {
@@ -320,10 +355,27 @@ impl<'p> ScanObserver<'p> {
         if self.leaf == Some(leaf) {
             return;
         }
-        self.leaf = Some(leaf);
+        let previous = self.leaf.replace(leaf);
         self.stats.leaves += 1;
         let executor = self.prefetcher.runtime.executor();
         executor.note_access(self.prefetcher.file.id(), PageRange::new(leaf, leaf + 1));
+        match previous {
+            None => {
+                // First leaf: remember where the scan started, nothing more.
+                self.first_key.clear();
+                self.first_key.extend_from_slice(key);
+                return;
+            }
+            Some(first) if self.stats.leaves == 2 => {
+                // A second leaf: this is a scan. Replay the descent to the
+                // first leaf so that the policy sees the step between them.
+                let first_key = std::mem::take(&mut self.first_key);
+                if !self.descend(&first_key, first) {
+                    self.stats.passed_over += 1;
+                }
+            }
+            Some(_) => {}
+        }
         if let Some(event) = self.traversal.on_read(leaf, None) {
             self.dispatch(&event);
             return;
@@ -360,12 +412,13 @@ impl<'p> ScanObserver<'p> {
             let mut path = Vec::new();
             let mut page_no = root;
             let mut reached = false;
+            let page = self.page.get_or_insert_with(|| Box::new([0u8; LMDB_PAGE]));
             for _ in 0..MAX_DEPTH {
-                if !self.prefetcher.map.copy_page(page_no, self.file_pages, &mut self.page) {
+                if !self.prefetcher.map.copy_page(page_no, self.file_pages, page) {
                     break;
                 }
                 self.stats.branch_pages += 1;
-                match lmdb::search_branch(&self.page[..], page_no, &geometry, key) {
+                match lmdb::search_branch(&page[..], page_no, &geometry, key) {
                     Ok((interior, position)) => {
                         let Some(&child) = interior.children.get(position as usize) else { break };
                         path.push((page_no, interior));

@@ -53,6 +53,17 @@ impl Map {
         (offset < self.len).then_some((offset / LMDB_PAGE) as u64)
     }
 
+    /// `madvise(MADV_RANDOM)` over the whole map: the kernel stops reading
+    /// around each page fault (what LMDB's `MDB_NORDAHEAD` does at open).
+    /// Advice only: what the map holds and what reads return is unchanged.
+    pub fn advise_random(&self) -> io::Result<()> {
+        // SAFETY: madvise with MADV_RANDOM only sets a readahead hint on the
+        // VMAs of `base .. base + len`, a live mapping (see the module's
+        // contract); it changes no memory contents and no protections.
+        let rc = unsafe { libc::madvise(self.base as *mut libc::c_void, self.len, libc::MADV_RANDOM) };
+        if rc == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
+    }
+
     /// Copies page `page` into `out` if the page lies inside both the
     /// mapping and the first `file_pages` pages of the file; false otherwise.
     pub fn copy_page(&self, page: u64, file_pages: u64, out: &mut [u8; LMDB_PAGE]) -> bool {
