@@ -328,11 +328,14 @@ pub fn run(options: &BenchOptions) -> Result<Report, BenchError> {
     let rows = if options.quick { QUICK_ROWS } else { ROWS };
     let pairs = if options.quick { options.pairs.min(2) } else { options.pairs };
     let shapes = vec![
-        Shape { name: "scan-10", rows: 10, scans: 40 },
-        Shape { name: "scan-100", rows: 100, scans: 20 },
-        Shape { name: "scan-1000", rows: 1000, scans: 5 },
-        Shape { name: "scan-10000", rows: 10_000, scans: 2 },
-        Shape { name: "point", rows: 1, scans: 100 },
+        // Enough scans per pass that a pass takes tens of milliseconds
+        // even when prefetched: shorter passes are at the mercy of the
+        // scheduler on a shared 2-core machine.
+        Shape { name: "scan-10", rows: 10, scans: 200 },
+        Shape { name: "scan-100", rows: 100, scans: 60 },
+        Shape { name: "scan-1000", rows: 1000, scans: 12 },
+        Shape { name: "scan-10000", rows: 10_000, scans: 3 },
+        Shape { name: "point", rows: 1, scans: 400 },
     ];
     let mut settings: Vec<Option<u64>> = vec![None];
     settings.extend(options.read_ahead_kb.iter().map(|&kb| Some(kb)));
