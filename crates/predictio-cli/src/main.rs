@@ -55,7 +55,8 @@ enum Command {
     /// control-path (executor, dispatch, eBPF, hints), backends (prefetch a
     /// fragmented 256 MiB range list with each backend), large-read (parallel
     /// large buffered reads), shuffle-read (batches with pauses, Riffle's
-    /// microbenchmark), seq-read (64 KiB sequential reads). Cold caches need root
+    /// microbenchmark), seq-read (64 KiB sequential reads), lmdb-scan (cold
+    /// LMDB range scans, plain vs the LMDB adapter). Cold caches need root
     /// (drop_caches); without it the workload's files are evicted instead and
     /// the report says so.
     Bench(cmd::bench::Args),
