@@ -269,7 +269,9 @@ impl LmdbPrefetcher {
     }
 
     /// The rows from `start` on (the first key at or after it), observed:
-    /// `range` with `(Included(start), Unbounded)`.
+    /// `range` with `(Included(start), Unbounded)`. LMDB refuses an empty
+    /// key (`MDB_BAD_VALSIZE`); to scan from the first row use `range` with
+    /// `(Unbounded, Unbounded)`.
     pub fn scan_from<'txn, 'p>(
         &'p self,
         db: &Database<Bytes, Bytes>,

@@ -239,3 +239,43 @@ fn a_long_scan_prefetches_the_leaves_ahead() {
     let unused = total.issued_pages - total.hit_pages;
     assert!(unused <= 100, "{unused} prefetched pages unused: {total:?}");
 }
+
+#[test]
+fn other_databases_and_write_transactions_are_read_as_usual() {
+    let dir = tempdir();
+    let mut options = EnvOpenOptions::new();
+    options.map_size(256 << 20).max_dbs(2);
+    // SAFETY: heed's contract for opening: this test opens the environment once.
+    let env = unsafe { options.open(dir.path()) }.expect("open env");
+    let mut wtxn = env.write_txn().expect("write txn");
+    let named: Database<Bytes, Bytes> = env.create_database(&mut wtxn, Some("table")).expect("named db");
+    for i in (0..5000).rev() {
+        named.put(&mut wtxn, &key(i), &value(i)).expect("put");
+    }
+    wtxn.commit().expect("commit");
+    let prefetcher = LmdbPrefetcher::new(&env).expect("prefetcher");
+    // A named database: its tree hangs off the main database, which the
+    // adapter does not follow; rows are LMDB's, nothing is descended.
+    let rtxn = env.read_txn().expect("read txn");
+    let plain: Vec<(&[u8], &[u8])> = named.iter(&rtxn).expect("iter").collect::<heed::Result<_>>().expect("rows");
+    let mut scan = prefetcher.scan_from(&named, &rtxn, &key(0)).expect("range");
+    let observed: Vec<(&[u8], &[u8])> = scan.by_ref().collect::<heed::Result<_>>().expect("rows");
+    assert_eq!(plain, observed);
+    assert_eq!(scan.stats().descents, 0, "{:?}", scan.stats());
+    assert!(scan.stats().passed_over > 0);
+    drop(scan);
+    drop(rtxn);
+    // A write transaction: dirty pages live outside the map.
+    let mut wtxn = env.write_txn().expect("write txn");
+    for i in 0..100 {
+        named.put(&mut wtxn, &key(i), b"new").expect("put");
+    }
+    let plain: Vec<Vec<u8>> = named.iter(&wtxn).expect("iter").map(|r| r.expect("row").1.to_vec()).collect::<Vec<_>>();
+    let observed: Vec<Vec<u8>> = prefetcher
+        .scan_from(&named, &wtxn, &key(0))
+        .expect("range")
+        .map(|r| r.expect("row").1.to_vec())
+        .collect::<Vec<_>>();
+    assert_eq!(plain, observed);
+    assert_eq!(&observed[0], b"new");
+}
