@@ -9,6 +9,7 @@
 
 pub mod device;
 pub mod harness;
+pub mod llm_model;
 pub mod machine;
 pub mod oracle;
 pub mod report;
@@ -36,17 +37,20 @@ pub enum Workload {
     ShuffleRead,
     /// Seed 002: 64 KiB buffered sequential reads; baseline, stream, learned.
     SeqRead,
+    /// Seed 000 §4.3 / 003: llama.cpp loading generated GGUF models cold, mmap and no-mmap.
+    LlmLoad,
 }
 
 impl Workload {
     /// Every workload.
-    pub const ALL: [Workload; 6] = [
+    pub const ALL: [Workload; 7] = [
         Workload::AccessPatterns,
         Workload::ControlPath,
         Workload::Backends,
         Workload::LargeRead,
         Workload::ShuffleRead,
         Workload::SeqRead,
+        Workload::LlmLoad,
     ];
 
     /// The workload's name (and result file stem).
@@ -58,6 +62,7 @@ impl Workload {
             Workload::LargeRead => "large-read",
             Workload::ShuffleRead => "shuffle-read",
             Workload::SeqRead => "seq-read",
+            Workload::LlmLoad => "llm-load",
         }
     }
 }
@@ -71,7 +76,7 @@ impl fmt::Display for Workload {
 /// An unknown workload name.
 #[derive(Debug, Clone, thiserror::Error)]
 #[error(
-    "unknown workload {0:?}: expected one of access-patterns, control-path, backends, large-read, shuffle-read, seq-read"
+    "unknown workload {0:?}: expected one of access-patterns, control-path, backends, large-read, shuffle-read, seq-read, llm-load"
 )]
 pub struct UnknownWorkload(pub String);
 
@@ -104,6 +109,8 @@ pub struct BenchOptions {
     pub depth: u32,
     /// The executor's largest I/O, in pages, for those workloads.
     pub max_io_pages: u64,
+    /// Model sizes in GiB (llm-load); empty: the workload's default.
+    pub sizes: Vec<u64>,
 }
 
 impl Default for BenchOptions {
@@ -118,6 +125,7 @@ impl Default for BenchOptions {
             backend: predictio::executor::BackendKind::Fadvise,
             depth: 64,
             max_io_pages: 64,
+            sizes: Vec::new(),
         }
     }
 }
@@ -131,5 +139,6 @@ pub fn run(workload: Workload, options: &BenchOptions) -> Result<Report, BenchEr
         Workload::LargeRead => workloads::large_read::run(options),
         Workload::ShuffleRead => workloads::shuffle_read::run(options),
         Workload::SeqRead => workloads::seq_read::run(options),
+        Workload::LlmLoad => workloads::llm_load::run(options),
     }
 }
