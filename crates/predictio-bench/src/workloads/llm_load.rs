@@ -186,9 +186,17 @@ fn measure(
             passes[s].push(pass);
         }
     }
-    // Warm: the model resident (one run to load it, one measured).
+    // Warm: the model resident (one run to load it), then the best of
+    // three (the loader's CPU work is what is left, and CPU time on a
+    // shared machine only gets worse, never better, than its floor).
     rt.run(model, mmap, Side::Baseline)?;
-    let warm = rt.run(model, mmap, Side::Baseline)?;
+    let mut warm = rt.run(model, mmap, Side::Baseline)?;
+    for _ in 0..2 {
+        let again = rt.run(model, mmap, Side::Baseline)?;
+        if again.first_token_s < warm.first_token_s {
+            warm = again;
+        }
+    }
     h.step(format!("{name} warm"));
 
     let first = |s: usize| passes[s].iter().map(|p| p.first_token_s).collect::<Vec<_>>();
@@ -262,7 +270,7 @@ pub fn run(options: &BenchOptions) -> Result<Report, BenchError> {
     let mut notes = Vec::new();
     for c in &cases {
         let get = |k: &str| c.extra.get(k).and_then(serde_json::Value::as_f64).unwrap_or(f64::NAN);
-        let big = c.extra.get("model_bytes").and_then(serde_json::Value::as_u64).unwrap_or(0) >= 2 << 30;
+        let big = c.extra.get("model_bytes").and_then(serde_json::Value::as_u64).unwrap_or(0) >= 3 << 29; // the "2 GB" and "4 GB" models
         let met = c.ratio_median >= 3.0 && get("predictio_over_limit") <= 1.3;
         notes.push(format!(
             "{}: load + first token {:.2}x faster under predictio (median of pairs; load alone {:.2}x, whole process {:.2}x), \
@@ -307,10 +315,20 @@ pub fn run(options: &BenchOptions) -> Result<Report, BenchError> {
             "pairs": pairs,
             "models": shapes,
             "sides": ["baseline", "peer", "predictio"],
+            "nice": own_nice(),
             "predictio": "predictio run --json -- node scripts/llama-load.mjs …: eBPF -> pipeline -> model detector -> tensor policy (default config) -> executor (default: fadvise backend)",
         }),
         cold_method: h.cold.describe().into(),
         cases,
         notes,
     })
+}
+
+/// This process's nice value (field 19 of `/proc/self/stat`): the loader is
+/// CPU-bound between its reads, so on a shared machine the bench is best run
+/// under `nice -n -10`, and the report says whether it was.
+fn own_nice() -> Option<i64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    let after_comm = stat.rsplit_once(')')?.1;
+    after_comm.split_whitespace().nth(16)?.parse().ok()
 }
