@@ -9,6 +9,7 @@
 
 pub mod device;
 pub mod harness;
+pub mod llm_model;
 pub mod machine;
 pub mod oracle;
 pub mod report;
@@ -38,11 +39,13 @@ pub enum Workload {
     SeqRead,
     /// Seed 000 §6.3: cold LMDB range scans, plain vs the LMDB adapter (btree policy).
     LmdbScan,
+    /// Seed 000 §4.3 / 003: llama.cpp loading generated GGUF models cold, mmap and no-mmap.
+    LlmLoad,
 }
 
 impl Workload {
     /// Every workload.
-    pub const ALL: [Workload; 7] = [
+    pub const ALL: &[Workload] = &[
         Workload::AccessPatterns,
         Workload::ControlPath,
         Workload::Backends,
@@ -50,7 +53,13 @@ impl Workload {
         Workload::ShuffleRead,
         Workload::SeqRead,
         Workload::LmdbScan,
+        Workload::LlmLoad,
     ];
+
+    /// Every workload's name, comma-separated (for messages).
+    pub fn names() -> String {
+        Workload::ALL.iter().map(|w| w.name()).collect::<Vec<_>>().join(", ")
+    }
 
     /// The workload's name (and result file stem).
     pub fn name(self) -> &'static str {
@@ -62,6 +71,7 @@ impl Workload {
             Workload::ShuffleRead => "shuffle-read",
             Workload::SeqRead => "seq-read",
             Workload::LmdbScan => "lmdb-scan",
+            Workload::LlmLoad => "llm-load",
         }
     }
 }
@@ -74,16 +84,14 @@ impl fmt::Display for Workload {
 
 /// An unknown workload name.
 #[derive(Debug, Clone, thiserror::Error)]
-#[error(
-    "unknown workload {0:?}: expected one of access-patterns, control-path, backends, large-read, shuffle-read, seq-read, lmdb-scan"
-)]
+#[error("unknown workload {0:?}: expected one of {names}", names = Workload::names())]
 pub struct UnknownWorkload(pub String);
 
 impl FromStr for Workload {
     type Err = UnknownWorkload;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Workload::ALL.into_iter().find(|w| w.name() == s).ok_or_else(|| UnknownWorkload(s.to_owned()))
+        Workload::ALL.iter().copied().find(|w| w.name() == s).ok_or_else(|| UnknownWorkload(s.to_owned()))
     }
 }
 
@@ -108,6 +116,8 @@ pub struct BenchOptions {
     pub depth: u32,
     /// The executor's largest I/O, in pages, for those workloads.
     pub max_io_pages: u64,
+    /// Model sizes in GiB (llm-load); empty: the workload's default.
+    pub sizes: Vec<u64>,
 }
 
 impl Default for BenchOptions {
@@ -122,6 +132,7 @@ impl Default for BenchOptions {
             backend: predictio::executor::BackendKind::Fadvise,
             depth: 64,
             max_io_pages: 64,
+            sizes: Vec::new(),
         }
     }
 }
@@ -136,5 +147,6 @@ pub fn run(workload: Workload, options: &BenchOptions) -> Result<Report, BenchEr
         Workload::ShuffleRead => workloads::shuffle_read::run(options),
         Workload::SeqRead => workloads::seq_read::run(options),
         Workload::LmdbScan => workloads::lmdb_scan::run(options),
+        Workload::LlmLoad => workloads::llm_load::run(options),
     }
 }

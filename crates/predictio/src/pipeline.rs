@@ -303,11 +303,16 @@ impl ModelDetector {
                 return None;
             }
         };
-        let ranges: Vec<crate::page::ByteRange> = layout
-            .plan(crate::model::LoadOrder::Compute)
-            .iter()
-            .map(|r| crate::page::ByteRange::new(r.offset, r.len))
-            .collect();
+        // GGUF is llama.cpp's format: with or without mmap it walks tensors
+        // in the order it creates them (embeddings, output, then layers;
+        // `--no-mmap` reads them, mmap copies the repacked ones), and the
+        // first token's compute then follows layers in that same order.
+        let order = match layout.format {
+            crate::model::ModelFormat::Gguf { .. } => crate::model::LoadOrder::LlamaCppRead,
+            _ => crate::model::LoadOrder::Compute,
+        };
+        let ranges: Vec<crate::page::ByteRange> =
+            layout.plan(order).iter().map(|r| crate::page::ByteRange::new(r.offset, r.len)).collect();
         Some(Event::TensorLayout { file: file.id(), ranges: ranges.into() })
     }
 }

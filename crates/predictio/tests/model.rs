@@ -5,97 +5,19 @@
 
 use std::io::Write;
 
+use predictio::model::writer::{GgufTensor, GgufValue, GgufWriter};
 use predictio::model::{LoadOrder, MetaValue, ModelError, ModelFormat, ModelLayout, TensorRole};
 use predictio::testing::Rng;
 
 // ---------------------------------------------------------------- GGUF writer
+// The library's writer (`predictio::model::writer`), which the benchmark's
+// generated models use too.
 
-/// A metadata value to write.
-#[derive(Clone)]
-enum Val {
-    U8(u8),
-    I8(i8),
-    U16(u16),
-    I16(i16),
-    U32(u32),
-    I32(i32),
-    F32(f32),
-    Bool(bool),
-    Str(&'static str),
-    U64(u64),
-    I64(i64),
-    F64(f64),
-    /// Element type code and elements (all of that type).
-    Arr(u32, Vec<Val>),
-}
-
-impl Val {
-    fn code(&self) -> u32 {
-        match self {
-            Val::U8(_) => 0,
-            Val::I8(_) => 1,
-            Val::U16(_) => 2,
-            Val::I16(_) => 3,
-            Val::U32(_) => 4,
-            Val::I32(_) => 5,
-            Val::F32(_) => 6,
-            Val::Bool(_) => 7,
-            Val::Str(_) => 8,
-            Val::Arr(..) => 9,
-            Val::U64(_) => 10,
-            Val::I64(_) => 11,
-            Val::F64(_) => 12,
-        }
-    }
-
-    fn write(&self, out: &mut Vec<u8>) {
-        match self {
-            Val::U8(v) => out.push(*v),
-            Val::I8(v) => out.extend(v.to_le_bytes()),
-            Val::U16(v) => out.extend(v.to_le_bytes()),
-            Val::I16(v) => out.extend(v.to_le_bytes()),
-            Val::U32(v) => out.extend(v.to_le_bytes()),
-            Val::I32(v) => out.extend(v.to_le_bytes()),
-            Val::F32(v) => out.extend(v.to_le_bytes()),
-            Val::Bool(v) => out.push(*v as u8),
-            Val::Str(s) => put_str(out, s),
-            Val::U64(v) => out.extend(v.to_le_bytes()),
-            Val::I64(v) => out.extend(v.to_le_bytes()),
-            Val::F64(v) => out.extend(v.to_le_bytes()),
-            Val::Arr(elem, items) => {
-                out.extend(elem.to_le_bytes());
-                out.extend((items.len() as u64).to_le_bytes());
-                for item in items {
-                    item.write(out);
-                }
-            }
-        }
-    }
-}
-
-fn put_str(out: &mut Vec<u8>, s: &str) {
-    out.extend((s.len() as u64).to_le_bytes());
-    out.extend(s.as_bytes());
-}
-
-/// A tensor to write: name, dims (innermost first), ggml type, byte length.
-struct T {
-    name: String,
-    dims: Vec<u64>,
-    ty: u32,
-    bytes: u64,
-}
+type Val = GgufValue;
+type T = GgufTensor;
 
 fn t(name: &str, dims: &[u64], ty: u32) -> T {
-    let elements: u64 = dims.iter().product();
-    let bytes = match ty {
-        0 => elements * 4,
-        1 | 30 => elements * 2,
-        2 => elements / 32 * 18,
-        8 => elements / 32 * 34,
-        other => panic!("test writer does not size type {other}"),
-    };
-    T { name: name.to_owned(), dims: dims.to_vec(), ty, bytes }
+    GgufTensor::new(name, dims, ty).expect("test tensor")
 }
 
 /// Writes a GGUF file: header, metadata, tensor infos, padding, then the
@@ -103,39 +25,21 @@ fn t(name: &str, dims: &[u64], ty: u32) -> T {
 /// given order, each aligned. Returns the bytes and each tensor's absolute
 /// offset.
 fn gguf(version: u32, kvs: &[(&str, Val)], tensors: &[T], alignment: u64) -> (Vec<u8>, Vec<u64>) {
-    let mut out = Vec::new();
-    out.extend(b"GGUF");
-    out.extend(version.to_le_bytes());
-    out.extend((tensors.len() as u64).to_le_bytes());
-    out.extend((kvs.len() as u64).to_le_bytes());
+    let mut writer = GgufWriter::new(version, alignment);
     for (key, val) in kvs {
-        put_str(&mut out, key);
-        out.extend(val.code().to_le_bytes());
-        val.write(&mut out);
+        writer.kv(key, val.clone());
     }
-    let mut relative = Vec::new();
-    let mut at = 0u64;
-    for t in tensors {
-        relative.push(at);
-        at = (at + t.bytes).div_ceil(alignment) * alignment;
+    for tensor in tensors {
+        writer.tensor(tensor.clone());
     }
-    for (t, rel) in tensors.iter().zip(&relative) {
-        put_str(&mut out, &t.name);
-        out.extend((t.dims.len() as u32).to_le_bytes());
-        for d in &t.dims {
-            out.extend(d.to_le_bytes());
-        }
-        out.extend(t.ty.to_le_bytes());
-        out.extend(rel.to_le_bytes());
-    }
-    let data_offset = (out.len() as u64).div_ceil(alignment) * alignment;
-    out.resize(data_offset as usize, 0);
-    for (i, (t, rel)) in tensors.iter().zip(&relative).enumerate() {
-        out.resize((data_offset + rel) as usize, 0);
-        out.extend(std::iter::repeat_n(i as u8, t.bytes as usize));
-    }
-    let abs = relative.iter().map(|r| r + data_offset).collect();
-    (out, abs)
+    let mut out = Vec::new();
+    let (_, offsets) = writer.write(&mut out, |i, _, chunk| chunk.fill(i as u8)).expect("write to memory");
+    (out, offsets)
+}
+
+fn put_str(out: &mut Vec<u8>, s: &str) {
+    out.extend((s.len() as u64).to_le_bytes());
+    out.extend(s.as_bytes());
 }
 
 /// A small llama-like model: embeddings, 3 layers of 4 tensors, output norm
@@ -152,8 +56,8 @@ fn llama_gguf(version: u32) -> (Vec<u8>, Vec<u64>) {
     tensors.push(t("output_norm.weight", &[64], 0));
     tensors.push(t("output.weight", &[64, 32], 8));
     let kvs = vec![
-        ("general.architecture", Val::Str("llama")),
-        ("general.name", Val::Str("tiny")),
+        ("general.architecture", Val::str("llama")),
+        ("general.name", Val::str("tiny")),
         ("general.alignment", Val::U32(64)),
         ("llama.block_count", Val::U32(3)),
         ("llama.context_length", Val::U64(4096)),
@@ -166,9 +70,9 @@ fn llama_gguf(version: u32) -> (Vec<u8>, Vec<u64>) {
         ("t.bool", Val::Bool(true)),
         ("t.i64", Val::I64(-1)),
         ("t.f64", Val::F64(2.25)),
-        ("tokenizer.ggml.tokens", Val::Arr(8, vec![Val::Str("<s>"), Val::Str("</s>"), Val::Str("a")])),
+        ("tokenizer.ggml.tokens", Val::Arr(8, vec![Val::str("<s>"), Val::str("</s>"), Val::str("a")])),
         ("tokenizer.ggml.scores", Val::Arr(6, vec![Val::F32(0.0), Val::F32(-1.0), Val::F32(-2.0)])),
-        ("t.nested", Val::Arr(9, vec![Val::Arr(4, vec![Val::U32(1), Val::U32(2)]), Val::Arr(8, vec![Val::Str("x")])])),
+        ("t.nested", Val::Arr(9, vec![Val::Arr(4, vec![Val::U32(1), Val::U32(2)]), Val::Arr(8, vec![Val::str("x")])])),
         ("t.empty", Val::Arr(10, vec![])),
     ];
     gguf(version, &kvs, &tensors, 64)
@@ -324,7 +228,7 @@ fn read_from_file_reads_only_the_header() {
     assert_eq!(layout, ModelLayout::parse(&bytes, bytes.len() as u64).expect("parse"));
 
     // A GGUF whose header exceeds the first 1 MiB read: the reader grows.
-    let big: Vec<Val> = (0..150_000).map(|_| Val::Str("tok")).collect();
+    let big: Vec<Val> = (0..150_000).map(|_| Val::str("tok")).collect();
     let (bytes, _) = gguf(3, &[("tokenizer.ggml.tokens", Val::Arr(8, big))], &[t("w", &[32], 0)], 32);
     assert!(bytes.len() > 1 << 20);
     let mut f = tempfile::NamedTempFile::new().expect("tempfile");
@@ -417,7 +321,7 @@ fn gguf_malformed() {
     assert!(matches!(parse_err(&align0), ModelError::BadAlignment(0)));
     let (align3, _) = gguf(3, &[("general.alignment", Val::U32(48))], &[], 32);
     assert!(matches!(parse_err(&align3), ModelError::BadAlignment(48)));
-    let (align_str, _) = gguf(3, &[("general.alignment", Val::Str("64"))], &[], 32);
+    let (align_str, _) = gguf(3, &[("general.alignment", Val::str("64"))], &[], 32);
     assert!(matches!(parse_err(&align_str), ModelError::WrongValueType { .. }));
 
     let mut deep = Val::Arr(0, vec![Val::U8(1)]);

@@ -203,3 +203,57 @@ fn an_observed_model_file_is_recognised_and_its_layout_dispatched_once() {
     assert_eq!(pipeline.stats().models_detected, 1);
     drop(held);
 }
+
+/// Regression: the detector planned every model in compute order, so a
+/// `--no-mmap` llama.cpp loader, which reads the output projection (at the end
+/// of the file and of the compute order) right after the embeddings, seemed
+/// to have reached the end of the plan and nothing more was prefetched. GGUF
+/// files are now planned in llama.cpp's order: embeddings, output, layers.
+#[test]
+fn an_observed_gguf_file_is_planned_in_llama_cpp_order() {
+    use predictio::model::writer::{GgufTensor, GgufWriter};
+    use std::os::unix::fs::MetadataExt;
+    let dir = tempfile::Builder::new().prefix("predictio-model").tempdir_in("/var/tmp").expect("temp dir");
+    let path = dir.path().join("m.gguf");
+    let mut writer = GgufWriter::new(3, 32);
+    for (name, dims) in [
+        ("token_embd.weight", vec![64u64, 16]),
+        ("blk.0.attn_q.weight", vec![64, 64]),
+        ("blk.1.attn_q.weight", vec![64, 64]),
+        ("output_norm.weight", vec![64]),
+        ("output.weight", vec![64, 16]),
+    ] {
+        writer.tensor(GgufTensor::new(name, &dims, 0).expect("tensor"));
+    }
+    let mut bytes = Vec::new();
+    let (_, offsets) = writer.write(&mut bytes, |i, _, chunk| chunk.fill(i as u8)).expect("write");
+    std::fs::write(&path, &bytes).expect("write");
+    let held = std::fs::File::open(&path).expect("open");
+    let meta = held.metadata().expect("stat");
+    let id = predictio::FileId { dev: meta.dev(), ino: meta.ino() };
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let executor = Arc::new(Executor::new(ExecutorConfig::default()).expect("executor"));
+    let pipeline = Pipeline::start_with(
+        executor,
+        vec![Box::new(Layouts(Arc::clone(&seen)))],
+        1024,
+        Some(predictio::resolve::ResolverConfig::default()),
+    )
+    .expect("start");
+    let read = Event::PageAccess {
+        pid: std::process::id(),
+        file: id,
+        pages: PageRange::page(0),
+        kind: AccessKind::Read,
+        time_ns: 0,
+    };
+    pipeline.sender().send(read, None);
+    assert!(pipeline.flush(Duration::from_secs(5)));
+    let layouts = seen.lock().expect("lock").clone();
+    assert_eq!(layouts.len(), 1, "one layout: {layouts:?}");
+    let order: Vec<(u64, u64)> = layouts[0].iter().map(|r| (r.offset, r.offset + r.len)).collect();
+    let at = |offset: u64| order.iter().position(|(b, e)| (*b..*e).contains(&offset)).expect("tensor in the plan");
+    let (embd, blk0, blk1, out) = (at(offsets[0]), at(offsets[1]), at(offsets[2]), at(offsets[4]));
+    assert!(embd < out && out < blk0 && blk0 <= blk1, "embeddings, output, layers: {order:?} vs {offsets:?}");
+    drop(held);
+}

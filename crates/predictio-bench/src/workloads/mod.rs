@@ -6,5 +6,6 @@ pub mod control_path;
 pub mod event_path;
 pub mod large_read;
 pub mod lmdb_scan;
+pub mod llm_load;
 pub mod seq_read;
 pub mod shuffle_read;

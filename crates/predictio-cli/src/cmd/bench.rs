@@ -9,7 +9,7 @@ use predictio_bench::{BenchOptions, Workload};
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// The workload: access-patterns, control-path, backends, large-read,
-    /// shuffle-read, seq-read or lmdb-scan.
+    /// shuffle-read, seq-read, lmdb-scan or llm-load.
     workload: Workload,
     /// A/B pairs per case (at least 5 for a reported result).
     #[arg(long, default_value_t = 5)]
@@ -40,6 +40,9 @@ pub struct Args {
     /// Executor's largest single I/O for those workloads.
     #[arg(long, default_value = "256K", value_parser = super::prefetch::parse_io_size)]
     max_io: u64,
+    /// Model sizes in GiB for llm-load (default 1,2,4), e.g. --sizes 2,4.
+    #[arg(long, value_delimiter = ',')]
+    sizes: Vec<u64>,
 }
 
 /// Runs `bench`.
@@ -59,6 +62,7 @@ pub fn run(args: Args) -> Result<()> {
         backend: args.backend,
         depth: args.depth,
         max_io_pages: args.max_io / predictio::PAGE_SIZE,
+        sizes: args.sizes,
     };
     let report = predictio_bench::run(args.workload, &options).context("running the benchmark")?;
     let paths = report.write(&args.out).with_context(|| format!("writing results to {}", args.out.display()))?;

@@ -24,6 +24,7 @@
 
 pub mod gguf;
 pub mod safetensors;
+pub mod writer;
 
 use std::collections::BTreeMap;
 use std::fs::File;
