@@ -5,7 +5,7 @@ pub mod backends;
 pub mod control_path;
 pub mod event_path;
 pub mod large_read;
-pub mod lmdb_scan;
 pub mod llm_load;
+pub mod lmdb_scan;
 pub mod seq_read;
 pub mod shuffle_read;
