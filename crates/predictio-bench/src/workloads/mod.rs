@@ -7,3 +7,4 @@ pub mod event_path;
 pub mod large_read;
 pub mod seq_read;
 pub mod shuffle_read;
+pub mod sqlite_scan;
