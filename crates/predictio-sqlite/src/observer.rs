@@ -24,19 +24,20 @@ use predictio::{Event, Executor, ExecutorConfig, FileRef, Runtime};
 /// tree plus a few concurrent cursors.
 const TRAVERSAL_CAPACITY: usize = 32;
 
-/// The `btree` policy's settings in the extension: the defaults, but a
-/// confirmed scan's window grows 4x per step (4, 16, 64, 256 children)
-/// instead of 2x. A point lookup still requests nothing (the window starts
-/// at 0); a short scan of a few leaves wastes at most about 4 + 16 pages.
+/// The `btree` policy's settings in the extension: the policy's defaults
+/// (a point lookup requests nothing; a confirmed scan's window doubles, 2,
+/// 4, … 64 children), the same as the daemon's, so that the adapter and the
+/// no-change mode differ only in how they see the traversal.
 /// `PREDICTIO_BTREE_GROWTH` and `PREDICTIO_BTREE_MAX_WINDOW` override the
-/// two numbers (for experiments).
+/// growth factor and the largest window (for experiments: on a device whose
+/// parallelism is small, faster growth mostly adds waste).
 pub fn scan_config() -> BtreeConfig {
+    let defaults = BtreeConfig::default();
     let env = |name: &str, default: u32| std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default);
     BtreeConfig {
-        growth_factor: env("PREDICTIO_BTREE_GROWTH", 4),
-        max_window: env("PREDICTIO_BTREE_MAX_WINDOW", 256),
-        recent_capacity: 8192,
-        ..BtreeConfig::default()
+        growth_factor: env("PREDICTIO_BTREE_GROWTH", defaults.growth_factor),
+        max_window: env("PREDICTIO_BTREE_MAX_WINDOW", defaults.max_window),
+        ..defaults
     }
 }
 
