@@ -374,6 +374,42 @@ mod tests {
         assert_eq!(*position, 1);
     }
 
+    /// An LMDB data file laid out as LMDB lays it out (two meta pages, a
+    /// branch page, leaves), written here: LMDB reads through a mapping, so
+    /// its signal is faults, reported like reads.
+    #[test]
+    fn an_lmdb_file_is_recognised_by_its_meta_page() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("data.mdb");
+        let leaves: Vec<u64> = vec![9, 4, 7, 3, 8, 5];
+        let mut image = Vec::new();
+        image.extend(lmdb::tests::meta(4096, 9, 2));
+        image.extend(lmdb::tests::meta(4096, 9, 2));
+        image.extend(lmdb::tests::branch(4096, 2, &leaves));
+        for page in 3..=9u64 {
+            let mut leaf = vec![0u8; 4096];
+            leaf[..8].copy_from_slice(&page.to_le_bytes());
+            leaf[10..12].copy_from_slice(&lmdb::P_LEAF.to_le_bytes());
+            image.extend(leaf);
+        }
+        std::fs::write(&path, &image).expect("write");
+        let file = FileRef::open(&path).expect("open");
+        let mut watcher = DbWatcher::new();
+        let mut events = Vec::new();
+        watcher.on_access(&file, PageRange::new(0, 1), &mut events);
+        assert_eq!(watcher.stats().lmdb_files, 1);
+        watcher.on_access(&file, PageRange::new(2, 3), &mut events);
+        for &leaf in &leaves {
+            watcher.on_access(&file, PageRange::new(leaf, leaf + 1), &mut events);
+        }
+        assert_eq!(events.len(), leaves.len());
+        for (i, event) in events.iter().enumerate() {
+            let Event::TreeChildEnter { parent, children, position, .. } = event else { panic!("{event:?}") };
+            // LMDB numbers pages from 0: page N is 4 KiB page N.
+            assert_eq!((*parent, &children[..], *position as usize), (2, &leaves[..], i));
+        }
+    }
+
     #[test]
     fn other_files_and_uncached_pages_are_passed_over() {
         let dir = tempfile::tempdir().expect("tempdir");
