@@ -41,6 +41,8 @@ pub enum Workload {
     LmdbScan,
     /// Seed 000 §4.3 / 003: llama.cpp loading generated GGUF models cold, mmap and no-mmap.
     LlmLoad,
+    /// Seed 000 §4.2: cold range scans of a fragmented SQLite table; baseline, adapter, no-change daemon mode.
+    SqliteScan,
 }
 
 impl Workload {
@@ -54,6 +56,7 @@ impl Workload {
         Workload::SeqRead,
         Workload::LmdbScan,
         Workload::LlmLoad,
+        Workload::SqliteScan,
     ];
 
     /// Every workload's name, comma-separated (for messages).
@@ -72,6 +75,7 @@ impl Workload {
             Workload::SeqRead => "seq-read",
             Workload::LmdbScan => "lmdb-scan",
             Workload::LlmLoad => "llm-load",
+            Workload::SqliteScan => "sqlite-scan",
         }
     }
 }
@@ -148,5 +152,6 @@ pub fn run(workload: Workload, options: &BenchOptions) -> Result<Report, BenchEr
         Workload::SeqRead => workloads::seq_read::run(options),
         Workload::LmdbScan => workloads::lmdb_scan::run(options),
         Workload::LlmLoad => workloads::llm_load::run(options),
+        Workload::SqliteScan => workloads::sqlite_scan::run(options),
     }
 }

@@ -24,6 +24,31 @@ use predictio::{Event, Executor, ExecutorConfig, FileRef, Runtime};
 /// tree plus a few concurrent cursors.
 const TRAVERSAL_CAPACITY: usize = 32;
 
+/// The `btree` policy's settings in the extension: the policy's defaults
+/// (a point lookup requests nothing; a confirmed scan's window doubles, 2,
+/// 4, … 64 children), the same as the daemon's, so that the adapter and the
+/// no-change mode differ only in how they see the traversal.
+/// `PREDICTIO_BTREE_GROWTH` and `PREDICTIO_BTREE_MAX_WINDOW` override the
+/// growth factor and the largest window (for experiments: on a device whose
+/// parallelism is small, faster growth mostly adds waste).
+pub fn scan_config() -> BtreeConfig {
+    let defaults = BtreeConfig::default();
+    let env = |name: &str, default: u32| std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default);
+    BtreeConfig {
+        growth_factor: env("PREDICTIO_BTREE_GROWTH", defaults.growth_factor),
+        max_window: env("PREDICTIO_BTREE_MAX_WINDOW", defaults.max_window),
+        ..defaults
+    }
+}
+
+/// The executor's settings in the extension: the defaults;
+/// `PREDICTIO_SQLITE_BACKEND` (fadvise, readahead, uring, madvise) picks the
+/// backend.
+pub fn executor_config() -> ExecutorConfig {
+    let backend = std::env::var("PREDICTIO_SQLITE_BACKEND").ok().and_then(|b| b.parse().ok());
+    ExecutorConfig { backend: backend.unwrap_or_default(), ..ExecutorConfig::default() }
+}
+
 /// Why the embedded runtime could not be set up.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -68,19 +93,17 @@ impl Prefetcher {
     pub fn new(config: ExecutorConfig) -> Result<Self, Error> {
         let executor = Arc::new(Executor::new(config)?);
         let mut runtime = Runtime::new(executor.clone());
-        runtime.add_policy(Box::new(BtreePolicy::new(BtreeConfig::default())));
+        runtime.add_policy(Box::new(BtreePolicy::new(scan_config())));
         Ok(Self { executor, runtime: Mutex::new(runtime) })
     }
 
     /// The process's runtime, started on first use with the default
     /// executor settings.
     pub fn global() -> Result<&'static Prefetcher, Error> {
-        GLOBAL.get_or_init(|| Prefetcher::new(ExecutorConfig::default()).map_err(|e| e.to_string())).as_ref().map_err(
-            |err| {
-                tracing::warn!(%err, "predictio-sqlite: no prefetching");
-                Error::Unavailable
-            },
-        )
+        GLOBAL.get_or_init(|| Prefetcher::new(executor_config()).map_err(|e| e.to_string())).as_ref().map_err(|err| {
+            tracing::warn!(%err, "predictio-sqlite: no prefetching");
+            Error::Unavailable
+        })
     }
 
     /// Holds `file` so that the policy may prefetch it.
@@ -198,5 +221,40 @@ impl DbObserver {
         }
         let Some(file) = self.file.as_ref() else { return };
         self.known = Some(Known { geometry, traversal: Traversal::new(file.id(), layout, TRAVERSAL_CAPACITY) });
+    }
+}
+
+/// Asks the kernel to start reading the parts of the shared object holding
+/// `address` (this extension) that the process has mapped, so that the
+/// adapter's own code is in the page cache before SQLite's first queries
+/// run through it. Without this, a process started with a cold cache pays a
+/// page fault (one synchronous random read) for each page of our code the
+/// first query touches, inside that query. Best effort: asynchronous
+/// (`fadvise(WILLNEED)`), bounded to the mapped ranges, silent on failure.
+pub fn warm_own_code(address: usize) {
+    let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else { return };
+    // Lines: "start-end perms offset dev inode path".
+    let parse = |line: &str| -> Option<(usize, usize, u64, String)> {
+        let mut parts = line.split_whitespace();
+        let (start, end) = parts.next()?.split_once('-')?;
+        let _perms = parts.next()?;
+        let offset = u64::from_str_radix(parts.next()?, 16).ok()?;
+        let path = parts.nth(2)?.to_owned();
+        Some((usize::from_str_radix(start, 16).ok()?, usize::from_str_radix(end, 16).ok()?, offset, path))
+    };
+    let mappings: Vec<_> = maps.lines().filter_map(parse).filter(|(_, _, _, path)| path.starts_with('/')).collect();
+    let Some((_, _, _, ours)) = mappings.iter().find(|(start, end, _, _)| (*start..*end).contains(&address)) else {
+        return;
+    };
+    let Ok(file) = std::fs::File::open(ours) else { return };
+    for (start, end, offset, path) in &mappings {
+        if path == ours {
+            let _ = predictio::sys::fadvise(
+                std::os::fd::AsFd::as_fd(&file),
+                *offset,
+                (end - start) as u64,
+                predictio::sys::Advice::WillNeed,
+            );
+        }
     }
 }

@@ -403,6 +403,10 @@ pub unsafe extern "C" fn sqlite3_predictio_init(
             return SQLITE_ERROR;
         }
         API.store(api.cast_mut(), Ordering::Release);
+        // Our own code into the page cache now, not page by page inside the
+        // first queries (once per process).
+        static WARMED: std::sync::Once = std::sync::Once::new();
+        WARMED.call_once(|| crate::observer::warm_own_code(sqlite3_predictio_init as *const () as usize));
         // SAFETY: `api` is SQLite's table.
         if let Err(message) = unsafe { register(api) } {
             let message = std::ffi::CString::new(message).unwrap_or_default();

@@ -37,10 +37,17 @@ fn have_sqlite3() -> bool {
     found
 }
 
+/// Seconds a shell run may take before it counts as a hang (`timeout`
+/// then ends it and exits with [`HUNG`]).
+const HANG_SECONDS: &str = "120";
+/// `timeout(1)`'s exit code when it had to end the command.
+const HUNG: i32 = 124;
+
 #[track_caller]
 fn run(args: &[&str], script: &str) -> Output {
     use std::io::Write;
-    let mut child = Command::new("sqlite3")
+    let mut child = Command::new("timeout")
+        .args([HANG_SECONDS, "sqlite3"])
         .args(args)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -202,6 +209,9 @@ fn a_corrupt_database_fails_as_it_would_without_us() {
     let full = format!(".load {}\n.open {}\n{script}", extension().display(), db.display());
     drop_cache(&db);
     let with = run(&[":memory:"], &full);
+    // No hang, no crash (a signal would show as no code, or 128 + signal
+    // through timeout): the same exit as without us.
+    assert_ne!(with.status.code(), Some(HUNG), "sqlite3 hung on a corrupt database through the extension");
     assert_eq!(with.status.code(), baseline.status.code());
     assert!(with.stdout == baseline.stdout, "stdout differs on a corrupt database");
     assert_eq!(String::from_utf8_lossy(&with.stderr), String::from_utf8_lossy(&baseline.stderr));

@@ -61,6 +61,10 @@ pub struct PipelineStats {
     /// Events of kinds nobody uses, let go without queueing.
     #[serde(default)]
     pub filtered: u64,
+    /// B-tree descents of unmodified programs, seen by parsing the database
+    /// pages they read (see [`crate::btree::observe`]).
+    #[serde(default)]
+    pub tree_descents: u64,
 }
 
 #[derive(Default)]
@@ -74,6 +78,7 @@ struct Counters {
     unresolved: AtomicU64,
     models_detected: AtomicU64,
     filtered: AtomicU64,
+    tree_descents: AtomicU64,
 }
 
 struct Shared {
@@ -202,6 +207,7 @@ impl Pipeline {
             unresolved: c.unresolved.load(Ordering::Relaxed),
             models_detected: c.models_detected.load(Ordering::Relaxed),
             filtered: c.filtered.load(Ordering::Relaxed),
+            tree_descents: c.tree_descents.load(Ordering::Relaxed),
         }
     }
 
@@ -319,6 +325,8 @@ impl ModelDetector {
 
 fn dispatch_loop(shared: Arc<Shared>, mut runtime: Runtime, executor: Arc<Executor>, mut resolver: Option<Resolver>) {
     let mut models = ModelDetector::default();
+    let mut databases = crate::btree::observe::DbWatcher::new();
+    let mut descents = Vec::new();
     let mut last = RuntimeStats::default();
     loop {
         let mut any = false;
@@ -328,7 +336,8 @@ fn dispatch_loop(shared: Arc<Shared>, mut runtime: Runtime, executor: Arc<Execut
                 Some(file)
             } else if let Some(resolver) = resolver.as_mut()
                 && let Some((pid, id)) = observed(&incoming.event)
-                && runtime.wants(incoming.event.kind())
+                && (runtime.wants(incoming.event.kind())
+                    || incoming.event.kind() == EventKind::PageAccess && runtime.wants(EventKind::TreeChildEnter))
                 && runtime.files().get(id).is_none()
             {
                 let found = resolver.resolve(pid, id);
@@ -349,6 +358,17 @@ fn dispatch_loop(shared: Arc<Shared>, mut runtime: Runtime, executor: Arc<Execut
                 runtime.hold_file(file);
             }
             feed_accounting(&executor, &incoming.event);
+            // Unmodified B-tree programs: parse the database pages they read.
+            if let Event::PageAccess { file, pages, .. } = &incoming.event
+                && runtime.wants(EventKind::TreeChildEnter)
+                && let Some(held) = runtime.files().get(*file)
+            {
+                databases.on_access(held, *pages, &mut descents);
+                shared.counters.tree_descents.fetch_add(descents.len() as u64, Ordering::Relaxed);
+                for descent in descents.drain(..) {
+                    runtime.dispatch(&descent);
+                }
+            }
             runtime.dispatch(&incoming.event);
             shared.counters.dispatched.fetch_add(1, Ordering::SeqCst);
         }

@@ -9,3 +9,4 @@ pub mod llm_load;
 pub mod lmdb_scan;
 pub mod seq_read;
 pub mod shuffle_read;
+pub mod sqlite_scan;

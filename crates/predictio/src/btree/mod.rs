@@ -29,9 +29,10 @@
 //! `child_pages` must be set to.
 
 pub mod lmdb;
+pub mod observe;
 pub mod sqlite;
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 use crate::event::Event;
@@ -254,11 +255,11 @@ pub struct Traversal {
     file: FileId,
     layout: DbPageLayout,
     capacity: usize,
-    /// Remembered interior pages, oldest first.
+    /// Remembered interior pages, oldest first. A read is looked up in them
+    /// newest first (a child named by two remembered parents belongs to the
+    /// newer): a scan over the children of a few hundred u64s costs less than
+    /// keeping a child index up to date on every interior page read.
     parents: VecDeque<Remembered>,
-    /// Child → (parent, position), for the remembered pages; a child named by
-    /// two remembered parents maps to the newer.
-    children: HashMap<u64, (u64, u32)>,
 }
 
 impl Traversal {
@@ -266,7 +267,7 @@ impl Traversal {
     /// `capacity` interior pages (at least 1; a tree's depth plus a few
     /// concurrent cursors is enough).
     pub fn new(file: FileId, layout: DbPageLayout, capacity: usize) -> Self {
-        Self { file, layout, capacity: capacity.max(1), parents: VecDeque::new(), children: HashMap::new() }
+        Self { file, layout, capacity: capacity.max(1), parents: VecDeque::new() }
     }
 
     /// The layout in use.
@@ -283,9 +284,9 @@ impl Traversal {
     /// interior page, what it holds. Returns the descent it completes, if
     /// `page` is a child of a remembered interior page.
     pub fn on_read(&mut self, page: u64, parsed: Option<InteriorPage>) -> Option<Event> {
-        let event = self.children.get(&page).copied().and_then(|(parent, position)| {
-            let remembered = self.parents.iter().rev().find(|r| r.parent == parent)?;
-            self.layout.enter_event(self.file, parent, &remembered.page, position)
+        let event = self.parents.iter().rev().find_map(|r| {
+            let position = r.page.position_of(page)?;
+            self.layout.enter_event(self.file, r.parent, &r.page, position)
         });
         if let Some(interior) = parsed {
             self.remember(page, interior);
@@ -293,35 +294,29 @@ impl Traversal {
         event
     }
 
-    fn remember(&mut self, parent: u64, page: InteriorPage) {
-        // A page read again replaces what was remembered of it.
-        if let Some(old) = self.parents.iter().position(|r| r.parent == parent).and_then(|i| self.parents.remove(i)) {
-            self.forget(old);
-        }
-        if self.parents.len() >= self.capacity
-            && let Some(old) = self.parents.pop_front()
-        {
-            self.forget(old);
-        }
-        for (position, &child) in page.children.iter().enumerate() {
-            if let Ok(position) = u32::try_from(position) {
-                self.children.insert(child, (parent, position));
-            }
-        }
-        self.parents.push_back(Remembered { parent, page });
+    /// Remembers interior page `page` (parsed) without reporting a read of
+    /// it: for an observer that got the bytes of a page later than the
+    /// report of its read (which it already passed to [`Self::on_read`]).
+    pub fn learn(&mut self, page: u64, parsed: InteriorPage) {
+        self.remember(page, parsed);
     }
 
-    fn forget(&mut self, old: Remembered) {
-        for child in &old.page.children {
-            if self.children.get(child).is_some_and(|(parent, _)| *parent == old.parent) {
-                self.children.remove(child);
-            }
+    fn remember(&mut self, parent: u64, page: InteriorPage) {
+        // A page read again replaces what was remembered of it.
+        if let Some(i) = self.parents.iter().position(|r| r.parent == parent) {
+            self.parents.remove(i);
         }
+        if self.parents.len() >= self.capacity {
+            self.parents.pop_front();
+        }
+        self.parents.push_back(Remembered { parent, page });
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::collections::HashMap;
+
     use super::*;
 
     #[test]
@@ -476,7 +471,7 @@ mod tests {
             traversal.on_read(page, Some(interior));
         }
         assert_eq!(traversal.remembered(), 2);
-        assert!(traversal.children.len() <= 4);
+        assert!(traversal.parents.iter().map(|r| r.page.children.len()).sum::<usize>() <= 4);
         assert_eq!(traversal.on_read(5, None), None, "forgotten parent");
         assert!(traversal.on_read(191, None).is_some());
     }

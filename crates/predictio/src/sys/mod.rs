@@ -225,3 +225,26 @@ impl Drop for Mapping {
         }
     }
 }
+
+/// Reads `buf.len()` bytes at `offset` only if they are already in the page
+/// cache: `preadv2(2)` with `RWF_NOWAIT`, which fails with `EAGAIN` rather
+/// than start I/O. Returns the bytes read (short when part of the range is
+/// not cached or the file ends), or `None` when the first page is not
+/// cached (or the filesystem does not support `RWF_NOWAIT`). Never causes
+/// device I/O, so looking at a page a program just read cannot change what
+/// is resident.
+pub fn pread_resident(fd: BorrowedFd<'_>, buf: &mut [u8], offset: u64) -> io::Result<Option<usize>> {
+    let offset = i64::try_from(offset).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    let iov = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
+    // SAFETY: one iovec over `buf`, which is live and writable for the call;
+    // the descriptor is borrowed, hence open.
+    let rc = unsafe { libc::preadv2(fd.as_raw_fd(), &iov, 1, offset, libc::RWF_NOWAIT) };
+    if rc >= 0 {
+        return Ok(Some(rc as usize));
+    }
+    let err = io::Error::last_os_error();
+    match err.raw_os_error() {
+        Some(libc::EAGAIN) | Some(libc::EOPNOTSUPP) => Ok(None),
+        _ => Err(err),
+    }
+}

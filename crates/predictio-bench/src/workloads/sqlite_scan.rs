@@ -1,0 +1,392 @@
+//! `sqlite-scan`: seed 000 §4.2 — cold range scans over a fragmented SQLite
+//! B-tree, run by a real SQLite program.
+//!
+//! The table (built once, cached in the data directory): YCSB-style keys
+//! `user%010d` with 400-byte random values, 1 M rows (≥ 500 MB; `--quick`:
+//! 200 K), inserted in a shuffled order in one transaction so that leaves
+//! are scattered over the file. Each pass is one `/usr/bin/python3` process
+//! (Debian's `sqlite3` module, which can load extensions) that opens the
+//! database and times — inside the program, with process start and opening
+//! outside the timed region — several queries from random start keys:
+//! `SELECT key, value … WHERE id >= ? ORDER BY id LIMIT N` (the rowid is the
+//! key's number, so rowid order is key order), or a point read. It prints
+//! the elapsed time and a SHA-256 of every row returned.
+//!
+//! Sides, interleaved and rotated each pair, cold (`drop_caches`) before
+//! every pass, the same start keys for every side within a pair, new keys
+//! each pair:
+//!
+//! - **baseline**: the program as is.
+//! - **adapter** (treatment): the program loads `libpredictio_sqlite.so`
+//!   (`load_extension`) before opening the database: the VFS shim parses
+//!   the interior pages SQLite reads and drives the `btree` policy
+//!   in-process.
+//! - **nochange** (`nochange_s`): the unmodified program under
+//!   `predictio run --policy btree` (this binary): eBPF observes its reads,
+//!   the pipeline recognises the SQLite file and parses the interior pages
+//!   it sees read from the page cache ([`predictio::btree::observe`]).
+//!
+//! Per case: each pair's ratio (baseline / side), answers identical across
+//! every pass, the resident fraction before each pass, issued bytes (the
+//! executor's count) and wasted bytes (pages resident after the side's pass
+//! beyond those resident after the baseline's pass with the same keys, i.e.
+//! prefetched and never needed), and the limit: the warm time and the pages
+//! the queries touch over the device's 4 KiB IOPS at queue depth 64.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::BenchOptions;
+use crate::harness::{BenchError, Harness, IoContext, XorShift, median_u64, settle};
+use crate::report::{Case, Report, median};
+
+/// The SQLite program (builder and query runner).
+const SCRIPT: &str = include_str!("sqlite_scan.py");
+
+/// Bytes of each value.
+const VALUE_BYTES: u64 = 400;
+
+/// Seed of the insertion order and the values.
+const BUILD_SEED: u64 = 1;
+
+/// The sides, in their base order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Side {
+    Baseline,
+    Adapter,
+    NoChange,
+}
+
+const SIDES: [Side; 3] = [Side::Baseline, Side::Adapter, Side::NoChange];
+
+impl Side {
+    fn name(self) -> &'static str {
+        match self {
+            Side::Baseline => "baseline",
+            Side::Adapter => "adapter",
+            Side::NoChange => "nochange",
+        }
+    }
+}
+
+/// One case: rows per query and queries per pass.
+struct CaseSpec {
+    name: &'static str,
+    limit: u64,
+    queries: usize,
+}
+
+const CASES: [CaseSpec; 5] = [
+    CaseSpec { name: "scan-10", limit: 10, queries: 50 },
+    CaseSpec { name: "scan-100", limit: 100, queries: 30 },
+    CaseSpec { name: "scan-1000", limit: 1000, queries: 10 },
+    CaseSpec { name: "scan-10000", limit: 10000, queries: 3 },
+    CaseSpec { name: "point", limit: 1, queries: 100 },
+];
+
+/// Niceness of every pass's processes (the program, and `predictio run`
+/// with it): the same for every side, so that other load on a shared
+/// machine perturbs the timed queries less.
+const NICE: &str = "-15";
+
+/// What one pass reported.
+#[derive(Debug)]
+struct Pass {
+    elapsed_s: f64,
+    rows: u64,
+    sha256: String,
+    /// Bytes the prefetcher issued (treatment sides).
+    issued_bytes: u64,
+    /// Pages of the database resident right after the pass.
+    resident_pages: u64,
+}
+
+/// Everything a pass needs to run.
+struct Setup {
+    python: PathBuf,
+    script: PathBuf,
+    db: PathBuf,
+    extension: PathBuf,
+    predictio: PathBuf,
+}
+
+fn python() -> PathBuf {
+    // Debian's python3 has load_extension; a python3 earlier on PATH (pyenv)
+    // may not.
+    let debian = Path::new("/usr/bin/python3");
+    if debian.exists() { debian.to_path_buf() } else { PathBuf::from("python3") }
+}
+
+/// `libpredictio_sqlite.so` next to this binary (cargo builds both into the
+/// same target directory), or `PREDICTIO_SQLITE_EXTENSION`.
+fn extension() -> Result<PathBuf, BenchError> {
+    if let Some(path) = std::env::var_os("PREDICTIO_SQLITE_EXTENSION") {
+        return Ok(PathBuf::from(path));
+    }
+    let exe = std::env::current_exe().doing(|| "locating this binary".into())?;
+    let path = exe.with_file_name("libpredictio_sqlite.so");
+    if !path.exists() {
+        return Err(BenchError::Options(format!(
+            "{} not found: build it with `cargo build --release -p predictio-sqlite` (or set PREDICTIO_SQLITE_EXTENSION)",
+            path.display()
+        )));
+    }
+    Ok(path)
+}
+
+/// The table, built once per row count and reused while its marker matches.
+fn database(h: &Harness, setup_python: &Path, script: &Path, rows: u64) -> Result<PathBuf, BenchError> {
+    let dir = &h.options.dir;
+    let db = dir.join(format!("sqlite-scan-{rows}.db"));
+    let marker = dir.join(format!("sqlite-scan-{rows}.ok"));
+    let expect = |size: u64| format!("rows={rows} value_bytes={VALUE_BYTES} seed={BUILD_SEED} size={size}\n");
+    if let (Ok(meta), Ok(text)) = (std::fs::metadata(&db), std::fs::read_to_string(&marker))
+        && text == expect(meta.len())
+    {
+        return Ok(db);
+    }
+    h.say(format!("building the table ({rows} rows in random key order; once)"));
+    let tmp = dir.join(format!(".sqlite-scan-{rows}.db.tmp"));
+    let _ = std::fs::remove_file(&tmp);
+    let _ = std::fs::remove_file(&marker);
+    let out = Command::new(setup_python)
+        .arg(script)
+        .args(["build", &tmp.to_string_lossy(), &rows.to_string(), &VALUE_BYTES.to_string(), &BUILD_SEED.to_string()])
+        .output()
+        .doing(|| "running the table builder".into())?;
+    if !out.status.success() {
+        return Err(BenchError::Options(format!(
+            "building the table failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        )));
+    }
+    std::fs::rename(&tmp, &db).doing(|| format!("renaming {}", tmp.display()))?;
+    let size = std::fs::metadata(&db).doing(|| "stat".into())?.len();
+    std::fs::write(&marker, expect(size)).doing(|| format!("writing {}", marker.display()))?;
+    Ok(db)
+}
+
+/// The first JSON object in `text` that starts a line.
+fn json_object(text: &str) -> Option<serde_json::Value> {
+    let start = if text.starts_with('{') { 0 } else { text.find("\n{")? + 1 };
+    serde_json::Deserializer::from_str(&text[start..]).into_iter::<serde_json::Value>().next()?.ok()
+}
+
+fn resident_pages(db: &Path) -> Result<u64, BenchError> {
+    let file = predictio::FileRef::open(db)?;
+    Ok(predictio::cache::residency(&file).doing(|| "cachestat".into())?.resident)
+}
+
+fn pass(setup: &Setup, side: Side, limit: u64, ids: &[u64]) -> Result<Pass, BenchError> {
+    let ids = ids.iter().map(u64::to_string).collect::<Vec<_>>().join(",");
+    let mut query: Vec<String> = vec![
+        setup.script.to_string_lossy().into_owned(),
+        "query".into(),
+        setup.db.to_string_lossy().into_owned(),
+        limit.to_string(),
+        ids,
+    ];
+    let mut cmd = Command::new("nice");
+    cmd.args(["-n", NICE]);
+    match side {
+        Side::Baseline => cmd.arg(&setup.python),
+        Side::Adapter => {
+            query.push(setup.extension.to_string_lossy().into_owned());
+            cmd.arg(&setup.python)
+        }
+        Side::NoChange => {
+            cmd.arg(&setup.predictio).args(["run", "--json", "--policy", "btree", "--"]).arg(&setup.python)
+        }
+    };
+    let out = cmd.args(&query).output().doing(|| format!("running the {} pass", side.name()))?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if !out.status.success() {
+        return Err(BenchError::Options(format!("{} pass failed: {stdout} {stderr}", side.name())));
+    }
+    let result = json_object(&stdout)
+        .ok_or_else(|| BenchError::Options(format!("{} pass printed no result: {stdout}", side.name())))?;
+    let num = |v: &serde_json::Value, path: &[&str]| {
+        path.iter().try_fold(v, |v, k| v.get(k)).and_then(serde_json::Value::as_u64).unwrap_or(0)
+    };
+    let issued_bytes = match side {
+        Side::Baseline => 0,
+        Side::Adapter => num(&result, &["extension", "executor", "issued_bytes"]),
+        Side::NoChange => json_object(&stderr).map_or(0, |report| num(&report, &["executor", "total", "issued_bytes"])),
+    };
+    Ok(Pass {
+        elapsed_s: result.get("elapsed_s").and_then(serde_json::Value::as_f64).unwrap_or(f64::NAN),
+        rows: num(&result, &["rows"]),
+        sha256: result.get("sha256").and_then(serde_json::Value::as_str).unwrap_or_default().to_owned(),
+        issued_bytes,
+        resident_pages: resident_pages(&setup.db)?,
+    })
+}
+
+fn ratios(base: &[f64], side: &[f64]) -> Vec<f64> {
+    base.iter().zip(side).map(|(b, t)| b / t.max(1e-12)).collect()
+}
+
+fn measure(h: &Harness, setup: &Setup, spec: &CaseSpec, rows: u64, pairs: usize) -> Result<Case, BenchError> {
+    let mut times: Vec<Vec<f64>> = vec![Vec::new(); SIDES.len()];
+    let mut issued: Vec<Vec<u64>> = vec![Vec::new(); SIDES.len()];
+    let mut wasted: Vec<Vec<u64>> = vec![Vec::new(); SIDES.len()];
+    let mut resident_before: Vec<f64> = Vec::new();
+    let mut touched = Vec::new();
+    let mut identical = true;
+    let mut rows_per_pass = 0;
+    let mut last_ids = Vec::new();
+    for pair in 0..pairs {
+        let mut rng = XorShift::new(0x5eed_0000 ^ (spec.limit << 16) ^ pair as u64);
+        let span = rows.saturating_sub(spec.limit).max(1);
+        let ids: Vec<u64> = (0..spec.queries).map(|_| rng.below(span)).collect();
+        let mut passes: Vec<Option<Pass>> = (0..SIDES.len()).map(|_| None).collect();
+        for k in 0..SIDES.len() {
+            // Rotate so that no side always runs first.
+            let s = (k + pair) % SIDES.len();
+            resident_before.push(h.make_cold(&[&setup.db])?);
+            settle();
+            let p = pass(setup, SIDES[s], spec.limit, &ids)?;
+            h.step(format!("{} pair {}/{pairs}: {} {:.1} ms", spec.name, pair + 1, SIDES[s].name(), p.elapsed_s * 1e3));
+            passes[s] = Some(p);
+        }
+        let passes: Vec<Pass> = passes.into_iter().flatten().collect();
+        let base = &passes[0];
+        touched.push(base.resident_pages);
+        rows_per_pass = base.rows;
+        for (s, p) in passes.iter().enumerate() {
+            identical &= p.sha256 == base.sha256 && p.rows == base.rows && !p.sha256.is_empty();
+            times[s].push(p.elapsed_s);
+            issued[s].push(p.issued_bytes);
+            wasted[s].push(p.resident_pages.saturating_sub(base.resident_pages) * predictio::PAGE_SIZE);
+        }
+        last_ids = ids;
+    }
+    // Warm: the last pair's queries again, twice, without dropping caches.
+    pass(setup, Side::Baseline, spec.limit, &last_ids)?;
+    let warm = pass(setup, Side::Baseline, spec.limit, &last_ids)?;
+    h.step(format!("{} warm", spec.name));
+
+    let pages = median_u64(touched.iter().copied());
+    let mut case = Case::ab(spec.name, times[0].clone(), times[1].clone());
+    case.limit_s = Some(pages / h.iops().max(1.0));
+    case.warm_s = Some(warm.elapsed_s);
+    case.resident_before = resident_before.iter().copied().fold(0.0, f64::max);
+    case.answers_identical = identical;
+    case.issued_bytes = median_u64(issued[1].iter().copied()) as u64;
+    case.wasted_bytes = median_u64(wasted[1].iter().copied()) as u64;
+    let e = &mut case.extra;
+    e.insert("rows_per_query".into(), spec.limit.into());
+    e.insert("queries_per_pass".into(), spec.queries.into());
+    e.insert("rows_per_pass".into(), rows_per_pass.into());
+    e.insert("pages_touched".into(), pages.into());
+    e.insert("limit_note".into(), "pages touched (baseline) / 4 KiB IOPS at QD64; warm_s = warm-cache time".into());
+    e.insert("resident_before_each".into(), resident_before.into());
+    let nochange_ratios = ratios(&times[0], &times[2]);
+    e.insert("nochange_s".into(), times[2].clone().into());
+    e.insert("nochange_ratios".into(), nochange_ratios.clone().into());
+    e.insert("nochange_ratio_median".into(), median(&nochange_ratios).into());
+    e.insert("nochange_issued_bytes".into(), median_u64(issued[2].iter().copied()).into());
+    e.insert("nochange_wasted_bytes".into(), median_u64(wasted[2].iter().copied()).into());
+    e.insert("adapter_issued_bytes_each".into(), issued[1].clone().into());
+    e.insert("adapter_wasted_bytes_each".into(), wasted[1].clone().into());
+    e.insert("nochange_issued_bytes_each".into(), issued[2].clone().into());
+    e.insert("nochange_wasted_bytes_each".into(), wasted[2].clone().into());
+    let gain = |r: f64| r - 1.0;
+    let kept = gain(median(&nochange_ratios)) / gain(case.ratio_median);
+    if kept.is_finite() {
+        e.insert("nochange_gain_kept".into(), kept.into());
+    }
+    Ok(case)
+}
+
+/// Runs the workload.
+pub fn run(options: &BenchOptions) -> Result<Report, BenchError> {
+    let rows: u64 = if options.quick { 200_000 } else { 1_000_000 };
+    let pairs = if options.quick { options.pairs.min(2) } else { options.pairs };
+    let h = Harness::new(options, (CASES.len() * (pairs * SIDES.len() + 1)) as u64)?;
+    let script = options.dir.join("sqlite_scan.py");
+    std::fs::write(&script, SCRIPT).doing(|| format!("writing {}", script.display()))?;
+    let python = python();
+    let db = database(&h, &python, &script, rows)?;
+    let setup = Setup {
+        python,
+        script,
+        db: db.clone(),
+        extension: extension()?,
+        predictio: std::env::current_exe().doing(|| "locating this binary".into())?,
+    };
+    let mut out = Vec::new();
+    for spec in &CASES {
+        out.push(measure(&h, &setup, spec, rows, pairs)?);
+    }
+    h.finish();
+    let db_bytes = std::fs::metadata(&db).doing(|| "stat".into())?.len();
+    let mut notes = Vec::new();
+    for c in &out {
+        let get = |k: &str| c.extra.get(k).and_then(|v| v.as_f64()).unwrap_or(f64::NAN);
+        let bar = match c.name.as_str() {
+            "scan-1000" | "scan-10000" => "bar >= 4x",
+            "scan-100" => "bar >= 2x",
+            "point" => "bar: within 2 % (>= 0.98x)",
+            _ => "no bar",
+        };
+        let met = match c.name.as_str() {
+            "scan-1000" | "scan-10000" => Some(c.ratio_median >= 4.0),
+            "scan-100" => Some(c.ratio_median >= 2.0),
+            "point" => Some(c.ratio_median >= 0.98),
+            _ => None,
+        };
+        notes.push(format!(
+            "{}: adapter {:.2}x, nochange {:.2}x ({bar}{}); adapter issued {} B, wasted {} B; nochange issued {} B, \
+             wasted {} B; {} pages touched, limit {:.2} ms at QD64 IOPS, warm {:.2} ms",
+            c.name,
+            c.ratio_median,
+            get("nochange_ratio_median"),
+            match met {
+                Some(true) => ": met",
+                Some(false) => ": NOT met",
+                None => "",
+            },
+            c.issued_bytes,
+            c.wasted_bytes,
+            get("nochange_issued_bytes"),
+            get("nochange_wasted_bytes"),
+            get("pages_touched"),
+            c.limit_s.unwrap_or(f64::NAN) * 1e3,
+            c.warm_s.unwrap_or(f64::NAN) * 1e3,
+        ));
+    }
+    notes.push(
+        "times are measured inside the SQLite program (python3's sqlite3, time.perf_counter around the queries); \
+         process start, extension load and opening the database are outside the timed region; every pass runs \
+         at nice -15 (the same for every side) so that other load on the shared machine perturbs it less"
+            .into(),
+    );
+    notes.push(
+        "wasted bytes = database pages resident after the side's pass minus those resident after the baseline pass \
+         with the same start keys (prefetched but never needed); issued bytes = the executor's count"
+            .into(),
+    );
+    if options.quick {
+        notes.push("--quick: 200 K rows, 2 pairs at most: a smoke test, not a result".into());
+    }
+    Ok(Report {
+        workload: "sqlite-scan".into(),
+        command: options.command.clone(),
+        created: crate::report::now_rfc3339(),
+        machine: h.machine.clone(),
+        settings: serde_json::json!({
+            "rows": rows, "value_bytes": VALUE_BYTES, "db_bytes": db_bytes, "page_size": 4096, "pairs": pairs,
+            "insert_order": "shuffled (one transaction)",
+            "schema": "CREATE TABLE usertable (id INTEGER PRIMARY KEY, key TEXT NOT NULL, value BLOB NOT NULL); key = user%010d of id",
+            "query": "SELECT key, value FROM usertable WHERE id >= ? ORDER BY id LIMIT N (point: WHERE id = ?)",
+            "program": setup.python.display().to_string(),
+            "sides": ["baseline", "adapter (treatment: load_extension libpredictio_sqlite.so)", "nochange (predictio run --policy btree -- python3 ...)"],
+            "cases": CASES.iter().map(|c| serde_json::json!({"name": c.name, "limit": c.limit, "queries": c.queries})).collect::<Vec<_>>(),
+        }),
+        cold_method: h.cold.describe().into(),
+        cases: out,
+        notes,
+    })
+}
