@@ -103,6 +103,16 @@ impl<'a> PolicyContext<'a> {
         true
     }
 
+    /// Emits a request for a descriptor the policy was handed by its owner
+    /// (the `launch` policy's replays: files the daemon or `predictio run`
+    /// opened and checked itself, from profiles it learned by observation —
+    /// never a path a client named).
+    pub fn request_file(&mut self, file: &FileRef, ranges: Vec<PageRange>, urgency: Urgency) {
+        if !ranges.is_empty() {
+            self.out.push(Request::new(file.clone(), ranges, self.origin).with_urgency(urgency));
+        }
+    }
+
     /// The id requests from this context are accounted under.
     pub fn origin(&self) -> PolicyId {
         self.origin
