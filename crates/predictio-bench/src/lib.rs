@@ -36,17 +36,20 @@ pub enum Workload {
     ShuffleRead,
     /// Seed 002: 64 KiB buffered sequential reads; baseline, stream, learned.
     SeqRead,
+    /// Seeds 000 §4.1 and 001: cold starts of real programs; baseline, launch replay, whole-file prefetch.
+    Launch,
 }
 
 impl Workload {
     /// Every workload.
-    pub const ALL: [Workload; 6] = [
+    pub const ALL: [Workload; 7] = [
         Workload::AccessPatterns,
         Workload::ControlPath,
         Workload::Backends,
         Workload::LargeRead,
         Workload::ShuffleRead,
         Workload::SeqRead,
+        Workload::Launch,
     ];
 
     /// The workload's name (and result file stem).
@@ -58,6 +61,7 @@ impl Workload {
             Workload::LargeRead => "large-read",
             Workload::ShuffleRead => "shuffle-read",
             Workload::SeqRead => "seq-read",
+            Workload::Launch => "launch",
         }
     }
 }
@@ -71,7 +75,7 @@ impl fmt::Display for Workload {
 /// An unknown workload name.
 #[derive(Debug, Clone, thiserror::Error)]
 #[error(
-    "unknown workload {0:?}: expected one of access-patterns, control-path, backends, large-read, shuffle-read, seq-read"
+    "unknown workload {0:?}: expected one of access-patterns, control-path, backends, large-read, shuffle-read, seq-read, launch"
 )]
 pub struct UnknownWorkload(pub String);
 
@@ -131,5 +135,6 @@ pub fn run(workload: Workload, options: &BenchOptions) -> Result<Report, BenchEr
         Workload::LargeRead => workloads::large_read::run(options),
         Workload::ShuffleRead => workloads::shuffle_read::run(options),
         Workload::SeqRead => workloads::seq_read::run(options),
+        Workload::Launch => workloads::launch::run(options),
     }
 }

@@ -5,5 +5,6 @@ pub mod backends;
 pub mod control_path;
 pub mod event_path;
 pub mod large_read;
+pub mod launch;
 pub mod seq_read;
 pub mod shuffle_read;

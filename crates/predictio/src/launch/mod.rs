@@ -15,6 +15,7 @@
 //! (the CLI, the daemon) call off the event path.
 
 pub mod model;
+pub mod naming;
 pub mod policy;
 pub mod profile;
 pub mod recorder;

@@ -13,6 +13,7 @@ use std::sync::{Arc, Mutex};
 
 use super::model::WalkLimits;
 use super::profile::{Freshness, Profile};
+use super::recorder::{Recorder, WindowLimits};
 use crate::event::{Event, EventKind, EventKinds};
 use crate::file::{FileId, FileRef};
 use crate::page::PageRange;
@@ -147,6 +148,32 @@ const TRIGGER_TTL_NS: u64 = 120 * 1_000_000_000;
 /// (the first replay's pages are resident or in flight).
 const REPEAT_NS: u64 = 1_000_000_000;
 
+/// A finished launch window, handed to whoever learns from it (the
+/// daemon's learner thread names the files and merges the run into the
+/// store, off the event path).
+#[derive(Debug)]
+pub struct FinishedLaunch {
+    /// The executable of the exec that opened the window.
+    pub exe: FileId,
+    /// The process that exec'd.
+    pub pid: u32,
+    /// The window.
+    pub recorder: Recorder,
+}
+
+/// Automatic learning inside the policy: every exec (that is not part of a
+/// window already open) opens a bounded launch window.
+#[derive(Debug)]
+struct Learning {
+    limits: WindowLimits,
+    max_windows: usize,
+    windows: Vec<(FileId, u32, Recorder)>,
+    done: std::sync::mpsc::SyncSender<FinishedLaunch>,
+    /// Windows not opened because `max_windows` were open, or not handed
+    /// over because the learner was behind.
+    skipped: u64,
+}
+
 /// The `launch` policy (see the module docs).
 #[derive(Debug, Default)]
 pub struct LaunchPolicy {
@@ -154,12 +181,61 @@ pub struct LaunchPolicy {
     pending: HashMap<FileId, (u64, Arc<Replay>)>,
     last_exec: HashMap<FileId, u64>,
     replays: u64,
+    learning: Option<Learning>,
 }
 
 impl LaunchPolicy {
     /// A policy replaying from `book`.
     pub fn new(book: ReplayBook) -> Self {
         Self { book, ..Self::default() }
+    }
+
+    /// A policy that also learns: each exec opens a launch window (at most
+    /// `max_windows` at once) and each finished window goes to `done`
+    /// (never blocking: a full channel drops the window, counted).
+    pub fn learning(
+        book: ReplayBook,
+        limits: WindowLimits,
+        max_windows: usize,
+        done: std::sync::mpsc::SyncSender<FinishedLaunch>,
+    ) -> Self {
+        Self {
+            book,
+            learning: Some(Learning { limits, max_windows, windows: Vec::new(), done, skipped: 0 }),
+            ..Self::default()
+        }
+    }
+
+    /// Windows skipped by the learning bounds.
+    pub fn skipped_windows(&self) -> u64 {
+        self.learning.as_ref().map_or(0, |l| l.skipped)
+    }
+
+    fn learn(&mut self, event: &Event) {
+        let Some(learning) = self.learning.as_mut() else { return };
+        if let Event::Exec { pid, exe, time_ns } = event
+            && !learning.windows.iter().any(|w| w.2.follows(*pid))
+        {
+            if learning.windows.len() < learning.max_windows {
+                learning.windows.push((*exe, *pid, Recorder::new(*pid, *time_ns, learning.limits)));
+            } else {
+                learning.skipped += 1;
+            }
+        }
+        let now = event_time(event);
+        let mut i = 0;
+        while i < learning.windows.len() {
+            let window = &mut learning.windows[i].2;
+            let done = window.on_event(event) || now.is_some_and(|t| window.tick(t));
+            if done {
+                let (exe, pid, recorder) = learning.windows.swap_remove(i);
+                if learning.done.try_send(FinishedLaunch { exe, pid, recorder }).is_err() {
+                    learning.skipped += 1;
+                }
+            } else {
+                i += 1;
+            }
+        }
     }
 
     /// Replays started.
@@ -180,10 +256,16 @@ impl Policy for LaunchPolicy {
     }
 
     fn interests(&self) -> EventKinds {
-        EventKinds::of(&[EventKind::Exec, EventKind::PageAccess])
+        let replay = EventKinds::of(&[EventKind::Exec, EventKind::PageAccess]);
+        if self.learning.is_some() {
+            replay.with(EventKinds::of(&[EventKind::PageMiss, EventKind::Fork, EventKind::Exit]))
+        } else {
+            replay
+        }
     }
 
     fn on_event(&mut self, event: &Event, ctx: &mut PolicyContext<'_>) {
+        self.learn(event);
         match event {
             Event::Exec { exe, time_ns, .. } => {
                 let Some(replay) = self.book.get(*exe) else { return };
@@ -212,5 +294,88 @@ impl Policy for LaunchPolicy {
             }
             _ => {}
         }
+    }
+}
+
+fn event_time(event: &Event) -> Option<u64> {
+    match event {
+        Event::PageAccess { time_ns, .. }
+        | Event::PageMiss { time_ns, .. }
+        | Event::Exec { time_ns, .. }
+        | Event::Fork { time_ns, .. }
+        | Event::Exit { time_ns, .. }
+        | Event::FileOpen { time_ns, .. } => Some(*time_ns),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::AccessKind;
+
+    #[test]
+    fn learning_opens_a_window_per_exec_and_hands_it_over() {
+        let (tx, rx) = std::sync::mpsc::sync_channel(4);
+        let limits = WindowLimits { idle_ms: 100, ..WindowLimits::default() };
+        let mut policy = LaunchPolicy::learning(ReplayBook::default(), limits, 1, tx);
+        let files = crate::policy::FileTable::default();
+        let mut out = Vec::new();
+        let mut ctx = PolicyContext::new(&files, &mut out, crate::policy::PolicyId(1));
+        let exe = FileId { dev: 1, ino: 1 };
+        let lib = FileId { dev: 1, ino: 2 };
+        policy.on_event(&Event::Exec { pid: 5, exe, time_ns: 0 }, &mut ctx);
+        policy.on_event(&Event::Exec { pid: 6, exe, time_ns: 0 }, &mut ctx); // over max_windows
+        let access = |pid, ms: u64| Event::PageAccess {
+            pid,
+            file: lib,
+            pages: PageRange::page(3),
+            kind: AccessKind::Fault,
+            time_ns: ms * 1_000_000,
+        };
+        policy.on_event(&access(5, 1), &mut ctx);
+        policy.on_event(&Event::PageMiss { pid: 5, file: lib, page: 3, time_ns: 1_000_000 }, &mut ctx);
+        assert!(rx.try_recv().is_err(), "window still open");
+        // Another process's event 200 ms later: idle ends the window.
+        policy.on_event(&access(99, 200), &mut ctx);
+        let finished = rx.try_recv().expect("window handed over");
+        assert_eq!((finished.exe, finished.pid), (exe, 5));
+        let names = |id: FileId, _| {
+            Some(crate::launch::FileIdentity {
+                path: format!("/{}", id.ino),
+                dev: id.dev,
+                ino: id.ino,
+                size: 1,
+                mtime_ns: 0,
+            })
+        };
+        let run = finished.recorder.finish(names);
+        assert_eq!(run.files.len(), 1);
+        assert_eq!(run.files[0].accesses, vec![PageRange::page(3)]);
+        assert_eq!(policy.skipped_windows(), 1);
+        assert!(out.is_empty(), "learning alone requests nothing");
+    }
+
+    #[test]
+    fn repeated_exec_replays_once() {
+        let book = ReplayBook::default();
+        let exe = FileId { dev: 1, ino: 1 };
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        std::fs::write(&path, vec![0u8; 8192]).unwrap();
+        let file = FileRef::open(&path).unwrap();
+        book.insert(
+            exe,
+            Replay { at_exec: vec![ReplayFile { file, ranges: vec![PageRange::page(1)] }], ..Replay::default() },
+        );
+        let mut policy = LaunchPolicy::new(book);
+        let files = crate::policy::FileTable::default();
+        let mut out = Vec::new();
+        let mut ctx = PolicyContext::new(&files, &mut out, crate::policy::PolicyId(1));
+        policy.on_event(&Event::Exec { pid: 5, exe, time_ns: 0 }, &mut ctx);
+        policy.on_event(&Event::Exec { pid: 6, exe, time_ns: 10 }, &mut ctx);
+        policy.on_event(&Event::Exec { pid: 7, exe, time_ns: 2_000_000_000 }, &mut ctx);
+        assert_eq!(out.len(), 2);
+        assert_eq!(policy.replays(), 2);
     }
 }

@@ -199,6 +199,36 @@ impl Store {
         Ok(evicted)
     }
 
+    /// Merges one run of `exe` into its profile (a new profile when there is
+    /// none, or when the executable itself changed) and writes it. Returns
+    /// the profile as stored.
+    pub fn merge_run(
+        &self,
+        exe: &super::profile::FileIdentity,
+        run: &super::profile::LaunchRun,
+        limits: &super::profile::LearnLimits,
+    ) -> Result<Profile, StoreError> {
+        let mut profile = match self.get(&exe.path) {
+            Ok(Some(p)) if p.exe == *exe => p,
+            Ok(_) | Err(StoreError::Profile { .. }) => Profile::new(exe.clone()),
+            Err(e) => return Err(e),
+        };
+        profile.merge(run, limits);
+        self.put(&profile)?;
+        Ok(profile)
+    }
+
+    /// Marks the profile of `exe` used now (for least-recently-used
+    /// eviction).
+    pub fn touch(&self, exe: &str) -> Result<(), StoreError> {
+        if let Some(mut p) = self.get(exe)? {
+            p.last_used_s =
+                std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+            self.put(&p)?;
+        }
+        Ok(())
+    }
+
     /// The profile of the executable at `exe`.
     pub fn get(&self, exe: &str) -> Result<Option<Profile>, StoreError> {
         let txn = self.db.begin_read().map_err(|e| self.err(e))?;
