@@ -36,9 +36,6 @@ fn predictio(store: &Path, args: &[&str]) -> Output {
 }
 
 const PYTHON: &str = "/usr/bin/python3";
-const IMPORTS: &str = "import json, decimal, asyncio, email.mime.multipart, http.client, xml.dom.minidom, sqlite3, \
-unittest, argparse, logging, multiprocessing, ssl, csv, tarfile, zipfile, urllib.request, html.parser, difflib, \
-statistics, fractions, ctypes, uuid, pydoc, pickle, gzip, bz2, lzma, hashlib, inspect, dataclasses; print('ok')";
 
 fn drop_caches() {
     let _ = Command::new("sync").status();
@@ -108,11 +105,35 @@ impl Drop for Daemon {
     }
 }
 
-fn timed_cold_launch() -> (f64, String) {
+/// The program the daemon test launches: `clang -c` of a small C file
+/// (~0.25 s cold, ~30 ms warm here; the driver runs itself again as
+/// `clang -cc1`, a child in the same launch window). Not rustc: rustup is one
+/// binary behind cargo and rustc alike, so on a machine that builds Rust an
+/// exe-keyed profile of it mixes both.
+const PROGRAM: &str = "clang";
+
+fn program_path() -> Option<std::path::PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path).map(|d| d.join(PROGRAM)).find(|p| p.is_file())
+}
+
+fn timed_cold_launch(dir: &Path) -> (f64, String) {
+    let source = dir.join("small.c");
+    std::fs::write(
+        &source,
+        "#include <stdio.h>\n#include <stdlib.h>\nint main(void) { puts(\"hi\"); return EXIT_SUCCESS; }\n",
+    )
+    .expect("write small.c");
     drop_caches();
     std::thread::sleep(Duration::from_millis(50));
     let start = Instant::now();
-    let out = Command::new(PYTHON).args(["-c", IMPORTS]).output().expect("python runs");
+    let out = Command::new(PROGRAM)
+        .arg("-c")
+        .arg("-o")
+        .arg(dir.join("small.o"))
+        .arg(&source)
+        .output()
+        .expect("the program runs");
     let t = start.elapsed().as_secs_f64();
     (t, ok(&out))
 }
@@ -128,21 +149,22 @@ fn daemon_learns_an_unknown_program_in_three_launches_and_speeds_up_the_fourth()
     if !needs_root_and_ebpf() {
         return;
     }
-    if !Path::new(PYTHON).exists() && skip("needs /usr/bin/python3") {
+    let Some(program) = program_path() else {
+        skip("needs clang on PATH");
         return;
-    }
-    let exe = std::fs::canonicalize(PYTHON).expect("python path").display().to_string();
+    };
+    let exe = std::fs::canonicalize(program).expect("program path").display().to_string();
     let dir = disk_dir();
     let store = dir.path().join("store");
     // Baseline: cold launches with no predictio.
-    let baseline: Vec<f64> = (0..3).map(|_| timed_cold_launch().0).collect();
-    let (_, expected) = timed_cold_launch();
+    let baseline: Vec<f64> = (0..5).map(|_| timed_cold_launch(dir.path()).0).collect();
+    let (_, expected) = timed_cold_launch(dir.path());
 
     let config = dir.path().join("predictio.toml");
     std::fs::write(
         &config,
         format!(
-            "[hints]\nsocket = \"{d}/hint.sock\"\n[control]\nsocket = \"{d}/control.sock\"\n[observe]\nsource = \"ebpf\"\n\
+            "policies = [\"hints\"]\n[hints]\nsocket = \"{d}/hint.sock\"\n[control]\nsocket = \"{d}/control.sock\"\n[observe]\nsource = \"ebpf\"\n\
              [launch]\nstore = \"{s}\"\nallow = [\"{exe}\"]\n",
             d = dir.path().display(),
             s = store.display()
@@ -161,10 +183,10 @@ fn daemon_learns_an_unknown_program_in_three_launches_and_speeds_up_the_fourth()
         assert!(Instant::now() < deadline, "daemon did not start");
         std::thread::sleep(Duration::from_millis(20));
     }
-    // Never told about python: it learns from the launches themselves.
+    // Never told about the program: it learns from the launches themselves.
     let mut learned_after = None;
     for launch in 1..=3u64 {
-        let (_, out) = timed_cold_launch();
+        let (_, out) = timed_cold_launch(dir.path());
         assert_eq!(out, expected, "same output under the daemon");
         let deadline = Instant::now() + Duration::from_secs(20);
         while stored_runs(&store, &exe) < launch && Instant::now() < deadline {
@@ -174,15 +196,15 @@ fn daemon_learns_an_unknown_program_in_three_launches_and_speeds_up_the_fourth()
             learned_after = Some(launch);
         }
     }
-    let learned_after = learned_after.expect("the daemon learned python within 3 launches");
+    let learned_after = learned_after.expect("the daemon learned the program within 3 launches");
     assert!(learned_after <= 3);
-    let (fourth, out) = timed_cold_launch();
+    let (fourth, out) = timed_cold_launch(dir.path());
     assert_eq!(out, expected, "same output with the replay");
     drop(daemon);
     let best = baseline.iter().copied().fold(f64::INFINITY, f64::min);
     eprintln!("baseline cold launches {baseline:?} s; 4th launch under the daemon {fourth:.3} s");
     assert!(
-        fourth < best,
-        "the 4th launch ({fourth:.3} s) should be faster than every cold baseline launch ({baseline:?})"
+        fourth < 0.9 * best,
+        "the 4th launch ({fourth:.3} s) should be at least 10 % faster than every cold baseline launch ({baseline:?})"
     );
 }

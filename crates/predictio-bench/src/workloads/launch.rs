@@ -109,6 +109,11 @@ fn programs(dir: &Path, quick: bool) -> Result<(Vec<Program>, Vec<String>), Benc
     if quick {
         all.truncate(1);
     }
+    // PREDICTIO_BENCH_LAUNCH_ONLY=word keeps the programs whose name has it
+    // (to look at one program; a reported result runs them all).
+    if let Ok(only) = std::env::var("PREDICTIO_BENCH_LAUNCH_ONLY") {
+        all.retain(|p| p.name.contains(only.as_str()));
+    }
     let mut missing = Vec::new();
     all.retain(|p| {
         let found = which(&p.argv[0]).is_some();
@@ -432,6 +437,28 @@ pub fn run(options: &BenchOptions) -> Result<Report, BenchError> {
             get("learned_window_ms"),
             get("training_wall_s"),
         ));
+        let base = get("baseline_median_s");
+        let warm_cut = 100.0 * (1.0 - c.warm_s.unwrap_or(f64::NAN) / base.max(1e-12));
+        if warm_cut < 50.0 {
+            notes.push(format!(
+                "{}: even a warm cache is only {warm_cut:.0} % faster than this cold baseline (warm {:.0} ms vs {:.0} ms): \
+                 the rest of the launch is CPU, so no prefetcher can reach -50 %{}; predictio removed {:.0} % of the \
+                 cold-minus-warm gap",
+                c.name,
+                c.warm_s.unwrap_or(f64::NAN) * 1e3,
+                base * 1e3,
+                if warm_cut < 25.0 { " (nor -25 %)" } else { "" },
+                100.0 * (base - get("predictio_median_s")) / (base - c.warm_s.unwrap_or(0.0)).max(1e-12),
+            ));
+        }
+        if c.resident_before > 0.2 {
+            notes.push(format!(
+                "{}: up to {:.0} % of the replayed pages were resident right after drop_caches (other processes on \
+                 this shared machine were running the same program), so some passes were not fully cold",
+                c.name,
+                c.resident_before * 100.0
+            ));
+        }
         if get("predictio_vs_whole_file_ratio_median") < 1.0 {
             notes.push(format!(
                 "{}: whole-file prefetch beat predictio ({:.2}x of predictio's time)",

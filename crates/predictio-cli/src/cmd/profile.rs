@@ -3,6 +3,8 @@
 
 use std::path::PathBuf;
 
+use std::io::Write;
+
 use anyhow::{Context, Result, bail};
 use predictio::launch::store::DEFAULT_DIR;
 use predictio::launch::{Freshness, Profile, WalkLimits};
@@ -60,23 +62,25 @@ fn key(exe: &str) -> String {
 /// Runs `profile`.
 pub fn run(args: Args) -> Result<()> {
     let store = open_store(&args.store)?;
+    let mut out = std::io::stdout().lock();
     let mib = |pages: u64| pages as f64 * 4096.0 / (1 << 20) as f64;
     match args.action {
         Action::List { json } => {
             let list = store.list()?;
             if json {
-                println!("{}", serde_json::to_string_pretty(&list)?);
+                writeln!(out, "{}", serde_json::to_string_pretty(&list)?)?;
             } else {
-                println!("{:>5} {:>6} {:>10} {:>10}  EXECUTABLE", "RUNS", "FILES", "PREDICTED", "STORED");
+                writeln!(out, "{:>5} {:>6} {:>10} {:>10}  EXECUTABLE", "RUNS", "FILES", "PREDICTED", "STORED")?;
                 for s in list {
-                    println!(
+                    writeln!(
+                        out,
                         "{:>5} {:>6} {:>6.1} MiB {:>6.1} KiB  {}",
                         s.runs,
                         s.files,
                         mib(s.pages),
                         s.stored_bytes as f64 / 1024.0,
                         s.exe
-                    );
+                    )?;
                 }
             }
         }
@@ -84,11 +88,12 @@ pub fn run(args: Args) -> Result<()> {
             let k = key(&exe);
             let Some(p) = store.get(&k)? else { bail!("no profile for {k} (see `predictio profile list`)") };
             if json {
-                println!("{}", serde_json::to_string_pretty(&p)?);
+                writeln!(out, "{}", serde_json::to_string_pretty(&p)?)?;
                 return Ok(());
             }
             let plan = p.plan(&WalkLimits::default());
-            println!(
+            writeln!(
+                out,
                 "{}: {} runs, {} files, {:.1} MiB modelled, {:.1} MiB replayed, {} trigger(s), learned over {:.0} ms",
                 p.exe.path,
                 p.runs,
@@ -97,8 +102,8 @@ pub fn run(args: Args) -> Result<()> {
                 mib(plan.pages()),
                 p.triggers.len(),
                 p.learned_ms
-            );
-            println!("{:>9} {:>6} {:>6} {:>9}  FILE", "FIRST(ms)", "NODES", "EDGES", "REPLAY");
+            )?;
+            writeln!(out, "{:>9} {:>6} {:>6} {:>9}  FILE", "FIRST(ms)", "NODES", "EDGES", "REPLAY")?;
             for (i, f) in p.files.iter().enumerate() {
                 let replay: u64 = plan
                     .at_exec
@@ -113,18 +118,19 @@ pub fn run(args: Args) -> Result<()> {
                     Freshness::Changed => "  (changed since learned: not replayed)",
                     Freshness::Missing => "  (missing: not replayed)",
                 };
-                println!(
+                writeln!(
+                    out,
                     "{:>9.1} {:>6} {:>6} {:>5.1} MiB  {}{state}",
                     f.first_touch_ms,
                     f.model.nodes.len(),
                     f.model.edges.len(),
                     mib(replay),
                     f.identity.path
-                );
+                )?;
             }
             for t in &p.triggers {
                 let then: Vec<&str> = t.then.iter().map(|&i| p.files[i].identity.path.as_str()).collect();
-                println!("trigger: first touch of {} -> {}", p.files[t.on].identity.path, then.join(", "));
+                writeln!(out, "trigger: first touch of {} -> {}", p.files[t.on].identity.path, then.join(", "))?;
             }
         }
         Action::Forget { exe } => {
@@ -138,7 +144,7 @@ pub fn run(args: Args) -> Result<()> {
             let (profiles, bad) = store.all()?;
             let text = serde_json::to_string_pretty(&profiles)?;
             if file.as_os_str() == "-" {
-                println!("{text}");
+                writeln!(out, "{text}")?;
             } else {
                 std::fs::write(&file, text).with_context(|| format!("writing {}", file.display()))?;
             }
