@@ -323,7 +323,7 @@ fn dispatch_loop(shared: Arc<Shared>, mut runtime: Runtime, executor: Arc<Execut
                 Some(file)
             } else if let Some(resolver) = resolver.as_mut()
                 && let Some((pid, id)) = observed(&incoming.event)
-                && runtime.wants(incoming.event.kind())
+                && runtime.wants_files_of(incoming.event.kind())
                 && runtime.files().get(id).is_none()
             {
                 let found = resolver.resolve(pid, id);

@@ -129,4 +129,13 @@ pub trait Policy: Send {
 
     /// Handles one event: pure logic, no I/O, no blocking.
     fn on_event(&mut self, event: &Event, ctx: &mut PolicyContext<'_>);
+
+    /// Whether this policy requests the files its observed events name (so
+    /// the pipeline should find descriptors for them). A policy that only
+    /// watches observation and requests files it was handed (`launch`) says
+    /// no, and the dispatcher spends nothing resolving the files of every
+    /// process on the machine for it.
+    fn requests_observed_files(&self) -> bool {
+        true
+    }
 }

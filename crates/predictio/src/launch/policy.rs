@@ -144,9 +144,11 @@ impl ReplayBook {
 const MAX_PENDING: usize = 4096;
 /// A trigger not fired within this long after its exec is dropped.
 const TRIGGER_TTL_NS: u64 = 120 * 1_000_000_000;
-/// A second exec of the same executable within this long replays nothing
-/// (the first replay's pages are resident or in flight).
-const REPEAT_NS: u64 = 1_000_000_000;
+/// A second exec of the same executable within this long replays nothing:
+/// the first replay's pages are resident or in flight (a compiler driver
+/// running itself again as its own child). Longer gaps replay again — the
+/// executor skips what is still resident for the cost of a `cachestat`.
+const REPEAT_NS: u64 = 200_000_000;
 
 /// A finished launch window, handed to whoever learns from it (the
 /// daemon's learner thread names the files and merges the run into the
@@ -262,6 +264,10 @@ impl Policy for LaunchPolicy {
         } else {
             replay
         }
+    }
+
+    fn requests_observed_files(&self) -> bool {
+        false
     }
 
     fn on_event(&mut self, event: &Event, ctx: &mut PolicyContext<'_>) {
