@@ -59,7 +59,7 @@ pub fn run(args: Args) -> Result<()> {
     let replay = if args.no_replay { None } else { super::launch::prepare_replay(&args.store, &args.command[0]) };
     if let Some((exe, book, replay_note)) = &replay {
         policies.push(Box::new(predictio::launch::LaunchPolicy::new(book.clone())));
-        if !args.quiet {
+        if !args.quiet && !args.json {
             eprintln!("predictio run: {replay_note} ({exe})");
         }
     }
