@@ -86,6 +86,18 @@ fn record_then_profile_commands_and_bad_input() {
     let entry = list.as_array().expect("array").iter().find(|e| e["exe"] == exe.as_str()).expect("python learned");
     assert_eq!(entry["runs"], 2);
     assert!(entry["files"].as_u64().expect("files") >= 3, "{entry}");
+    // `run` replays the profile: the launch policy requests its pages.
+    let out = predictio(&store, &["run", "--json", "--", PYTHON, "-c", "import json, decimal; print(7)"]);
+    assert_eq!(ok(&out).trim(), "7");
+    let status: serde_json::Value =
+        serde_json::from_str(String::from_utf8_lossy(&out.stderr).trim()).expect("run --json prints the status");
+    let launch = status["executor"]["origins"]
+        .as_array()
+        .expect("origins")
+        .iter()
+        .find(|o| o["name"] == "launch")
+        .unwrap_or_else(|| panic!("no launch origin: {status}"));
+    assert!(launch["counters"]["requested_pages"].as_u64().expect("requested") > 0, "{launch}");
     let show = ok(&predictio(&store, &["profile", "show", PYTHON]));
     assert!(show.contains("decimal"), "the decimal module's files are in the profile:\n{show}");
     let export = dir.path().join("export.json");
