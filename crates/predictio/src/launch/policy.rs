@@ -363,6 +363,22 @@ mod tests {
     }
 
     #[test]
+    fn the_dispatcher_resolves_nothing_for_launch_alone() {
+        struct Null;
+        impl crate::executor::RequestSink for Null {
+            fn submit(&self, _: crate::request::Request) -> Result<(), crate::executor::SubmitError> {
+                Ok(())
+            }
+        }
+        let mut rt = crate::runtime::Runtime::with_sink(Arc::new(Null));
+        rt.add_policy(Box::new(LaunchPolicy::new(ReplayBook::default())));
+        assert!(rt.wants(EventKind::PageAccess));
+        assert!(!rt.wants_files_of(EventKind::PageAccess), "launch requests only files it was handed");
+        rt.add_policy(crate::policies::by_name("stream").expect("stream policy"));
+        assert!(rt.wants_files_of(EventKind::PageAccess), "stream requests the files it observes");
+    }
+
+    #[test]
     fn repeated_exec_replays_once() {
         let book = ReplayBook::default();
         let exe = FileId { dev: 1, ino: 1 };
@@ -379,7 +395,7 @@ mod tests {
         let mut out = Vec::new();
         let mut ctx = PolicyContext::new(&files, &mut out, crate::policy::PolicyId(1));
         policy.on_event(&Event::Exec { pid: 5, exe, time_ns: 0 }, &mut ctx);
-        policy.on_event(&Event::Exec { pid: 6, exe, time_ns: 10 }, &mut ctx);
+        policy.on_event(&Event::Exec { pid: 6, exe, time_ns: 10 }, &mut ctx); // the driver re-running itself
         policy.on_event(&Event::Exec { pid: 7, exe, time_ns: 2_000_000_000 }, &mut ctx);
         assert_eq!(out.len(), 2);
         assert_eq!(policy.replays(), 2);
