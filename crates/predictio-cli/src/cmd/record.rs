@@ -115,6 +115,7 @@ pub fn run(args: Args) -> Result<()> {
             "files_this_run": run.files.len(), "pages_touched_this_run": pages,
             "profile_files": profile.files.len(), "profile_pages": profile.pages(),
             "triggers": profile.triggers.len(), "store": store.path(),
+            "lost_events": observer.stats().lost,
         });
         if args.json {
             eprintln!("{}", serde_json::to_string_pretty(&summary)?);
@@ -134,6 +135,12 @@ pub fn run(args: Args) -> Result<()> {
                 learn.as_secs_f64() * 1e3,
                 store.path().display(),
             );
+            let lost = observer.stats().lost;
+            if lost > 0 {
+                eprintln!(
+                    "predictio record: {lost} events were lost (ring buffer full): this run's profile is incomplete"
+                );
+            }
         }
     }
     drop(store);
