@@ -14,6 +14,8 @@ command -v clang >/dev/null || need+=(clang)
 command -v cc >/dev/null || need+=(gcc)
 command -v sync >/dev/null || need+=(coreutils)
 command -v sqlite3 >/dev/null || need+=(sqlite3)
+# The launch tests record a real interpreter's start (Debian's python3).
+[ -x /usr/bin/python3 ] || need+=(python3)
 [ ${#need[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" -ne 0 ]; then
   echo "predictio: missing system packages: ${need[*]} (run as root to install them)" >&2

@@ -43,6 +43,8 @@ pub enum Workload {
     LlmLoad,
     /// Seed 000 §4.2: cold range scans of a fragmented SQLite table; baseline, adapter, no-change daemon mode.
     SqliteScan,
+    /// Seeds 000 §4.1 and 001: cold starts of real programs; baseline, launch replay, whole-file prefetch.
+    Launch,
 }
 
 impl Workload {
@@ -57,6 +59,7 @@ impl Workload {
         Workload::LmdbScan,
         Workload::LlmLoad,
         Workload::SqliteScan,
+        Workload::Launch,
     ];
 
     /// Every workload's name, comma-separated (for messages).
@@ -76,6 +79,7 @@ impl Workload {
             Workload::LmdbScan => "lmdb-scan",
             Workload::LlmLoad => "llm-load",
             Workload::SqliteScan => "sqlite-scan",
+            Workload::Launch => "launch",
         }
     }
 }
@@ -153,5 +157,6 @@ pub fn run(workload: Workload, options: &BenchOptions) -> Result<Report, BenchEr
         Workload::LmdbScan => workloads::lmdb_scan::run(options),
         Workload::LlmLoad => workloads::llm_load::run(options),
         Workload::SqliteScan => workloads::sqlite_scan::run(options),
+        Workload::Launch => workloads::launch::run(options),
     }
 }

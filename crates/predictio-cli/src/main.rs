@@ -74,6 +74,22 @@ enum Command {
     /// Example:
     ///   predictio run -- cat big.file
     Run(cmd::run::Args),
+    /// Learn a command's launch: run it under eBPF observation, record what
+    /// its launch reads (exec until its tree exits or goes idle on I/O) and
+    /// merge it into its profile in the store (/var/lib/predictio). `run`
+    /// and the daemon replay it at the next launch.
+    ///
+    /// Example:
+    ///   predictio record -- rustc --version
+    Record(cmd::record::Args),
+    /// The launch profile store: list, show EXE, forget EXE, export FILE,
+    /// import FILE.
+    ///
+    /// Examples:
+    ///   predictio profile list
+    ///   predictio profile show rustc
+    ///   predictio profile export profiles.json
+    Profile(cmd::profile::Args),
     /// Show the daemon's counters per policy and per file.
     Stat(cmd::stat::Args),
     /// A live view of the daemon: issued, hits, waste and drops per second,
@@ -121,6 +137,8 @@ fn main() -> ExitCode {
         Command::Bench(args) => cmd::bench::run(args),
         Command::Daemon(args) => cmd::daemon::run(args),
         Command::Run(args) => cmd::run::run(args),
+        Command::Record(args) => cmd::record::run(args),
+        Command::Profile(args) => cmd::profile::run(args),
         Command::Stat(args) => cmd::stat::run(args),
         Command::Top(args) => cmd::top::run(args),
         Command::Trace(args) => cmd::trace::run(args),

@@ -51,7 +51,7 @@ fn start_daemon(dir: &Path, port: u16, source: &str) -> Daemon {
     std::fs::write(
         &config,
         format!(
-            "[hints]\nsocket = \"{d}/hint.sock\"\n[control]\nsocket = \"{d}/control.sock\"\n[metrics]\nlisten = \"127.0.0.1:{port}\"\n[observe]\nsource = \"{source}\"\n",
+            "[hints]\nsocket = \"{d}/hint.sock\"\n[control]\nsocket = \"{d}/control.sock\"\n[metrics]\nlisten = \"127.0.0.1:{port}\"\n[observe]\nsource = \"{source}\"\n[launch]\nstore = \"{d}/store\"\n",
             d = dir.display()
         ),
     )

@@ -22,6 +22,7 @@ pub mod executor;
 pub mod file;
 pub mod hints;
 pub mod largeread;
+pub mod launch;
 pub mod model;
 pub mod page;
 pub mod pipeline;

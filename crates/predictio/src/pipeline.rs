@@ -336,7 +336,7 @@ fn dispatch_loop(shared: Arc<Shared>, mut runtime: Runtime, executor: Arc<Execut
                 Some(file)
             } else if let Some(resolver) = resolver.as_mut()
                 && let Some((pid, id)) = observed(&incoming.event)
-                && (runtime.wants(incoming.event.kind())
+                && (runtime.wants_files_of(incoming.event.kind())
                     || incoming.event.kind() == EventKind::PageAccess && runtime.wants(EventKind::TreeChildEnter))
                 && runtime.files().get(id).is_none()
             {

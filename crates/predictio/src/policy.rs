@@ -103,6 +103,16 @@ impl<'a> PolicyContext<'a> {
         true
     }
 
+    /// Emits a request for a descriptor the policy was handed by its owner
+    /// (the `launch` policy's replays: files the daemon or `predictio run`
+    /// opened and checked itself, from profiles it learned by observation —
+    /// never a path a client named).
+    pub fn request_file(&mut self, file: &FileRef, ranges: Vec<PageRange>, urgency: Urgency) {
+        if !ranges.is_empty() {
+            self.out.push(Request::new(file.clone(), ranges, self.origin).with_urgency(urgency));
+        }
+    }
+
     /// The id requests from this context are accounted under.
     pub fn origin(&self) -> PolicyId {
         self.origin
@@ -119,4 +129,13 @@ pub trait Policy: Send {
 
     /// Handles one event: pure logic, no I/O, no blocking.
     fn on_event(&mut self, event: &Event, ctx: &mut PolicyContext<'_>);
+
+    /// Whether this policy requests the files its observed events name (so
+    /// the pipeline should find descriptors for them). A policy that only
+    /// watches observation and requests files it was handed (`launch`) says
+    /// no, and the dispatcher spends nothing resolving the files of every
+    /// process on the machine for it.
+    fn requests_observed_files(&self) -> bool {
+        true
+    }
 }

@@ -35,6 +35,8 @@ pub struct RuntimeStats {
 pub struct Runtime {
     slots: Vec<Slot>,
     by_kind: [Vec<usize>; EventKind::COUNT],
+    /// Kinds wanted by a policy that requests the files its events name.
+    resolve_kinds: crate::event::EventKinds,
     files: FileTable,
     sink: Arc<dyn RequestSink>,
     register: Option<Arc<Executor>>,
@@ -65,6 +67,7 @@ impl Runtime {
         Self {
             slots: Vec::new(),
             by_kind: Default::default(),
+            resolve_kinds: crate::event::EventKinds::NONE,
             files: FileTable::default(),
             sink,
             register: None,
@@ -80,6 +83,9 @@ impl Runtime {
             None => PolicyId(self.slots.len() as u16 + 1),
         };
         let index = self.slots.len();
+        if policy.requests_observed_files() {
+            self.resolve_kinds = self.resolve_kinds.with(policy.interests());
+        }
         for kind in EventKind::ALL {
             if policy.interests().contains(kind) {
                 self.by_kind[kind as usize].push(index);
@@ -97,6 +103,12 @@ impl Runtime {
     /// Whether any policy wants events of `kind`.
     pub fn wants(&self, kind: EventKind) -> bool {
         !self.by_kind[kind as usize].is_empty()
+    }
+
+    /// Whether a policy that requests observed files wants events of `kind`
+    /// (the pipeline resolves descriptors only for those).
+    pub fn wants_files_of(&self, kind: EventKind) -> bool {
+        self.resolve_kinds.contains(kind)
     }
 
     /// The held files.

@@ -5,6 +5,7 @@ pub mod backends;
 pub mod control_path;
 pub mod event_path;
 pub mod large_read;
+pub mod launch;
 pub mod llm_load;
 pub mod lmdb_scan;
 pub mod seq_read;

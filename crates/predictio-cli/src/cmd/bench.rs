@@ -9,7 +9,7 @@ use predictio_bench::{BenchOptions, Workload};
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// The workload: access-patterns, control-path, backends, large-read,
-    /// shuffle-read, seq-read, sqlite-scan, lmdb-scan or llm-load.
+    /// shuffle-read, seq-read, sqlite-scan, lmdb-scan, llm-load or launch.
     workload: Workload,
     /// A/B pairs per case (at least 5 for a reported result).
     #[arg(long, default_value_t = 5)]

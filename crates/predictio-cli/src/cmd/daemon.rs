@@ -47,11 +47,32 @@ pub fn run(args: Args) -> Result<()> {
     if let Some(reason) = executor.fallback_reason() {
         tracing::warn!("{reason}");
     }
-    let policies = config
+    let mut policies = config
         .policies
         .iter()
         .map(|name| predictio::policies::by_name(name).with_context(|| format!("unknown policy {name}")))
         .collect::<Result<Vec<_>>>()?;
+    // Launch learning and replay: the policy in the dispatcher, the
+    // learner (naming, store, opening files) on its own thread.
+    let mut _learner = None;
+    if config.launch.learn || config.launch.replay {
+        let book = predictio::launch::ReplayBook::default();
+        let loaded = crate::daemon::launch::load_book(&config.launch, &book);
+        let policy = if config.launch.learn {
+            let (tx, rx) = std::sync::mpsc::sync_channel(64);
+            let limits = predictio::launch::WindowLimits {
+                idle_ms: config.launch.idle_ms,
+                cap_ms: config.launch.cap_ms,
+                ..Default::default()
+            };
+            _learner = Some(crate::daemon::launch::Learner::start(config.launch.clone(), rx, book.clone())?);
+            predictio::launch::LaunchPolicy::learning(book, limits, config.launch.max_windows, tx)
+        } else {
+            predictio::launch::LaunchPolicy::new(book)
+        };
+        policies.push(Box::new(policy));
+        tracing::info!(loaded, learn = config.launch.learn, store = %config.launch.store.display(), "launch profiles");
+    }
     // Observed files get descriptors through the processes that touch them,
     // so that policies can act on kernel observation alone.
     let resolve = Some(predictio::resolve::ResolverConfig::default());

@@ -29,6 +29,13 @@ pub struct Args {
     /// Print nothing of our own.
     #[arg(short, long)]
     quiet: bool,
+    /// The launch profile store: when it holds a profile of the command
+    /// (see `predictio record`), its pages are replayed at exec.
+    #[arg(long, default_value = predictio::launch::store::DEFAULT_DIR, value_name = "DIR")]
+    store: std::path::PathBuf,
+    /// Do not replay a launch profile.
+    #[arg(long)]
+    no_replay: bool,
     /// The command and its arguments.
     #[arg(last = true, required = true)]
     command: Vec<String>,
@@ -49,6 +56,13 @@ pub fn run(args: Args) -> Result<()> {
             })?,
         );
     }
+    let replay = if args.no_replay { None } else { super::launch::prepare_replay(&args.store, &args.command[0]) };
+    if let Some((exe, book, replay_note)) = &replay {
+        policies.push(Box::new(predictio::launch::LaunchPolicy::new(book.clone())));
+        if !args.quiet && !args.json {
+            eprintln!("predictio run: {replay_note} ({exe})");
+        }
+    }
     let config =
         ExecutorConfig { limits: Limits { track_hits: true, ..Limits::default() }, ..ExecutorConfig::default() };
     let executor = Arc::new(Executor::new(config).context("starting the executor")?);
@@ -63,6 +77,10 @@ pub fn run(args: Args) -> Result<()> {
     let (mut observer, note) = observer_or_note(false);
     let me = std::process::id();
     let start = Instant::now();
+    if let Some((exe, _, _)) = &replay {
+        // The launch starts now: replay at once, before the exec.
+        sender.send(predictio::Event::Exec { pid: me, exe: *exe, time_ns: predictio_bpf::monotonic_now_ns() }, None);
+    }
     let mut cmd = Command::new(&args.command[0]);
     cmd.args(&args.command[1..]).env("PREDICTIO_HINT_SOCK", &socket);
     let spawned = match observer.as_mut() {

@@ -31,6 +31,8 @@ pub struct Config {
     pub control: ControlSection,
     /// Prometheus text endpoint.
     pub metrics: MetricsSection,
+    /// Application launch: learning and replay.
+    pub launch: LaunchSection,
 }
 
 impl Default for Config {
@@ -43,6 +45,7 @@ impl Default for Config {
             observe: ObserveSection::default(),
             control: ControlSection::default(),
             metrics: MetricsSection::default(),
+            launch: LaunchSection::default(),
         }
     }
 }
@@ -184,6 +187,55 @@ pub struct MetricsSection {
     pub listen: String,
 }
 
+/// `[launch]`
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct LaunchSection {
+    /// Learn the launch window of every exec (needs observation of all
+    /// processes: eBPF or perf).
+    pub learn: bool,
+    /// Replay the profile of a known executable on its exec.
+    pub replay: bool,
+    /// Directory of the profile store.
+    pub store: PathBuf,
+    /// Size cap of the stored profiles, MiB (least recently used evicted).
+    pub store_cap_mib: u64,
+    /// A launch window ends after this long without a page-cache miss, ms.
+    pub idle_ms: u64,
+    /// A launch window never lasts longer, ms.
+    pub cap_ms: u64,
+    /// Launch windows open at once; more execs are not learned (counted).
+    pub max_windows: usize,
+    /// Learn only executables under these path prefixes (empty: all).
+    pub allow: Vec<String>,
+    /// Never learn executables under these path prefixes.
+    pub deny: Vec<String>,
+}
+
+impl Default for LaunchSection {
+    fn default() -> Self {
+        Self {
+            learn: true,
+            replay: true,
+            store: PathBuf::from(predictio::launch::store::DEFAULT_DIR),
+            store_cap_mib: predictio::launch::store::DEFAULT_CAP_BYTES >> 20,
+            idle_ms: 500,
+            cap_ms: 10_000,
+            max_windows: 8,
+            allow: Vec::new(),
+            deny: Vec::new(),
+        }
+    }
+}
+
+impl LaunchSection {
+    /// Whether the executable at `path` may be learned.
+    pub fn may_learn(&self, path: &str) -> bool {
+        (self.allow.is_empty() || self.allow.iter().any(|p| path.starts_with(p.as_str())))
+            && !self.deny.iter().any(|p| path.starts_with(p.as_str()))
+    }
+}
+
 impl Config {
     /// Reads `path`; a missing file at the default path means defaults, a
     /// missing file named explicitly is an error.
@@ -276,6 +328,16 @@ mod tests {
         assert!(c.check().is_err());
         let c: Config = toml::from_str("policies = [\"nope\"]\n").expect("parses");
         assert!(c.check().is_err());
+    }
+
+    #[test]
+    fn launch_allow_and_deny() {
+        let c: Config = toml::from_str("[launch]\nallow = [\"/usr/\"]\ndeny = [\"/usr/sbin/\"]\n").expect("parses");
+        assert!(c.launch.may_learn("/usr/bin/python3.11"));
+        assert!(!c.launch.may_learn("/usr/sbin/sshd"));
+        assert!(!c.launch.may_learn("/opt/x"));
+        assert!(Config::default().launch.may_learn("/opt/x"));
+        assert!(toml::from_str::<Config>("[launch]\nlearn_typo = true\n").is_err());
     }
 
     #[test]

@@ -3,6 +3,7 @@
 
 pub mod config;
 pub mod control;
+pub mod launch;
 pub mod metrics;
 pub mod sources;
 pub mod status;

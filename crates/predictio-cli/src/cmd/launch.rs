@@ -1,0 +1,44 @@
+//! Launch replay shared by `run` and the benchmark: a command's profile,
+//! walked and opened, in a book for the `launch` policy.
+
+use std::path::Path;
+
+use predictio::FileId;
+use predictio::launch::{Replay, ReplayBook, WalkLimits};
+
+/// The replay of `command`'s profile in the store at `dir`, if there is one:
+/// the executable's id (the key the policy replays on), the book, and a line
+/// saying what will be replayed. Problems (no store, no profile) mean no
+/// replay, never an error: the command runs as it would without us.
+pub fn prepare_replay(dir: &Path, command: &str) -> Option<(FileId, ReplayBook, String)> {
+    let exe = super::record::program_identity(command).ok()?;
+    if !dir.join(predictio::launch::store::FILE_NAME).exists() {
+        return None;
+    }
+    let store = super::record::open_store(dir).ok()?;
+    let profile = store.get(&exe.path).ok()??;
+    if profile.exe != exe {
+        return Some((
+            exe.id(),
+            ReplayBook::default(),
+            format!("{} changed since it was learned; not replayed", exe.path),
+        ));
+    }
+    let _ = store.touch(&exe.path);
+    drop(store);
+    let replay = Replay::open(&profile, &WalkLimits::default());
+    let note = format!(
+        "replaying {:.1} MiB of {} files learned over {} run(s){}",
+        replay.pages() as f64 * 4096.0 / (1 << 20) as f64,
+        replay.at_exec.len() + replay.on_trigger.iter().map(|t| t.1.len()).sum::<usize>(),
+        profile.runs,
+        if replay.changed.is_empty() && replay.missing.is_empty() {
+            String::new()
+        } else {
+            format!("; {} changed and {} missing files left out", replay.changed.len(), replay.missing.len())
+        }
+    );
+    let book = ReplayBook::default();
+    book.insert(exe.id(), replay);
+    Some((exe.id(), book, note))
+}

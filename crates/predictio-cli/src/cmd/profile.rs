@@ -1,0 +1,184 @@
+//! `predictio profile list|show|forget|export|import`: the launch profile
+//! store.
+
+use std::path::PathBuf;
+
+use std::io::Write;
+
+use anyhow::{Context, Result, bail};
+use predictio::launch::store::DEFAULT_DIR;
+use predictio::launch::{Freshness, Profile, WalkLimits};
+
+use super::record::{open_store, program_path};
+
+/// Arguments of `profile`.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// The profile store's directory.
+    #[arg(long, default_value = DEFAULT_DIR, value_name = "DIR")]
+    store: PathBuf,
+    #[command(subcommand)]
+    action: Action,
+}
+
+#[derive(clap::Subcommand, Debug)]
+enum Action {
+    /// One line per profile: runs, files, predicted size, stored size.
+    List {
+        /// As JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// A profile's files (changed ones marked), pages and triggers.
+    Show {
+        /// The executable (a path, or a name found on PATH).
+        exe: String,
+        /// The whole profile as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Delete a profile.
+    Forget {
+        /// The executable (a path, or a name found on PATH).
+        exe: String,
+    },
+    /// Write every profile to FILE as JSON ("-" for stdout).
+    Export {
+        /// Output file.
+        file: PathBuf,
+    },
+    /// Read profiles written by `export` into the store (replacing
+    /// profiles of the same executables).
+    Import {
+        /// Input file.
+        file: PathBuf,
+    },
+}
+
+fn key(exe: &str) -> String {
+    program_path(exe).map_or_else(|_| exe.to_owned(), |p| p.display().to_string())
+}
+
+/// Runs `profile`.
+pub fn run(args: Args) -> Result<()> {
+    let store = open_store(&args.store)?;
+    let mut out = std::io::stdout().lock();
+    let mib = |pages: u64| pages as f64 * 4096.0 / (1 << 20) as f64;
+    match args.action {
+        Action::List { json } => {
+            let list = store.list()?;
+            if json {
+                writeln!(out, "{}", serde_json::to_string_pretty(&list)?)?;
+            } else {
+                writeln!(out, "{:>5} {:>6} {:>10} {:>10}  EXECUTABLE", "RUNS", "FILES", "PREDICTED", "STORED")?;
+                for s in list {
+                    writeln!(
+                        out,
+                        "{:>5} {:>6} {:>6.1} MiB {:>6.1} KiB  {}",
+                        s.runs,
+                        s.files,
+                        mib(s.pages),
+                        s.stored_bytes as f64 / 1024.0,
+                        s.exe
+                    )?;
+                }
+            }
+        }
+        Action::Show { exe, json } => {
+            let k = key(&exe);
+            let Some(p) = store.get(&k)? else { bail!("no profile for {k} (see `predictio profile list`)") };
+            if json {
+                writeln!(out, "{}", serde_json::to_string_pretty(&p)?)?;
+                return Ok(());
+            }
+            let plan = p.plan(&WalkLimits::default());
+            writeln!(
+                out,
+                "{}: {} runs, {} files, {:.1} MiB modelled, {:.1} MiB replayed, {} trigger(s), learned over {:.0} ms",
+                p.exe.path,
+                p.runs,
+                p.files.len(),
+                mib(p.pages()),
+                mib(plan.pages()),
+                p.triggers.len(),
+                p.learned_ms
+            )?;
+            writeln!(out, "{:>9} {:>6} {:>6} {:>9}  FILE", "FIRST(ms)", "NODES", "EDGES", "REPLAY")?;
+            for (i, f) in p.files.iter().enumerate() {
+                let replay: u64 = plan
+                    .at_exec
+                    .iter()
+                    .chain(plan.on_trigger.iter().flat_map(|t| t.1.iter()))
+                    .filter(|(j, _)| *j == i)
+                    .flat_map(|(_, r)| r)
+                    .map(|r| r.len())
+                    .sum();
+                let state = match f.identity.check() {
+                    Freshness::Fresh => "",
+                    Freshness::Changed => "  (changed since learned: not replayed)",
+                    Freshness::Missing => "  (missing: not replayed)",
+                };
+                writeln!(
+                    out,
+                    "{:>9.1} {:>6} {:>6} {:>5.1} MiB  {}{state}",
+                    f.first_touch_ms,
+                    f.model.nodes.len(),
+                    f.model.edges.len(),
+                    mib(replay),
+                    f.identity.path
+                )?;
+            }
+            for t in &p.triggers {
+                let then: Vec<&str> = t.then.iter().map(|&i| p.files[i].identity.path.as_str()).collect();
+                writeln!(out, "trigger: first touch of {} -> {}", p.files[t.on].identity.path, then.join(", "))?;
+            }
+        }
+        Action::Forget { exe } => {
+            let k = key(&exe);
+            if !store.remove(&k)? {
+                bail!("no profile for {k}");
+            }
+            eprintln!("forgot {k}");
+        }
+        Action::Export { file } => {
+            let (profiles, bad) = store.all()?;
+            let text = serde_json::to_string_pretty(&profiles)?;
+            if file.as_os_str() == "-" {
+                writeln!(out, "{text}")?;
+            } else {
+                std::fs::write(&file, text).with_context(|| format!("writing {}", file.display()))?;
+            }
+            eprintln!(
+                "exported {} profile(s){}",
+                profiles.len(),
+                if bad.is_empty() { String::new() } else { format!("; {} unreadable skipped", bad.len()) }
+            );
+        }
+        Action::Import { file } => {
+            let text = std::fs::read_to_string(&file).with_context(|| format!("reading {}", file.display()))?;
+            let profiles: Vec<Profile> = serde_json::from_str(&text)
+                .with_context(|| format!("{}: not a profile export (a JSON array of profiles)", file.display()))?;
+            for p in &profiles {
+                if p.version != predictio::launch::profile::PROFILE_VERSION {
+                    bail!(
+                        "{}: profile of {} has version {}, expected {}",
+                        file.display(),
+                        p.exe.path,
+                        p.version,
+                        predictio::launch::profile::PROFILE_VERSION
+                    );
+                }
+                for t in &p.triggers {
+                    if t.on >= p.files.len() || t.then.iter().any(|&i| i >= p.files.len()) {
+                        bail!("{}: profile of {} has a trigger naming no file", file.display(), p.exe.path);
+                    }
+                }
+            }
+            for p in &profiles {
+                store.put(p)?;
+            }
+            eprintln!("imported {} profile(s)", profiles.len());
+        }
+    }
+    Ok(())
+}

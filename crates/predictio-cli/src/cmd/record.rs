@@ -1,0 +1,152 @@
+//! `predictio record -- CMD`: learn CMD's launch.
+//!
+//! Runs CMD under eBPF observation (its whole process tree, from its first
+//! instruction), records the launch window — from exec until the tree exits,
+//! goes `--idle-ms` without a page-cache miss, or `--cap-ms` passes — names
+//! the files it touched, merges the run into CMD's profile in the store and
+//! prints what it learned. CMD runs to completion either way; its exit
+//! status is ours.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use predictio::launch::naming::Namer;
+use predictio::launch::store::{DEFAULT_CAP_BYTES, DEFAULT_DIR};
+use predictio::launch::{FileIdentity, LearnLimits, Recorder, Store, WindowLimits};
+
+use crate::daemon::sources::{is_own, observer_or_note};
+
+/// Arguments of `record`.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// The profile store's directory.
+    #[arg(long, default_value = DEFAULT_DIR, value_name = "DIR")]
+    pub store: PathBuf,
+    /// The window ends after this long without a page-cache miss, ms.
+    #[arg(long, default_value_t = 500)]
+    pub idle_ms: u64,
+    /// The window ends after this long at most, ms.
+    #[arg(long, default_value_t = 10_000)]
+    pub cap_ms: u64,
+    /// Print what was learned as JSON on stderr.
+    #[arg(long)]
+    pub json: bool,
+    /// Print nothing of our own.
+    #[arg(short, long)]
+    pub quiet: bool,
+    /// The command and its arguments.
+    #[arg(last = true, required = true)]
+    pub command: Vec<String>,
+}
+
+/// The executable a command name runs: a path as given, or the first match
+/// on `PATH`; symbolic links resolved (the profile is keyed by it).
+pub fn program_path(name: &str) -> Result<PathBuf> {
+    let found = if name.contains('/') {
+        Some(PathBuf::from(name))
+    } else {
+        std::env::var_os("PATH")
+            .map(|p| std::env::split_paths(&p).map(|d| d.join(name)).collect::<Vec<_>>())
+            .unwrap_or_default()
+            .into_iter()
+            .find(|p| p.is_file())
+    };
+    let Some(found) = found else { bail!("{name}: command not found on PATH") };
+    found.canonicalize().with_context(|| format!("{}: no such program", found.display()))
+}
+
+/// The identity of the program `name` runs.
+pub fn program_identity(name: &str) -> Result<FileIdentity> {
+    let path = program_path(name)?;
+    FileIdentity::of_path(&path).with_context(|| format!("stat {}", path.display()))
+}
+
+/// Opens the store with an error that says where and why.
+pub fn open_store(dir: &Path) -> Result<Store> {
+    Store::open(dir, DEFAULT_CAP_BYTES, Duration::from_secs(10))
+        .with_context(|| format!("opening the profile store in {}", dir.display()))
+}
+
+/// Runs `record`.
+pub fn run(args: Args) -> Result<()> {
+    let exe = program_identity(&args.command[0])?;
+    let store = open_store(&args.store)?;
+    let (observer, note) = observer_or_note(false);
+    let Some(mut observer) = observer else {
+        bail!("record needs eBPF observation (run as root on a kernel with BTF): {}", note.unwrap_or_default());
+    };
+    let me = std::process::id();
+    let limits = WindowLimits { idle_ms: args.idle_ms, cap_ms: args.cap_ms, ..WindowLimits::default() };
+    let mut cmd = Command::new(&args.command[0]);
+    cmd.args(&args.command[1..]);
+    observer.follow(me).context("following the command")?;
+    let exec_ns = predictio_bpf::monotonic_now_ns();
+    let started = Instant::now();
+    let spawned = cmd.spawn();
+    let _ = observer.unfollow(me);
+    let mut child = spawned.with_context(|| format!("starting {}", args.command[0]))?;
+    let mut recorder = Recorder::new(child.id(), exec_ns, limits);
+    let mut forward = |event: predictio::Event| {
+        if !is_own(&event, me) {
+            recorder.on_event(&event);
+        }
+    };
+    let status = loop {
+        observer.poll(observer.poll_interval().max(Duration::from_millis(1)), &mut forward)?;
+        if let Some(status) = child.try_wait()? {
+            observer.drain(&mut forward);
+            break status;
+        }
+    };
+    let window = started.elapsed();
+    recorder.tick(predictio_bpf::monotonic_now_ns());
+    let learn_started = Instant::now();
+    let mut namer = Namer::new();
+    let run = recorder.finish(|id, pid| namer.name(id, pid));
+    let profile = store.merge_run(&exe, &run, &LearnLimits::default())?;
+    let learn = learn_started.elapsed();
+    if !args.quiet {
+        let pages: u64 = run.files.iter().flat_map(|f| &f.accesses).map(|r| r.len()).sum();
+        let summary = serde_json::json!({
+            "exe": exe.path, "runs": profile.runs, "window_ms": run.window_ms,
+            "command_s": window.as_secs_f64(), "learn_ms": learn.as_secs_f64() * 1e3,
+            "files_this_run": run.files.len(), "pages_touched_this_run": pages,
+            "profile_files": profile.files.len(), "profile_pages": profile.pages(),
+            "triggers": profile.triggers.len(), "store": store.path(),
+            "lost_events": observer.stats().lost,
+        });
+        if args.json {
+            eprintln!("{}", serde_json::to_string_pretty(&summary)?);
+        } else {
+            eprintln!(
+                "predictio record: {} run {} learned: {} files, {} accesses touching {:.1} MiB in a {:.0} ms window; \
+                 profile now {} files, {:.1} MiB predicted, {} trigger(s); learning took {:.1} ms ({})",
+                exe.path,
+                profile.runs,
+                run.files.len(),
+                run.files.iter().map(|f| f.accesses.len()).sum::<usize>(),
+                pages as f64 * 4096.0 / (1 << 20) as f64,
+                run.window_ms,
+                profile.files.len(),
+                profile.pages() as f64 * 4096.0 / (1 << 20) as f64,
+                profile.triggers.len(),
+                learn.as_secs_f64() * 1e3,
+                store.path().display(),
+            );
+            let lost = observer.stats().lost;
+            if lost > 0 {
+                eprintln!(
+                    "predictio record: {lost} events were lost (ring buffer full): this run's profile is incomplete"
+                );
+            }
+        }
+    }
+    drop(store);
+    match status.code() {
+        Some(0) => Ok(()),
+        Some(code) => std::process::exit(code),
+        None => bail!("{} was killed ({status})", args.command[0]),
+    }
+}

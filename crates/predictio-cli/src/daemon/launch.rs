@@ -1,0 +1,99 @@
+//! The daemon's launch learning and replay, off the event path.
+//!
+//! The `launch` policy (in the dispatcher) opens a window at every exec and
+//! hands each finished window here over a bounded channel. This thread names
+//! the files (through `/proc`, else by inode), applies the allow/deny list,
+//! merges the run into the store (opened for that one write: other
+//! `predictio` commands can use the store in between), walks the updated
+//! profile and opens its files, and puts the replay in the book the policy
+//! replays from at the next exec. At start it loads the stored profiles.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::Receiver;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use predictio::launch::naming::Namer;
+use predictio::launch::policy::FinishedLaunch;
+use predictio::launch::{LearnLimits, Replay, ReplayBook, Store, WalkLimits};
+
+use super::config::LaunchSection;
+
+/// The learner thread.
+pub struct Learner {
+    thread: Option<JoinHandle<()>>,
+    stop: Arc<AtomicBool>,
+}
+
+fn open_store(config: &LaunchSection) -> Result<Store, predictio::launch::StoreError> {
+    Store::open(&config.store, config.store_cap_mib << 20, Duration::from_secs(5))
+}
+
+/// Loads the stored profiles that are still valid into `book`.
+pub fn load_book(config: &LaunchSection, book: &ReplayBook) -> usize {
+    let profiles = match open_store(config).and_then(|s| s.all()) {
+        Ok((profiles, _)) => profiles,
+        Err(err) => {
+            tracing::warn!(%err, "launch profiles not loaded");
+            return 0;
+        }
+    };
+    let mut loaded = 0;
+    for profile in profiles.iter().take(predictio::launch::policy::MAX_REPLAYS) {
+        if profile.exe.check() == predictio::launch::Freshness::Fresh {
+            book.insert(profile.exe.id(), Replay::open(profile, &WalkLimits::default()));
+            loaded += 1;
+        }
+    }
+    loaded
+}
+
+impl Learner {
+    /// Starts learning from `finished` into the store, replays into `book`.
+    pub fn start(config: LaunchSection, finished: Receiver<FinishedLaunch>, book: ReplayBook) -> std::io::Result<Self> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&stop);
+        let thread = std::thread::Builder::new().name("predictio-learn".into()).spawn(move || {
+            let mut namer = Namer::new();
+            while !flag.load(Ordering::Relaxed) {
+                let Ok(done) = finished.recv_timeout(Duration::from_millis(100)) else { continue };
+                if let Err(err) = learn(&config, &mut namer, done, &book) {
+                    tracing::warn!(%err, "launch not learned");
+                }
+            }
+        })?;
+        Ok(Self { thread: Some(thread), stop })
+    }
+}
+
+impl Drop for Learner {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn learn(
+    config: &LaunchSection,
+    namer: &mut Namer,
+    done: FinishedLaunch,
+    book: &ReplayBook,
+) -> Result<bool, predictio::launch::StoreError> {
+    let Some(exe) = namer.name(done.exe, done.pid) else { return Ok(false) };
+    if !config.may_learn(&exe.path) {
+        return Ok(false);
+    }
+    let run = done.recorder.finish(|id, pid| namer.name(id, pid));
+    if run.files.is_empty() {
+        return Ok(false);
+    }
+    let profile = open_store(config)?.merge_run(&exe, &run, &LearnLimits::default())?;
+    tracing::info!(exe = %exe.path, runs = profile.runs, files = profile.files.len(), "launch learned");
+    if config.replay {
+        book.insert(exe.id(), Replay::open(&profile, &WalkLimits::default()));
+    }
+    Ok(true)
+}

@@ -1,0 +1,336 @@
+//! A first-order Markov model over the pages of one file, learned from the
+//! accesses of past launches (seed 000 §4.1).
+//!
+//! A node is an access: the first page of a run of pages the program touched
+//! (with the longest run seen from there). An edge `a → b` counts how often
+//! access `b` came right after access `a` in the same file. Runs are merged
+//! with aging: before a run is added every weight is multiplied by
+//! [`ModelLimits::decay`], so a launch that changed stops counting after a few
+//! runs, and weights that fall below [`ModelLimits::min_weight`] are pruned.
+//! The model is bounded ([`ModelLimits::max_nodes`]).
+//!
+//! [`PageModel::walk`] turns it into a prediction: starting from the pages a
+//! launch started this file at, it follows transitions (each node once, so
+//! loops and repeats are suppressed), keeps the nodes seen in enough of the
+//! recent runs, and returns a sorted sparse page list. Pure data; no I/O.
+
+use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet};
+
+use crate::page::PageRange;
+
+/// Bounds and aging of a [`PageModel`].
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ModelLimits {
+    /// Weight kept from earlier runs when a run is merged (0..=1).
+    pub decay: f32,
+    /// Weights below this are pruned after a merge.
+    pub min_weight: f32,
+    /// Nodes kept per file; beyond it the lightest are pruned.
+    pub max_nodes: usize,
+    /// Pages one node may cover (a long sequential read is cut).
+    pub max_node_pages: u32,
+}
+
+impl Default for ModelLimits {
+    fn default() -> Self {
+        Self { decay: 0.7, min_weight: 0.1, max_nodes: 1 << 15, max_node_pages: 1 << 12 }
+    }
+}
+
+/// Bounds of a [`PageModel::walk`].
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct WalkLimits {
+    /// A node is kept when its weight is at least this fraction of the
+    /// (aged) number of runs: the share of recent launches that touched it.
+    pub min_share: f32,
+    /// A transition is followed when it carries at least this fraction of
+    /// its node's outgoing weight.
+    pub min_edge_share: f32,
+    /// Pages returned per file at most.
+    pub max_pages: u64,
+    /// Neighbouring predicted ranges closer than this many pages are merged
+    /// (reading a small gap costs less than a second I/O).
+    pub merge_gap: u64,
+}
+
+impl Default for WalkLimits {
+    fn default() -> Self {
+        Self { min_share: 0.3, min_edge_share: 0.05, max_pages: 1 << 17, merge_gap: 4 }
+    }
+}
+
+/// One node of the model: an access starting at a page.
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Node {
+    /// First page of the access.
+    pub page: u64,
+    /// Longest run of pages seen from it.
+    pub pages: u32,
+    /// Aged number of runs that touched it.
+    pub weight: f32,
+}
+
+/// An edge: access `to` followed access `from`.
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Edge {
+    /// Page of the earlier access.
+    pub from: u64,
+    /// Page of the next access.
+    pub to: u64,
+    /// Aged count.
+    pub weight: f32,
+}
+
+/// The per-file first-order Markov model (see the module docs).
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct PageModel {
+    /// Aged number of runs merged.
+    pub runs: f32,
+    /// Where runs started in this file: page → aged count.
+    pub starts: Vec<(u64, f32)>,
+    /// Nodes, by page.
+    pub nodes: Vec<Node>,
+    /// Transitions, by `(from, to)`.
+    pub edges: Vec<Edge>,
+}
+
+impl PageModel {
+    /// Merges one launch's accesses of this file, in the order they happened.
+    /// Accesses already covered earlier in the same run are skipped (they
+    /// were hits; they say nothing about first use).
+    pub fn merge_run(&mut self, accesses: &[PageRange], limits: &ModelLimits) {
+        let decay = limits.decay.clamp(0.0, 1.0);
+        let mut nodes: BTreeMap<u64, Node> = self.nodes.iter().map(|n| (n.page, *n)).collect();
+        let mut edges: HashMap<(u64, u64), f32> = self.edges.iter().map(|e| ((e.from, e.to), e.weight)).collect();
+        let mut starts: BTreeMap<u64, f32> = self.starts.iter().copied().collect();
+        for n in nodes.values_mut() {
+            n.weight *= decay;
+        }
+        for w in edges.values_mut() {
+            *w *= decay;
+        }
+        for w in starts.values_mut() {
+            *w *= decay;
+        }
+        self.runs = self.runs * decay + 1.0;
+
+        let mut seen: HashSet<u64> = HashSet::new();
+        let mut touched_nodes: HashSet<u64> = HashSet::new();
+        let mut previous: Option<u64> = None;
+        for access in accesses {
+            let mut page = access.start;
+            while page < access.end {
+                let len = (access.end - page).min(u64::from(limits.max_node_pages.max(1)));
+                let fresh = (page..page + len).any(|p| !seen.contains(&p));
+                if fresh {
+                    if seen.len() < 1 << 20 {
+                        seen.extend(page..page + len);
+                    }
+                    let node = nodes.entry(page).or_insert(Node { page, pages: 0, weight: 0.0 });
+                    node.pages = node.pages.max(len as u32);
+                    if touched_nodes.insert(page) {
+                        node.weight += 1.0;
+                    }
+                    match previous {
+                        None => *starts.entry(page).or_insert(0.0) += 1.0,
+                        Some(from) if from != page => *edges.entry((from, page)).or_insert(0.0) += 1.0,
+                        Some(_) => {}
+                    }
+                    previous = Some(page);
+                }
+                page += len;
+            }
+        }
+
+        let min = limits.min_weight;
+        nodes.retain(|_, n| n.weight >= min);
+        if nodes.len() > limits.max_nodes {
+            let mut weights: Vec<f32> = nodes.values().map(|n| n.weight).collect();
+            weights.sort_by(|a, b| b.total_cmp(a));
+            let cut = weights[limits.max_nodes - 1];
+            let mut kept = 0usize;
+            nodes.retain(|_, n| {
+                let keep = n.weight > cut || (n.weight == cut && kept < limits.max_nodes);
+                if keep {
+                    kept += 1;
+                }
+                keep && kept <= limits.max_nodes
+            });
+        }
+        edges.retain(|(from, to), w| *w >= min && nodes.contains_key(from) && nodes.contains_key(to));
+        starts.retain(|page, w| *w >= min && nodes.contains_key(page));
+
+        self.nodes = nodes.into_values().collect();
+        let mut edges: Vec<Edge> = edges.into_iter().map(|((from, to), weight)| Edge { from, to, weight }).collect();
+        edges.sort_by_key(|e| (e.from, e.to));
+        self.edges = edges;
+        self.starts = starts.into_iter().collect();
+    }
+
+    /// Pages covered by the model's nodes.
+    pub fn pages(&self) -> u64 {
+        self.nodes.iter().map(|n| u64::from(n.pages)).sum()
+    }
+
+    /// The bounded walk: nodes reachable from the start pages through
+    /// transitions, visited once each in order of expected first use
+    /// (heaviest path first), kept when touched by at least
+    /// [`WalkLimits::min_share`] of recent runs; returned as sorted,
+    /// merged page ranges together with the walk order of their first pages.
+    pub fn walk(&self, limits: &WalkLimits) -> Vec<PageRange> {
+        if self.runs <= 0.0 {
+            return Vec::new();
+        }
+        let nodes: HashMap<u64, &Node> = self.nodes.iter().map(|n| (n.page, n)).collect();
+        let mut out_edges: HashMap<u64, Vec<(u64, f32)>> = HashMap::new();
+        for e in &self.edges {
+            out_edges.entry(e.from).or_default().push((e.to, e.weight));
+        }
+        // Best-first: a node's priority is the probability of the most likely
+        // path reaching it; ties go to the lower page.
+        #[derive(PartialEq)]
+        struct Item(f32, std::cmp::Reverse<u64>);
+        impl Eq for Item {}
+        impl PartialOrd for Item {
+            fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+                Some(self.cmp(other))
+            }
+        }
+        impl Ord for Item {
+            fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+                self.0.total_cmp(&other.0).then(self.1.cmp(&other.1))
+            }
+        }
+        let start_total: f32 = self.starts.iter().map(|s| s.1).sum();
+        let mut heap: BinaryHeap<Item> = self
+            .starts
+            .iter()
+            .map(|&(page, w)| Item(w / start_total.max(f32::MIN_POSITIVE), std::cmp::Reverse(page)))
+            .collect();
+        let mut visited: HashSet<u64> = HashSet::new();
+        let mut picked: Vec<PageRange> = Vec::new();
+        let mut total = 0u64;
+        let min_weight = limits.min_share * self.runs;
+        while let Some(Item(p, std::cmp::Reverse(page))) = heap.pop() {
+            if !visited.insert(page) {
+                continue;
+            }
+            let Some(node) = nodes.get(&page) else { continue };
+            if node.weight >= min_weight {
+                let len = u64::from(node.pages).min(limits.max_pages - total);
+                if len > 0 {
+                    picked.push(PageRange::new(page, page + len));
+                    total += len;
+                }
+                if total >= limits.max_pages {
+                    break;
+                }
+            }
+            if let Some(out) = out_edges.get(&page) {
+                let sum: f32 = out.iter().map(|o| o.1).sum();
+                for &(to, w) in out {
+                    let share = w / sum.max(f32::MIN_POSITIVE);
+                    if share >= limits.min_edge_share && !visited.contains(&to) {
+                        // Never let a path's probability reach zero: a long
+                        // chain still orders after a short one.
+                        heap.push(Item((p * share).max(f32::MIN_POSITIVE), std::cmp::Reverse(to)));
+                    }
+                }
+            }
+        }
+        sorted_sparse(picked, limits.merge_gap)
+    }
+}
+
+/// Sorts ranges by page and merges those that overlap or are at most `gap`
+/// pages apart.
+pub fn sorted_sparse(mut ranges: Vec<PageRange>, gap: u64) -> Vec<PageRange> {
+    ranges.sort_by_key(|r| (r.start, r.end));
+    let mut out: Vec<PageRange> = Vec::with_capacity(ranges.len());
+    for r in ranges {
+        match out.last_mut() {
+            Some(last) if r.start <= last.end.saturating_add(gap) => last.end = last.end.max(r.end),
+            _ => out.push(r),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn r(start: u64, end: u64) -> PageRange {
+        PageRange::new(start, end)
+    }
+
+    #[test]
+    fn one_run_walks_back_to_its_pages_sorted() {
+        let mut m = PageModel::default();
+        m.merge_run(&[r(100, 101), r(5, 7), r(50, 51), r(5, 6), r(200, 204)], &ModelLimits::default());
+        assert_eq!(m.nodes.len(), 4, "the repeated page 5 is no new node");
+        assert_eq!(m.starts, vec![(100, 1.0)]);
+        let walk = m.walk(&WalkLimits { merge_gap: 0, ..WalkLimits::default() });
+        assert_eq!(walk, vec![r(5, 7), r(50, 51), r(100, 101), r(200, 204)]);
+    }
+
+    #[test]
+    fn pages_of_one_old_run_age_out() {
+        let limits = ModelLimits::default();
+        let mut m = PageModel::default();
+        m.merge_run(&[r(0, 1), r(900, 901)], &limits);
+        for _ in 0..8 {
+            m.merge_run(&[r(0, 1), r(10, 11)], &limits);
+        }
+        let walk = m.walk(&WalkLimits { merge_gap: 0, ..WalkLimits::default() });
+        assert_eq!(walk, vec![r(0, 1), r(10, 11)], "page 900, seen once long ago, is no longer predicted");
+        assert!(m.nodes.iter().all(|n| n.page != 900), "and it was pruned from the model");
+    }
+
+    #[test]
+    fn rare_branch_is_left_out_common_ones_kept() {
+        let limits = ModelLimits { decay: 1.0, ..ModelLimits::default() };
+        let mut m = PageModel::default();
+        for i in 0..10 {
+            let branch = if i == 0 { r(777, 778) } else { r(20, 21) };
+            m.merge_run(&[r(0, 1), branch, r(30, 31)], &limits);
+        }
+        let walk = m.walk(&WalkLimits { merge_gap: 0, ..WalkLimits::default() });
+        assert_eq!(walk, vec![r(0, 1), r(20, 21), r(30, 31)]);
+    }
+
+    #[test]
+    fn walk_is_bounded_and_loops_do_not_repeat() {
+        let mut m = PageModel::default();
+        let mut run = Vec::new();
+        for i in 0..1000u64 {
+            run.push(r(i * 10, i * 10 + 1));
+            run.push(r(0, 1)); // back to page 0 after every access: a loop
+        }
+        m.merge_run(&run, &ModelLimits::default());
+        let all = m.walk(&WalkLimits { merge_gap: 0, ..WalkLimits::default() });
+        assert_eq!(all.len(), 1000);
+        let bounded = m.walk(&WalkLimits { max_pages: 10, merge_gap: 0, ..WalkLimits::default() });
+        assert_eq!(bounded.iter().map(PageRange::len).sum::<u64>(), 10);
+    }
+
+    #[test]
+    fn model_size_is_bounded() {
+        let limits = ModelLimits { max_nodes: 64, ..ModelLimits::default() };
+        let mut m = PageModel::default();
+        let run: Vec<PageRange> = (0..1000).map(|i| r(i * 3, i * 3 + 1)).collect();
+        m.merge_run(&run, &limits);
+        assert!(m.nodes.len() <= 64, "{} nodes", m.nodes.len());
+        assert!(m.edges.iter().all(|e| m.nodes.iter().any(|n| n.page == e.from)));
+    }
+
+    #[test]
+    fn long_access_is_cut_into_bounded_nodes_and_merge_gap_joins() {
+        let limits = ModelLimits { max_node_pages: 16, ..ModelLimits::default() };
+        let mut m = PageModel::default();
+        m.merge_run(&[r(0, 40), r(42, 43)], &limits);
+        assert_eq!(m.nodes.iter().map(|n| n.page).collect::<Vec<_>>(), vec![0, 16, 32, 42]);
+        assert_eq!(m.walk(&WalkLimits::default()), vec![r(0, 43)]);
+        assert_eq!(m.walk(&WalkLimits { merge_gap: 0, ..WalkLimits::default() }), vec![r(0, 40), r(42, 43)]);
+    }
+}

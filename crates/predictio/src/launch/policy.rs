@@ -1,0 +1,403 @@
+//! The `launch` policy: on the exec of a known executable, the page lists of
+//! its profile go to the executor at once; later phases go when their
+//! trigger file is first touched.
+//!
+//! The policy is handed [`Replay`]s — profiles already walked into page lists
+//! over descriptors its owner opened and checked ([`Replay::open`], done by
+//! `predictio run` or the daemon off the event path) — through a shared
+//! [`ReplayBook`]. On the event path it only looks up and emits: no I/O, no
+//! blocking beyond a short uncontended lock.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use super::model::WalkLimits;
+use super::profile::{Freshness, Profile};
+use super::recorder::{Recorder, WindowLimits};
+use crate::event::{Event, EventKind, EventKinds};
+use crate::file::{FileId, FileRef};
+use crate::page::PageRange;
+use crate::policy::{Policy, PolicyContext};
+use crate::request::Urgency;
+
+/// One file's share of a replay.
+#[derive(Clone, Debug)]
+pub struct ReplayFile {
+    /// The held descriptor.
+    pub file: FileRef,
+    /// Pages, sorted.
+    pub ranges: Vec<PageRange>,
+}
+
+/// A profile ready to replay: descriptors opened, files checked.
+#[derive(Clone, Debug, Default)]
+pub struct Replay {
+    /// Files to fetch at exec, in order of expected first use.
+    pub at_exec: Vec<ReplayFile>,
+    /// Files to fetch when a trigger file is first touched.
+    pub on_trigger: Vec<(FileId, Vec<ReplayFile>)>,
+    /// Files of the profile left out because they changed since learned.
+    pub changed: Vec<String>,
+    /// Files of the profile left out because they are gone or unreadable.
+    pub missing: Vec<String>,
+}
+
+impl Replay {
+    /// Walks `profile` and opens its files, leaving out (and listing) every
+    /// file whose inode, size or mtime changed — a stale profile never
+    /// replays pages of a different file. Does I/O (open, fstat): call it off
+    /// the event path.
+    pub fn open(profile: &Profile, walk: &WalkLimits) -> Replay {
+        let plan = profile.plan(walk);
+        let mut replay = Replay::default();
+        let open_one = |index: usize, ranges: Vec<PageRange>, replay: &mut Replay| -> Option<ReplayFile> {
+            let identity = &profile.files[index].identity;
+            let file = match FileRef::open(&identity.path) {
+                Ok(file) => file,
+                Err(_) => {
+                    replay.missing.push(identity.path.clone());
+                    return None;
+                }
+            };
+            match file.file().metadata().map(|m| identity.compare(&m)) {
+                Ok(Freshness::Fresh) => Some(ReplayFile { file, ranges }),
+                Ok(_) => {
+                    replay.changed.push(identity.path.clone());
+                    None
+                }
+                Err(_) => {
+                    replay.missing.push(identity.path.clone());
+                    None
+                }
+            }
+        };
+        for (index, ranges) in plan.at_exec {
+            if let Some(f) = open_one(index, ranges, &mut replay) {
+                replay.at_exec.push(f);
+            }
+        }
+        for (on, files) in plan.on_trigger {
+            let trigger = profile.files[on].identity.id();
+            let opened: Vec<ReplayFile> = files.into_iter().filter_map(|(i, r)| open_one(i, r, &mut replay)).collect();
+            if !opened.is_empty() {
+                replay.on_trigger.push((trigger, opened));
+            }
+        }
+        replay
+    }
+
+    /// Pages the replay would request.
+    pub fn pages(&self) -> u64 {
+        let sum = |v: &[ReplayFile]| v.iter().flat_map(|f| &f.ranges).map(PageRange::len).sum::<u64>();
+        sum(&self.at_exec) + self.on_trigger.iter().map(|t| sum(&t.1)).sum::<u64>()
+    }
+}
+
+/// Replays by executable, shared between the policy and whoever prepares
+/// them.
+#[derive(Clone, Debug, Default)]
+pub struct ReplayBook {
+    inner: Arc<Mutex<HashMap<FileId, Arc<Replay>>>>,
+}
+
+/// Replays a book holds at most; inserting beyond drops an arbitrary one.
+pub const MAX_REPLAYS: usize = 256;
+
+impl ReplayBook {
+    /// Sets the replay of executable `exe`.
+    pub fn insert(&self, exe: FileId, replay: Replay) {
+        if let Ok(mut map) = self.inner.lock() {
+            if map.len() >= MAX_REPLAYS
+                && !map.contains_key(&exe)
+                && let Some(victim) = map.keys().next().copied()
+            {
+                map.remove(&victim);
+            }
+            map.insert(exe, Arc::new(replay));
+        }
+    }
+
+    /// Forgets the replay of `exe`.
+    pub fn remove(&self, exe: FileId) {
+        if let Ok(mut map) = self.inner.lock() {
+            map.remove(&exe);
+        }
+    }
+
+    /// The replay of `exe`.
+    pub fn get(&self, exe: FileId) -> Option<Arc<Replay>> {
+        self.inner.lock().ok()?.get(&exe).cloned()
+    }
+
+    /// Executables with a replay.
+    pub fn len(&self) -> usize {
+        self.inner.lock().map_or(0, |m| m.len())
+    }
+
+    /// True when the book is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Pending triggers kept at most.
+const MAX_PENDING: usize = 4096;
+/// A trigger not fired within this long after its exec is dropped.
+const TRIGGER_TTL_NS: u64 = 120 * 1_000_000_000;
+/// A second exec of the same executable within this long replays nothing:
+/// the first replay's pages are resident or in flight (a compiler driver
+/// running itself again as its own child). Longer gaps replay again — the
+/// executor skips what is still resident for the cost of a `cachestat`.
+const REPEAT_NS: u64 = 200_000_000;
+
+/// A finished launch window, handed to whoever learns from it (the
+/// daemon's learner thread names the files and merges the run into the
+/// store, off the event path).
+#[derive(Debug)]
+pub struct FinishedLaunch {
+    /// The executable of the exec that opened the window.
+    pub exe: FileId,
+    /// The process that exec'd.
+    pub pid: u32,
+    /// The window.
+    pub recorder: Recorder,
+}
+
+/// Automatic learning inside the policy: every exec (that is not part of a
+/// window already open) opens a bounded launch window.
+#[derive(Debug)]
+struct Learning {
+    limits: WindowLimits,
+    max_windows: usize,
+    windows: Vec<(FileId, u32, Recorder)>,
+    done: std::sync::mpsc::SyncSender<FinishedLaunch>,
+    /// Windows not opened because `max_windows` were open, or not handed
+    /// over because the learner was behind.
+    skipped: u64,
+}
+
+/// The `launch` policy (see the module docs).
+#[derive(Debug, Default)]
+pub struct LaunchPolicy {
+    book: ReplayBook,
+    pending: HashMap<FileId, (u64, Arc<Replay>)>,
+    last_exec: HashMap<FileId, u64>,
+    replays: u64,
+    learning: Option<Learning>,
+}
+
+impl LaunchPolicy {
+    /// A policy replaying from `book`.
+    pub fn new(book: ReplayBook) -> Self {
+        Self { book, ..Self::default() }
+    }
+
+    /// A policy that also learns: each exec opens a launch window (at most
+    /// `max_windows` at once) and each finished window goes to `done`
+    /// (never blocking: a full channel drops the window, counted).
+    pub fn learning(
+        book: ReplayBook,
+        limits: WindowLimits,
+        max_windows: usize,
+        done: std::sync::mpsc::SyncSender<FinishedLaunch>,
+    ) -> Self {
+        Self {
+            book,
+            learning: Some(Learning { limits, max_windows, windows: Vec::new(), done, skipped: 0 }),
+            ..Self::default()
+        }
+    }
+
+    /// Windows skipped by the learning bounds.
+    pub fn skipped_windows(&self) -> u64 {
+        self.learning.as_ref().map_or(0, |l| l.skipped)
+    }
+
+    fn learn(&mut self, event: &Event) {
+        let Some(learning) = self.learning.as_mut() else { return };
+        if let Event::Exec { pid, exe, time_ns } = event
+            && !learning.windows.iter().any(|w| w.2.follows(*pid))
+        {
+            if learning.windows.len() < learning.max_windows {
+                learning.windows.push((*exe, *pid, Recorder::new(*pid, *time_ns, learning.limits)));
+            } else {
+                learning.skipped += 1;
+            }
+        }
+        let now = event_time(event);
+        let mut i = 0;
+        while i < learning.windows.len() {
+            let window = &mut learning.windows[i].2;
+            let done = window.on_event(event) || now.is_some_and(|t| window.tick(t));
+            if done {
+                let (exe, pid, recorder) = learning.windows.swap_remove(i);
+                if learning.done.try_send(FinishedLaunch { exe, pid, recorder }).is_err() {
+                    learning.skipped += 1;
+                }
+            } else {
+                i += 1;
+            }
+        }
+    }
+
+    /// Replays started.
+    pub fn replays(&self) -> u64 {
+        self.replays
+    }
+
+    fn emit(files: &[ReplayFile], ctx: &mut PolicyContext<'_>) {
+        for f in files {
+            ctx.request_file(&f.file, f.ranges.clone(), Urgency::Imminent);
+        }
+    }
+}
+
+impl Policy for LaunchPolicy {
+    fn name(&self) -> &str {
+        "launch"
+    }
+
+    fn interests(&self) -> EventKinds {
+        let replay = EventKinds::of(&[EventKind::Exec, EventKind::PageAccess]);
+        if self.learning.is_some() {
+            replay.with(EventKinds::of(&[EventKind::PageMiss, EventKind::Fork, EventKind::Exit]))
+        } else {
+            replay
+        }
+    }
+
+    fn requests_observed_files(&self) -> bool {
+        false
+    }
+
+    fn on_event(&mut self, event: &Event, ctx: &mut PolicyContext<'_>) {
+        self.learn(event);
+        match event {
+            Event::Exec { exe, time_ns, .. } => {
+                let Some(replay) = self.book.get(*exe) else { return };
+                if self.last_exec.get(exe).is_some_and(|t| time_ns.saturating_sub(*t) < REPEAT_NS) {
+                    return;
+                }
+                if self.last_exec.len() >= MAX_PENDING {
+                    self.last_exec.clear();
+                }
+                self.last_exec.insert(*exe, *time_ns);
+                self.replays += 1;
+                Self::emit(&replay.at_exec, ctx);
+                self.pending.retain(|_, (at, _)| time_ns.saturating_sub(*at) < TRIGGER_TTL_NS);
+                for (trigger, _) in &replay.on_trigger {
+                    if self.pending.len() < MAX_PENDING {
+                        self.pending.insert(*trigger, (*time_ns, Arc::clone(&replay)));
+                    }
+                }
+            }
+            Event::PageAccess { file, .. } if !self.pending.is_empty() => {
+                if let Some((_, replay)) = self.pending.remove(file)
+                    && let Some((_, files)) = replay.on_trigger.iter().find(|(t, _)| t == file)
+                {
+                    Self::emit(files, ctx);
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+fn event_time(event: &Event) -> Option<u64> {
+    match event {
+        Event::PageAccess { time_ns, .. }
+        | Event::PageMiss { time_ns, .. }
+        | Event::Exec { time_ns, .. }
+        | Event::Fork { time_ns, .. }
+        | Event::Exit { time_ns, .. }
+        | Event::FileOpen { time_ns, .. } => Some(*time_ns),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::AccessKind;
+
+    #[test]
+    fn learning_opens_a_window_per_exec_and_hands_it_over() {
+        let (tx, rx) = std::sync::mpsc::sync_channel(4);
+        let limits = WindowLimits { idle_ms: 100, ..WindowLimits::default() };
+        let mut policy = LaunchPolicy::learning(ReplayBook::default(), limits, 1, tx);
+        let files = crate::policy::FileTable::default();
+        let mut out = Vec::new();
+        let mut ctx = PolicyContext::new(&files, &mut out, crate::policy::PolicyId(1));
+        let exe = FileId { dev: 1, ino: 1 };
+        let lib = FileId { dev: 1, ino: 2 };
+        policy.on_event(&Event::Exec { pid: 5, exe, time_ns: 0 }, &mut ctx);
+        policy.on_event(&Event::Exec { pid: 6, exe, time_ns: 0 }, &mut ctx); // over max_windows
+        let access = |pid, ms: u64| Event::PageAccess {
+            pid,
+            file: lib,
+            pages: PageRange::page(3),
+            kind: AccessKind::Fault,
+            time_ns: ms * 1_000_000,
+        };
+        policy.on_event(&access(5, 1), &mut ctx);
+        policy.on_event(&Event::PageMiss { pid: 5, file: lib, page: 3, time_ns: 1_000_000 }, &mut ctx);
+        assert!(rx.try_recv().is_err(), "window still open");
+        // Another process's event 200 ms later: idle ends the window.
+        policy.on_event(&access(99, 200), &mut ctx);
+        let finished = rx.try_recv().expect("window handed over");
+        assert_eq!((finished.exe, finished.pid), (exe, 5));
+        let names = |id: FileId, _| {
+            Some(crate::launch::FileIdentity {
+                path: format!("/{}", id.ino),
+                dev: id.dev,
+                ino: id.ino,
+                size: 1,
+                mtime_ns: 0,
+            })
+        };
+        let run = finished.recorder.finish(names);
+        assert_eq!(run.files.len(), 1);
+        assert_eq!(run.files[0].accesses, vec![PageRange::page(3)]);
+        assert_eq!(policy.skipped_windows(), 1);
+        assert!(out.is_empty(), "learning alone requests nothing");
+    }
+
+    #[test]
+    fn the_dispatcher_resolves_nothing_for_launch_alone() {
+        struct Null;
+        impl crate::executor::RequestSink for Null {
+            fn submit(&self, _: crate::request::Request) -> Result<(), crate::executor::SubmitError> {
+                Ok(())
+            }
+        }
+        let mut rt = crate::runtime::Runtime::with_sink(Arc::new(Null));
+        rt.add_policy(Box::new(LaunchPolicy::new(ReplayBook::default())));
+        assert!(rt.wants(EventKind::PageAccess));
+        assert!(!rt.wants_files_of(EventKind::PageAccess), "launch requests only files it was handed");
+        rt.add_policy(crate::policies::by_name("stream").expect("stream policy"));
+        assert!(rt.wants_files_of(EventKind::PageAccess), "stream requests the files it observes");
+    }
+
+    #[test]
+    fn repeated_exec_replays_once() {
+        let book = ReplayBook::default();
+        let exe = FileId { dev: 1, ino: 1 };
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        std::fs::write(&path, vec![0u8; 8192]).unwrap();
+        let file = FileRef::open(&path).unwrap();
+        book.insert(
+            exe,
+            Replay { at_exec: vec![ReplayFile { file, ranges: vec![PageRange::page(1)] }], ..Replay::default() },
+        );
+        let mut policy = LaunchPolicy::new(book);
+        let files = crate::policy::FileTable::default();
+        let mut out = Vec::new();
+        let mut ctx = PolicyContext::new(&files, &mut out, crate::policy::PolicyId(1));
+        policy.on_event(&Event::Exec { pid: 5, exe, time_ns: 0 }, &mut ctx);
+        policy.on_event(&Event::Exec { pid: 6, exe, time_ns: 10 }, &mut ctx); // the driver re-running itself
+        policy.on_event(&Event::Exec { pid: 7, exe, time_ns: 2_000_000_000 }, &mut ctx);
+        assert_eq!(out.len(), 2);
+        assert_eq!(policy.replays(), 2);
+    }
+}

@@ -1,0 +1,383 @@
+//! Launch profiles: what one executable's launches read, learned across runs.
+//!
+//! A [`Profile`] is the executable's identity, the files its launches touch
+//! (each with its identity — path, device, inode, size, mtime — the aged time
+//! of its first touch after exec, and a [`PageModel`]), and Notifetcher-style
+//! [`Trigger`]s for the files of later phases (seed 001): "when file X is
+//! first touched, the set Y follows". A [`LaunchRun`] (one observed launch,
+//! from [`super::recorder`]) is merged into a profile with aging; a file whose
+//! identity changed is re-learned from scratch. [`Profile::plan`] walks the
+//! models into the page lists a replay hands to the executor. Pure data; the
+//! only I/O here is [`FileIdentity::of_path`] / [`FileIdentity::check`], which
+//! the callers (record, the daemon, the store) use — never a policy.
+
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+
+use super::model::{ModelLimits, PageModel, WalkLimits};
+use crate::file::FileId;
+use crate::page::PageRange;
+
+/// Version of the profile format; a store refuses other versions.
+pub const PROFILE_VERSION: u32 = 1;
+
+/// Who a file is: where it was, and what it was when learned.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct FileIdentity {
+    /// Absolute path.
+    pub path: String,
+    /// `st_dev`.
+    pub dev: u64,
+    /// `st_ino`.
+    pub ino: u64,
+    /// `st_size`.
+    pub size: u64,
+    /// `st_mtime` in nanoseconds.
+    pub mtime_ns: i64,
+}
+
+/// Whether a learned file is still the file on disk.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Freshness {
+    /// Same inode, size and mtime.
+    Fresh,
+    /// Replaced or modified since it was learned.
+    Changed,
+    /// Gone (or unreadable).
+    Missing,
+}
+
+impl FileIdentity {
+    /// The identity of `path` from its metadata.
+    pub fn from_metadata(path: &str, meta: &std::fs::Metadata) -> Self {
+        Self {
+            path: path.to_owned(),
+            dev: meta.dev(),
+            ino: meta.ino(),
+            size: meta.size(),
+            mtime_ns: meta.mtime().saturating_mul(1_000_000_000).saturating_add(meta.mtime_nsec()),
+        }
+    }
+
+    /// Reads the identity of `path` (`stat`, following links).
+    pub fn of_path(path: impl AsRef<Path>) -> std::io::Result<Self> {
+        let path = path.as_ref();
+        let meta = std::fs::metadata(path)?;
+        Ok(Self::from_metadata(&path.to_string_lossy(), &meta))
+    }
+
+    /// The file id.
+    pub fn id(&self) -> FileId {
+        FileId { dev: self.dev, ino: self.ino }
+    }
+
+    /// Whether `now` (the metadata of the file as it is) is still this file.
+    pub fn compare(&self, now: &std::fs::Metadata) -> Freshness {
+        let current = Self::from_metadata(&self.path, now);
+        if current == *self { Freshness::Fresh } else { Freshness::Changed }
+    }
+
+    /// Stats the path and compares.
+    pub fn check(&self) -> Freshness {
+        match std::fs::metadata(&self.path) {
+            Ok(meta) => self.compare(&meta),
+            Err(_) => Freshness::Missing,
+        }
+    }
+}
+
+/// One observed launch of an executable.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct LaunchRun {
+    /// The files touched, in order of first touch.
+    pub files: Vec<RunFile>,
+    /// Length of the observed window, ms.
+    pub window_ms: f64,
+}
+
+/// One file of a [`LaunchRun`].
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct RunFile {
+    /// The file.
+    pub identity: FileIdentity,
+    /// First touch, ms after exec.
+    pub first_touch_ms: f64,
+    /// The accesses, in order.
+    pub accesses: Vec<PageRange>,
+}
+
+/// One learned file of a [`Profile`].
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct FileProfile {
+    /// The file as learned.
+    pub identity: FileIdentity,
+    /// Aged mean of its first touch, ms after exec.
+    pub first_touch_ms: f64,
+    /// Its pages.
+    pub model: PageModel,
+}
+
+/// "When file `on` is first touched, files `then` follow" (seed 001). Indices
+/// into [`Profile::files`].
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Trigger {
+    /// The file whose first touch fires the trigger.
+    pub on: usize,
+    /// The files to fetch then.
+    pub then: Vec<usize>,
+}
+
+/// Learning settings.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LearnLimits {
+    /// Per-file model bounds.
+    pub model: ModelLimits,
+    /// Files kept per profile (the first touched win).
+    pub max_files: usize,
+    /// A pause of at least this long between first touches starts a later
+    /// phase, fetched on a trigger instead of at exec.
+    pub phase_gap_ms: f64,
+}
+
+impl Default for LearnLimits {
+    fn default() -> Self {
+        Self { model: ModelLimits::default(), max_files: 4096, phase_gap_ms: 1000.0 }
+    }
+}
+
+/// What a launch of one executable reads (see the module docs).
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Profile {
+    /// [`PROFILE_VERSION`] when written.
+    pub version: u32,
+    /// The executable.
+    pub exe: FileIdentity,
+    /// Launches merged.
+    pub runs: u32,
+    /// Wall-clock seconds (UNIX) of the last merge or replay.
+    pub last_used_s: u64,
+    /// Total time spent observing launches, ms.
+    pub learned_ms: f64,
+    /// Files in order of (aged) first touch.
+    pub files: Vec<FileProfile>,
+    /// Later phases.
+    pub triggers: Vec<Trigger>,
+}
+
+/// Page lists of some files: `(index into Profile::files, ranges)`.
+pub type FilePages = Vec<(usize, Vec<PageRange>)>;
+
+/// A replay plan: page lists per file, in expected order of first use.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Plan {
+    /// `(file index, ranges)` to fetch at exec.
+    pub at_exec: FilePages,
+    /// `(trigger file index, [(file index, ranges)])` to fetch when the
+    /// trigger file is first touched.
+    pub on_trigger: Vec<(usize, FilePages)>,
+}
+
+impl Plan {
+    /// Pages in the whole plan.
+    pub fn pages(&self) -> u64 {
+        let sum = |v: &[(usize, Vec<PageRange>)]| v.iter().flat_map(|f| &f.1).map(PageRange::len).sum::<u64>();
+        sum(&self.at_exec) + self.on_trigger.iter().map(|t| sum(&t.1)).sum::<u64>()
+    }
+}
+
+fn now_s() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
+
+impl Profile {
+    /// An empty profile for `exe`.
+    pub fn new(exe: FileIdentity) -> Self {
+        Self {
+            version: PROFILE_VERSION,
+            exe,
+            runs: 0,
+            last_used_s: now_s(),
+            learned_ms: 0.0,
+            files: Vec::new(),
+            triggers: Vec::new(),
+        }
+    }
+
+    /// Merges one launch: matching files (by path) learn the run with aging,
+    /// a file whose identity changed starts over, files the run did not
+    /// touch age, and files whose models emptied are forgotten.
+    pub fn merge(&mut self, run: &LaunchRun, limits: &LearnLimits) {
+        self.runs = self.runs.saturating_add(1);
+        self.last_used_s = now_s();
+        self.learned_ms += run.window_ms;
+        let mut touched = vec![false; self.files.len()];
+        for file in run.files.iter().take(limits.max_files) {
+            match self.files.iter().position(|f| f.identity.path == file.identity.path) {
+                Some(i) => {
+                    let known = &mut self.files[i];
+                    if known.identity != file.identity {
+                        known.identity = file.identity.clone();
+                        known.model = PageModel::default();
+                        known.first_touch_ms = file.first_touch_ms;
+                    } else {
+                        known.first_touch_ms = 0.5 * (known.first_touch_ms + file.first_touch_ms);
+                    }
+                    known.model.merge_run(&file.accesses, &limits.model);
+                    touched[i] = true;
+                }
+                None if self.files.len() < limits.max_files => {
+                    let mut model = PageModel::default();
+                    model.merge_run(&file.accesses, &limits.model);
+                    self.files.push(FileProfile {
+                        identity: file.identity.clone(),
+                        first_touch_ms: file.first_touch_ms,
+                        model,
+                    });
+                    touched.push(true);
+                }
+                None => {}
+            }
+        }
+        for (file, touched) in self.files.iter_mut().zip(&touched) {
+            if !touched {
+                file.model.merge_run(&[], &limits.model);
+            }
+        }
+        self.files.retain(|f| !f.model.nodes.is_empty());
+        self.files.sort_by(|a, b| a.first_touch_ms.total_cmp(&b.first_touch_ms));
+        self.triggers = phases(&self.files, limits.phase_gap_ms);
+    }
+
+    /// Pages the models cover.
+    pub fn pages(&self) -> u64 {
+        self.files.iter().map(|f| f.model.pages()).sum()
+    }
+
+    /// Walks every file's model: files of the first phase go to
+    /// [`Plan::at_exec`], later phases under their trigger. Files are in
+    /// order of first touch.
+    pub fn plan(&self, walk: &WalkLimits) -> Plan {
+        let mut plan = Plan::default();
+        let later: std::collections::HashSet<usize> =
+            self.triggers.iter().flat_map(|t| t.then.iter().copied()).collect();
+        let walked = |i: usize| -> Option<(usize, Vec<PageRange>)> {
+            let ranges = self.files[i].model.walk(walk);
+            (!ranges.is_empty()).then_some((i, ranges))
+        };
+        plan.at_exec = (0..self.files.len()).filter(|i| !later.contains(i)).filter_map(walked).collect();
+        plan.on_trigger = self
+            .triggers
+            .iter()
+            .map(|t| (t.on, t.then.iter().filter_map(|&i| walked(i)).collect::<Vec<_>>()))
+            .filter(|t| !t.1.is_empty())
+            .collect();
+        plan
+    }
+}
+
+/// Splits files (sorted by first touch) into phases at pauses of at least
+/// `gap_ms`; each later phase is a trigger on its first file.
+fn phases(files: &[FileProfile], gap_ms: f64) -> Vec<Trigger> {
+    let mut triggers: Vec<Trigger> = Vec::new();
+    for i in 1..files.len() {
+        if files[i].first_touch_ms - files[i - 1].first_touch_ms >= gap_ms {
+            triggers.push(Trigger { on: i, then: vec![i] });
+        } else if let Some(t) = triggers.last_mut() {
+            t.then.push(i);
+        }
+    }
+    triggers
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ident(path: &str, ino: u64) -> FileIdentity {
+        FileIdentity { path: path.into(), dev: 1, ino, size: 4096 * 100, mtime_ns: 7 }
+    }
+
+    fn file(path: &str, ino: u64, at: f64, pages: &[u64]) -> RunFile {
+        RunFile {
+            identity: ident(path, ino),
+            first_touch_ms: at,
+            accesses: pages.iter().map(|&p| PageRange::page(p)).collect(),
+        }
+    }
+
+    #[test]
+    fn merge_orders_files_by_first_touch_and_plans_them() {
+        let mut p = Profile::new(ident("/bin/x", 1));
+        let run = LaunchRun {
+            files: vec![file("/lib/b", 3, 5.0, &[9, 1]), file("/bin/x", 1, 0.0, &[0, 4])],
+            window_ms: 20.0,
+        };
+        p.merge(&run, &LearnLimits::default());
+        assert_eq!(p.files.iter().map(|f| f.identity.path.as_str()).collect::<Vec<_>>(), vec!["/bin/x", "/lib/b"]);
+        let plan = p.plan(&WalkLimits { merge_gap: 0, ..WalkLimits::default() });
+        assert_eq!(
+            plan.at_exec,
+            vec![(0, vec![PageRange::page(0), PageRange::page(4)]), (1, vec![PageRange::page(1), PageRange::page(9)])]
+        );
+        assert!(plan.on_trigger.is_empty());
+        assert_eq!(plan.pages(), 4);
+    }
+
+    #[test]
+    fn changed_file_is_relearned_not_mixed() {
+        let mut p = Profile::new(ident("/bin/x", 1));
+        let limits = LearnLimits::default();
+        for _ in 0..3 {
+            p.merge(&LaunchRun { files: vec![file("/lib/a", 2, 1.0, &[10, 11])], window_ms: 1.0 }, &limits);
+        }
+        // Same path, new inode: the old pages must not be predicted.
+        p.merge(&LaunchRun { files: vec![file("/lib/a", 99, 1.0, &[500])], window_ms: 1.0 }, &limits);
+        assert_eq!(p.files[0].identity.ino, 99);
+        assert_eq!(p.plan(&WalkLimits::default()).at_exec, vec![(0, vec![PageRange::page(500)])]);
+    }
+
+    #[test]
+    fn a_late_phase_becomes_a_trigger() {
+        let mut p = Profile::new(ident("/bin/x", 1));
+        let run = LaunchRun {
+            files: vec![
+                file("/bin/x", 1, 0.0, &[0]),
+                file("/lib/a", 2, 3.0, &[0]),
+                file("/plugin/p", 3, 2500.0, &[5]),
+                file("/plugin/q", 4, 2510.0, &[6]),
+            ],
+            window_ms: 3000.0,
+        };
+        p.merge(&run, &LearnLimits::default());
+        assert_eq!(p.triggers, vec![Trigger { on: 2, then: vec![2, 3] }]);
+        let plan = p.plan(&WalkLimits::default());
+        assert_eq!(plan.at_exec.iter().map(|f| f.0).collect::<Vec<_>>(), vec![0, 1]);
+        assert_eq!(plan.on_trigger.len(), 1);
+        assert_eq!(plan.on_trigger[0].0, 2);
+        assert_eq!(plan.on_trigger[0].1.iter().map(|f| f.0).collect::<Vec<_>>(), vec![2, 3]);
+    }
+
+    #[test]
+    fn files_no_longer_touched_age_out() {
+        let mut p = Profile::new(ident("/bin/x", 1));
+        let limits = LearnLimits::default();
+        p.merge(&LaunchRun { files: vec![file("/old", 5, 1.0, &[1])], window_ms: 1.0 }, &limits);
+        for _ in 0..8 {
+            p.merge(&LaunchRun { files: vec![file("/new", 6, 1.0, &[1])], window_ms: 1.0 }, &limits);
+        }
+        assert_eq!(p.files.iter().map(|f| f.identity.path.as_str()).collect::<Vec<_>>(), vec!["/new"]);
+    }
+
+    #[test]
+    fn identity_check_sees_changes() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        std::fs::write(&path, b"one").unwrap();
+        let id = FileIdentity::of_path(&path).unwrap();
+        assert_eq!(id.check(), Freshness::Fresh);
+        std::fs::write(&path, b"three").unwrap();
+        assert_eq!(id.check(), Freshness::Changed);
+        std::fs::remove_file(&path).unwrap();
+        assert_eq!(id.check(), Freshness::Missing);
+    }
+}

@@ -1,0 +1,353 @@
+//! The profile store: one embedded database file (`redb`: copy-on-write
+//! B-trees, ACID commits with fsync) under `/var/lib/predictio` by default.
+//!
+//! Crash safety comes from `redb`: a commit is either all there or not at
+//! all, so a `kill -9` in the middle of a write leaves the previous committed
+//! state, which the next open repairs to. The format is versioned (a `meta`
+//! table holds [`STORE_VERSION`]; each profile carries
+//! [`PROFILE_VERSION`](super::profile::PROFILE_VERSION)); an other version is
+//! a typed error, never a misread. The store is size-capped: after a write
+//! the least recently used profiles are evicted until the values fit
+//! [`Store::cap_bytes`]. The database file is locked while open, so holders
+//! keep it open only for one operation.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use redb::{Database, ReadableTable, TableDefinition};
+
+use super::profile::{PROFILE_VERSION, Profile};
+
+/// Version of the store's layout.
+pub const STORE_VERSION: u64 = 1;
+
+/// Default directory.
+pub const DEFAULT_DIR: &str = "/var/lib/predictio";
+
+/// Default size cap of the profiles, bytes.
+pub const DEFAULT_CAP_BYTES: u64 = 64 << 20;
+
+/// File name of the database in its directory.
+pub const FILE_NAME: &str = "launch.redb";
+
+const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
+const PROFILES: TableDefinition<&str, &[u8]> = TableDefinition::new("profiles");
+
+/// Store errors.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The directory could not be created.
+    #[error("cannot create the store directory {path}: {source}")]
+    Dir {
+        /// The directory.
+        path: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The database failed.
+    #[error("profile store {path}: {source}")]
+    Db {
+        /// The database file.
+        path: String,
+        /// Why.
+        source: Box<redb::Error>,
+    },
+    /// The store was written by another version of predictio.
+    #[error("profile store {path} has format version {found}, this predictio reads version {STORE_VERSION}")]
+    Version {
+        /// The database file.
+        path: String,
+        /// The version found.
+        found: u64,
+    },
+    /// A profile could not be encoded or decoded.
+    #[error("profile of {exe}: {reason}")]
+    Profile {
+        /// The executable.
+        exe: String,
+        /// Why.
+        reason: String,
+    },
+}
+
+/// One line of [`Store::list`].
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct Summary {
+    /// The executable's path.
+    pub exe: String,
+    /// Launches learned.
+    pub runs: u32,
+    /// Files in the profile.
+    pub files: usize,
+    /// Pages its models cover.
+    pub pages: u64,
+    /// Bytes stored.
+    pub stored_bytes: u64,
+    /// Last learned or replayed (UNIX seconds).
+    pub last_used_s: u64,
+}
+
+/// The profile store (see the module docs).
+pub struct Store {
+    db: Database,
+    path: PathBuf,
+    cap_bytes: u64,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store").field("path", &self.path).field("cap_bytes", &self.cap_bytes).finish()
+    }
+}
+
+impl Store {
+    /// Opens (creating if needed) the store in `dir`, capped at `cap_bytes`
+    /// of profiles. Waits up to `wait` for another holder to let go.
+    pub fn open(dir: impl AsRef<Path>, cap_bytes: u64, wait: Duration) -> Result<Store, StoreError> {
+        let dir = dir.as_ref();
+        std::fs::create_dir_all(dir).map_err(|source| StoreError::Dir { path: dir.display().to_string(), source })?;
+        let path = dir.join(FILE_NAME);
+        let shown = path.display().to_string();
+        let err = |e: redb::Error| StoreError::Db { path: shown.clone(), source: Box::new(e) };
+        let deadline = Instant::now() + wait;
+        let db = loop {
+            match Database::create(&path) {
+                Ok(db) => break db,
+                Err(redb::DatabaseError::DatabaseAlreadyOpen) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                Err(e) => return Err(err(e.into())),
+            }
+        };
+        let txn = db.begin_write().map_err(|e| err(e.into()))?;
+        {
+            let mut meta = txn.open_table(META).map_err(|e| err(e.into()))?;
+            let found = meta.get("version").map_err(|e| err(e.into()))?.map(|v| v.value());
+            match found {
+                Some(v) if v != STORE_VERSION => return Err(StoreError::Version { path: shown, found: v }),
+                Some(_) => {}
+                None => {
+                    meta.insert("version", STORE_VERSION).map_err(|e| err(e.into()))?;
+                }
+            }
+            txn.open_table(PROFILES).map_err(|e| err(e.into()))?;
+        }
+        txn.commit().map_err(|e| err(e.into()))?;
+        Ok(Store { db, path, cap_bytes })
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The size cap.
+    pub fn cap_bytes(&self) -> u64 {
+        self.cap_bytes
+    }
+
+    fn err(&self, e: impl Into<redb::Error>) -> StoreError {
+        StoreError::Db { path: self.path.display().to_string(), source: Box::new(e.into()) }
+    }
+
+    fn decode(exe: &str, bytes: &[u8]) -> Result<Profile, StoreError> {
+        let profile: Profile = serde_json::from_slice(bytes)
+            .map_err(|e| StoreError::Profile { exe: exe.to_owned(), reason: e.to_string() })?;
+        if profile.version != PROFILE_VERSION {
+            return Err(StoreError::Profile {
+                exe: exe.to_owned(),
+                reason: format!("profile version {}, expected {PROFILE_VERSION}", profile.version),
+            });
+        }
+        Ok(profile)
+    }
+
+    /// Writes `profile` (keyed by its executable's path) in one commit, then
+    /// evicts least recently used profiles beyond the cap (never the one just
+    /// written). Returns the executables evicted.
+    pub fn put(&self, profile: &Profile) -> Result<Vec<String>, StoreError> {
+        let exe = profile.exe.path.as_str();
+        let bytes = serde_json::to_vec(profile)
+            .map_err(|e| StoreError::Profile { exe: exe.to_owned(), reason: e.to_string() })?;
+        let txn = self.db.begin_write().map_err(|e| self.err(e))?;
+        let mut evicted = Vec::new();
+        {
+            let mut table = txn.open_table(PROFILES).map_err(|e| self.err(e))?;
+            table.insert(exe, bytes.as_slice()).map_err(|e| self.err(e))?;
+            let mut sizes: Vec<(u64, u64, String)> = Vec::new();
+            let mut total = 0u64;
+            for item in table.iter().map_err(|e| self.err(e))? {
+                let (k, v) = item.map_err(|e| self.err(e))?;
+                let len = v.value().len() as u64;
+                total += len;
+                let last = Self::decode(k.value(), v.value()).map_or(0, |p| p.last_used_s);
+                if k.value() != exe {
+                    sizes.push((last, len, k.value().to_owned()));
+                }
+            }
+            sizes.sort();
+            for (_, len, key) in sizes {
+                if total <= self.cap_bytes {
+                    break;
+                }
+                table.remove(key.as_str()).map_err(|e| self.err(e))?;
+                total -= len;
+                evicted.push(key);
+            }
+        }
+        txn.commit().map_err(|e| self.err(e))?;
+        Ok(evicted)
+    }
+
+    /// Merges one run of `exe` into its profile (a new profile when there is
+    /// none, or when the executable itself changed) and writes it. Returns
+    /// the profile as stored.
+    pub fn merge_run(
+        &self,
+        exe: &super::profile::FileIdentity,
+        run: &super::profile::LaunchRun,
+        limits: &super::profile::LearnLimits,
+    ) -> Result<Profile, StoreError> {
+        let mut profile = match self.get(&exe.path) {
+            Ok(Some(p)) if p.exe == *exe => p,
+            Ok(_) | Err(StoreError::Profile { .. }) => Profile::new(exe.clone()),
+            Err(e) => return Err(e),
+        };
+        profile.merge(run, limits);
+        self.put(&profile)?;
+        Ok(profile)
+    }
+
+    /// Marks the profile of `exe` used now (for least-recently-used
+    /// eviction).
+    pub fn touch(&self, exe: &str) -> Result<(), StoreError> {
+        if let Some(mut p) = self.get(exe)? {
+            p.last_used_s =
+                std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+            self.put(&p)?;
+        }
+        Ok(())
+    }
+
+    /// The profile of the executable at `exe`.
+    pub fn get(&self, exe: &str) -> Result<Option<Profile>, StoreError> {
+        let txn = self.db.begin_read().map_err(|e| self.err(e))?;
+        let table = txn.open_table(PROFILES).map_err(|e| self.err(e))?;
+        let found = table.get(exe).map_err(|e| self.err(e))?;
+        found.map(|v| Self::decode(exe, v.value())).transpose()
+    }
+
+    /// Forgets the profile of `exe`; false when there was none.
+    pub fn remove(&self, exe: &str) -> Result<bool, StoreError> {
+        let txn = self.db.begin_write().map_err(|e| self.err(e))?;
+        let removed = {
+            let mut table = txn.open_table(PROFILES).map_err(|e| self.err(e))?;
+            table.remove(exe).map_err(|e| self.err(e))?.is_some()
+        };
+        txn.commit().map_err(|e| self.err(e))?;
+        Ok(removed)
+    }
+
+    /// Every profile that decodes, and the keys of those that do not.
+    pub fn all(&self) -> Result<(Vec<Profile>, Vec<String>), StoreError> {
+        let txn = self.db.begin_read().map_err(|e| self.err(e))?;
+        let table = txn.open_table(PROFILES).map_err(|e| self.err(e))?;
+        let mut good = Vec::new();
+        let mut bad = Vec::new();
+        for item in table.iter().map_err(|e| self.err(e))? {
+            let (k, v) = item.map_err(|e| self.err(e))?;
+            match Self::decode(k.value(), v.value()) {
+                Ok(p) => good.push(p),
+                Err(_) => bad.push(k.value().to_owned()),
+            }
+        }
+        Ok((good, bad))
+    }
+
+    /// One summary per stored profile.
+    pub fn list(&self) -> Result<Vec<Summary>, StoreError> {
+        let txn = self.db.begin_read().map_err(|e| self.err(e))?;
+        let table = txn.open_table(PROFILES).map_err(|e| self.err(e))?;
+        let mut out = Vec::new();
+        for item in table.iter().map_err(|e| self.err(e))? {
+            let (k, v) = item.map_err(|e| self.err(e))?;
+            if let Ok(p) = Self::decode(k.value(), v.value()) {
+                out.push(Summary {
+                    exe: p.exe.path.clone(),
+                    runs: p.runs,
+                    files: p.files.len(),
+                    pages: p.pages(),
+                    stored_bytes: v.value().len() as u64,
+                    last_used_s: p.last_used_s,
+                });
+            }
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::launch::profile::{FileIdentity, LaunchRun, LearnLimits, RunFile};
+    use crate::page::PageRange;
+
+    fn profile(exe: &str, pages: u64, last_used_s: u64) -> Profile {
+        let ident = FileIdentity { path: exe.into(), dev: 1, ino: 2, size: 1 << 30, mtime_ns: 3 };
+        let mut p = Profile::new(ident.clone());
+        let accesses = (0..pages).map(|i| PageRange::page(i * 7)).collect();
+        p.merge(
+            &LaunchRun { files: vec![RunFile { identity: ident, first_touch_ms: 0.0, accesses }], window_ms: 5.0 },
+            &LearnLimits::default(),
+        );
+        p.last_used_s = last_used_s;
+        p
+    }
+
+    #[test]
+    fn roundtrip_list_remove() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), DEFAULT_CAP_BYTES, Duration::ZERO).unwrap();
+        let p = profile("/usr/bin/a", 50, 10);
+        store.put(&p).unwrap();
+        drop(store);
+        let store = Store::open(dir.path(), DEFAULT_CAP_BYTES, Duration::ZERO).unwrap();
+        assert_eq!(store.get("/usr/bin/a").unwrap().as_ref(), Some(&p));
+        assert_eq!(store.get("/usr/bin/b").unwrap(), None);
+        let list = store.list().unwrap();
+        assert_eq!(list.len(), 1);
+        assert_eq!((list[0].runs, list[0].files, list[0].pages), (1, 1, 50));
+        assert!(store.remove("/usr/bin/a").unwrap());
+        assert!(!store.remove("/usr/bin/a").unwrap());
+        assert!(store.all().unwrap().0.is_empty());
+    }
+
+    #[test]
+    fn cap_evicts_least_recently_used() {
+        let dir = tempfile::tempdir().unwrap();
+        let one = serde_json::to_vec(&profile("/x/p0", 200, 0)).unwrap().len() as u64;
+        let store = Store::open(dir.path(), one * 3 + one / 2, Duration::ZERO).unwrap();
+        for (i, last) in [(0, 50), (1, 10), (2, 40)] {
+            assert!(store.put(&profile(&format!("/x/p{i}"), 200, last)).unwrap().is_empty());
+        }
+        let evicted = store.put(&profile("/x/p3", 200, 60)).unwrap();
+        assert_eq!(evicted, vec!["/x/p1".to_owned()], "the least recently used goes first");
+        let mut left: Vec<String> = store.list().unwrap().into_iter().map(|s| s.exe).collect();
+        left.sort();
+        assert_eq!(left, vec!["/x/p0", "/x/p2", "/x/p3"]);
+    }
+
+    #[test]
+    fn other_version_is_a_clear_error() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let db = Database::create(dir.path().join(FILE_NAME)).unwrap();
+            let txn = db.begin_write().unwrap();
+            txn.open_table(META).unwrap().insert("version", 99).unwrap();
+            txn.commit().unwrap();
+        }
+        let err = Store::open(dir.path(), DEFAULT_CAP_BYTES, Duration::ZERO).unwrap_err();
+        assert!(matches!(err, StoreError::Version { found: 99, .. }), "{err}");
+        assert!(err.to_string().contains("version 99"));
+    }
+}
