@@ -227,13 +227,24 @@ impl Drop for Mapping {
 }
 
 /// Reads `buf.len()` bytes at `offset` only if they are already in the page
-/// cache: `preadv2(2)` with `RWF_NOWAIT`, which fails with `EAGAIN` rather
-/// than start I/O. Returns the bytes read (short when part of the range is
-/// not cached or the file ends), or `None` when the first page is not
-/// cached (or the filesystem does not support `RWF_NOWAIT`). Never causes
-/// device I/O, so looking at a page a program just read cannot change what
-/// is resident.
+/// cache. Returns the bytes read (short when only a prefix of the range is
+/// cached or the file ends), or `None` when the first page is not cached (or
+/// the filesystem does not support `RWF_NOWAIT`).
+///
+/// `RWF_NOWAIT` alone is not enough: it fails with `EAGAIN` on a page that is
+/// not cached, but the kernel starts readahead for it first (since Linux 5.9,
+/// for io_uring's sake). So the range is checked with `cachestat(2)` first and
+/// only cached pages are read; `RWF_NOWAIT` then covers a page evicted or
+/// still being read in between (`EAGAIN`, no wait). Looking at a page a
+/// program just read therefore never reads an absent page in.
 pub fn pread_resident(fd: BorrowedFd<'_>, buf: &mut [u8], offset: u64) -> io::Result<Option<usize>> {
+    if buf.is_empty() {
+        return Ok(Some(0));
+    }
+    let Some(len) = cached_prefix(fd, offset, buf.len() as u64)? else {
+        return Ok(None);
+    };
+    let buf = &mut buf[..len];
     let offset = i64::try_from(offset).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
     let iov = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
     // SAFETY: one iovec over `buf`, which is live and writable for the call;
@@ -247,6 +258,24 @@ pub fn pread_resident(fd: BorrowedFd<'_>, buf: &mut [u8], offset: u64) -> io::Re
         Some(libc::EAGAIN) | Some(libc::EOPNOTSUPP) => Ok(None),
         _ => Err(err),
     }
+}
+
+/// How many bytes from `offset` (at most `len`) lie on cached pages: all of
+/// them when every page of the range is cached, else those on the first page,
+/// else `None`.
+fn cached_prefix(fd: BorrowedFd<'_>, offset: u64, len: u64) -> io::Result<Option<usize>> {
+    const PAGE: u64 = 4096;
+    let first = offset - offset % PAGE;
+    let end = offset.saturating_add(len);
+    let pages = end.div_ceil(PAGE) - first / PAGE;
+    let whole = cachestat(fd, first, pages * PAGE)?;
+    if whole.nr_cache >= pages {
+        return Ok(Some(len as usize));
+    }
+    if pages > 1 && cachestat(fd, first, PAGE)?.nr_cache >= 1 {
+        return Ok(Some((first + PAGE - offset) as usize));
+    }
+    Ok(None)
 }
 
 /// `struct file_handle` with room for the 8-byte `FILEID_INO32_GEN` handle.
