@@ -36,17 +36,23 @@ pub enum Workload {
     ShuffleRead,
     /// Seed 002: 64 KiB buffered sequential reads; baseline, stream, learned.
     SeqRead,
+    /// Seed 000 §6.3: RocksDB long scan, YCSB-E, YCSB-C; its own readahead, off, the scan policy.
+    RocksDb,
+    /// Random 4 KiB reads and an unpredictable scan: stream and learned stay out of the way.
+    NoStructure,
 }
 
 impl Workload {
     /// Every workload.
-    pub const ALL: [Workload; 6] = [
+    pub const ALL: [Workload; 8] = [
         Workload::AccessPatterns,
         Workload::ControlPath,
         Workload::Backends,
         Workload::LargeRead,
         Workload::ShuffleRead,
         Workload::SeqRead,
+        Workload::RocksDb,
+        Workload::NoStructure,
     ];
 
     /// The workload's name (and result file stem).
@@ -58,6 +64,8 @@ impl Workload {
             Workload::LargeRead => "large-read",
             Workload::ShuffleRead => "shuffle-read",
             Workload::SeqRead => "seq-read",
+            Workload::RocksDb => "rocksdb",
+            Workload::NoStructure => "no-structure",
         }
     }
 }
@@ -71,7 +79,7 @@ impl fmt::Display for Workload {
 /// An unknown workload name.
 #[derive(Debug, Clone, thiserror::Error)]
 #[error(
-    "unknown workload {0:?}: expected one of access-patterns, control-path, backends, large-read, shuffle-read, seq-read"
+    "unknown workload {0:?}: expected one of access-patterns, control-path, backends, large-read, shuffle-read, seq-read, rocksdb, no-structure"
 )]
 pub struct UnknownWorkload(pub String);
 
@@ -131,5 +139,7 @@ pub fn run(workload: Workload, options: &BenchOptions) -> Result<Report, BenchEr
         Workload::LargeRead => workloads::large_read::run(options),
         Workload::ShuffleRead => workloads::shuffle_read::run(options),
         Workload::SeqRead => workloads::seq_read::run(options),
+        Workload::RocksDb => workloads::rocksdb::run(options),
+        Workload::NoStructure => workloads::no_structure::run(options),
     }
 }

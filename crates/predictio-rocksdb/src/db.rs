@@ -247,6 +247,23 @@ impl Db {
         DbIter { raw, ro, _lower: lower, _upper: upper, _db: std::marker::PhantomData }
     }
 
+    /// A database property (`rocksdb.stats`, …), if RocksDB knows it.
+    pub fn property(&self, name: &str) -> Option<String> {
+        let name = CString::new(name).ok()?;
+        // SAFETY: live db, NUL-terminated name; the result is malloc'ed or
+        // null.
+        let value = unsafe { ffi::rocksdb_property_value(self.raw, name.as_ptr()) };
+        if value.is_null() {
+            return None;
+        }
+        // SAFETY: a NUL-terminated string RocksDB allocated; copied, then
+        // freed once.
+        let out = unsafe { CStr::from_ptr(value) }.to_string_lossy().into_owned();
+        // SAFETY: as above.
+        unsafe { ffi::rocksdb_free(value.cast()) };
+        Some(out)
+    }
+
     /// The live SST files, with their key ranges.
     pub fn live_files(&self) -> Vec<SstFile> {
         // SAFETY: returns an object destroyed below.

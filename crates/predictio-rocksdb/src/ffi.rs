@@ -106,6 +106,7 @@ unsafe extern "C" {
         sizes: *mut u64,
         errptr: *mut *mut c_char,
     );
+    pub fn rocksdb_property_value(db: *mut rocksdb_t, name: *const c_char) -> *mut c_char;
     pub fn rocksdb_livefiles(db: *mut rocksdb_t) -> *const rocksdb_livefiles_t;
     pub fn rocksdb_livefiles_count(l: *const rocksdb_livefiles_t) -> c_int;
     pub fn rocksdb_livefiles_name(l: *const rocksdb_livefiles_t, index: c_int) -> *const c_char;

@@ -43,6 +43,24 @@ pub const ENTRY_OVERHEAD: u64 = 11;
 struct Table {
     sst: SstFile,
     file: FileRef,
+    /// Data bytes per file byte of its level: RocksDB scales its size
+    /// estimates from data-block offsets up to whole-file bytes (index and
+    /// meta blocks included); this scales them back to data offsets.
+    data_share: f64,
+}
+
+/// `data block size=N` of a level's aggregated table properties, over the
+/// bytes of that level's files: the share of file bytes that are data
+/// blocks (1 where RocksDB does not say).
+fn data_share(db: &Db, level: i32, files: &[SstFile]) -> f64 {
+    let total: u64 = files.iter().filter(|f| f.level == level).map(|f| f.size).sum();
+    let data = db.property(&format!("rocksdb.aggregated-table-properties-at-level{level}")).and_then(|p| {
+        p.split("; ").find_map(|kv| kv.strip_prefix("data block size=")).and_then(|n| n.trim().parse::<u64>().ok())
+    });
+    match data {
+        Some(data) if total > 0 && data > 0 && data <= total => data as f64 / total as f64,
+        _ => 1.0,
+    }
 }
 
 /// The live SST files of a database and where scans report to.
@@ -82,10 +100,11 @@ impl ScanReporter {
     /// the database compacts), sending to `sender`. Holds a read-only
     /// descriptor of each file, which is what lets predictio prefetch it.
     pub fn new(db: &Db, sender: EventSender) -> Result<Self, RocksError> {
+        let live = db.live_files();
         let mut tables = Vec::new();
-        for sst in db.live_files() {
+        for sst in &live {
             let file = FileRef::open(&sst.path)?;
-            tables.push(Table { sst, file });
+            tables.push(Table { sst: sst.clone(), file, data_share: data_share(db, sst.level, &live) });
         }
         tables.sort_by(|a, b| a.sst.smallest.cmp(&b.sst.smallest));
         Ok(Self { tables, sender, next_scan: AtomicU64::new(1), block_size: db.options().block_size })
@@ -138,9 +157,11 @@ impl ScanReporter {
         let sizes = db.approximate_sizes(&queries)?;
         let mut out = Vec::with_capacity(picked.len());
         for (n, &i) in picked.iter().enumerate() {
-            let size = self.tables[i].sst.size;
-            let begin = sizes[2 * n].min(size);
-            let end = (sizes[2 * n + 1] + slack).min(size);
+            let table = &self.tables[i];
+            let size = table.sst.size;
+            let data_offset = |estimate: u64| (estimate as f64 * table.data_share) as u64;
+            let begin = data_offset(sizes[2 * n]).min(size);
+            let end = (data_offset(sizes[2 * n + 1]) + slack).min(size);
             if end > begin {
                 out.push((i, ByteRange::new(begin, end - begin)));
             }

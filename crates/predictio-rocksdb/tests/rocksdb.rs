@@ -156,6 +156,34 @@ fn the_plan_covers_the_scan_and_little_more() {
             assert!(s.range.offset + s.range.len <= size);
         }
     }
+    // The plan starts where the scan's reads start (RocksDB's estimates
+    // scaled back to data offsets) and ends at most a block or two after.
+    for start in [1_500u64, 9_876, 19_000] {
+        let rows = 60;
+        let plan = reporter.plan(&db, &key(start), Some(&key(start + rows)), Direction::Forward).expect("plan");
+        evict_all(&db);
+        scan(&db, start, rows, Some(start + rows), None);
+        let file = FileRef::open(&plan[0].path).expect("sst");
+        let pages = std::fs::metadata(&plan[0].path).expect("sst").len().div_ceil(4096);
+        let read: Vec<u64> = (0..pages)
+            .filter(|&p| {
+                predictio::cache::uptodate_pages(&file, &[predictio::page::PageRange::new(p, p + 1)]).expect("mincore")
+                    > 0
+            })
+            .collect();
+        let (first, last) = (read[0], read[read.len() - 1]);
+        let planned = plan[0].range.pages();
+        assert!(
+            planned.start <= first && planned.start + 2 >= first,
+            "scan at {start}: plan starts at page {}, reads at {first}",
+            planned.start
+        );
+        assert!(
+            planned.end > last && planned.end <= last + 4,
+            "scan at {start}: plan ends at page {}, reads end at {last}",
+            planned.end
+        );
+    }
     let back = reporter.plan(&db, &key(10_000), Some(&key(9_000)), Direction::Backward).expect("plan");
     let planned: u64 = back.iter().map(|s| s.range.len).sum();
     assert!(planned >= 1_000 * 425 * 9 / 10 && planned <= 1_000 * 425 + back.len() as u64 * 8192, "{planned}");

@@ -5,5 +5,7 @@ pub mod backends;
 pub mod control_path;
 pub mod event_path;
 pub mod large_read;
+pub mod no_structure;
+pub mod rocksdb;
 pub mod seq_read;
 pub mod shuffle_read;

@@ -9,7 +9,7 @@ use predictio_bench::{BenchOptions, Workload};
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// The workload: access-patterns, control-path, backends, large-read,
-    /// shuffle-read or seq-read.
+    /// shuffle-read, seq-read, rocksdb or no-structure.
     workload: Workload,
     /// A/B pairs per case (at least 5 for a reported result).
     #[arg(long, default_value_t = 5)]
@@ -31,7 +31,7 @@ pub struct Args {
     #[arg(long)]
     no_progress: bool,
     /// Executor backend for workloads that prefetch through a policy
-    /// (access-patterns).
+    /// (access-patterns, rocksdb).
     #[arg(long, default_value = "fadvise")]
     backend: predictio::executor::BackendKind,
     /// Executor I/O depth for those workloads.
