@@ -12,7 +12,8 @@
 //! - **ycsb-e**: short scans from uniformly random keys, lengths uniform in
 //!   1..=100 rows, each bounded by `iterate_upper_bound` = its last key + 1
 //!   (the keys are dense, so the bound is what YCSB-E's record count says).
-//! - **ycsb-c**: uniformly random point gets.
+//! - **ycsb-c**: uniformly random point gets (20,000, so that one pass
+//!   outlasts the bursts of a shared disk).
 //!
 //! Sides, interleaved and rotated each pair:
 //!
@@ -177,7 +178,7 @@ fn queries(kind: Kind, rows: u64, quick: bool) -> Queries {
             Queries { scans, gets: Vec::new() }
         }
         Kind::YcsbC => {
-            let n = if quick { 1000 } else { 5000 };
+            let n = if quick { 1000 } else { 20_000 };
             Queries { scans: Vec::new(), gets: (0..n).map(|_| rng.below(rows)).collect() }
         }
     }
