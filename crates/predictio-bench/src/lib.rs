@@ -45,6 +45,10 @@ pub enum Workload {
     SqliteScan,
     /// Seeds 000 §4.1 and 001: cold starts of real programs; baseline, launch replay, whole-file prefetch.
     Launch,
+    /// Seed 000 §6.3: RocksDB long scan, YCSB-E, YCSB-C; its own readahead, off, the scan policy.
+    RocksDb,
+    /// Random 4 KiB reads and an unpredictable scan: stream and learned stay out of the way.
+    NoStructure,
 }
 
 impl Workload {
@@ -60,6 +64,8 @@ impl Workload {
         Workload::LlmLoad,
         Workload::SqliteScan,
         Workload::Launch,
+        Workload::RocksDb,
+        Workload::NoStructure,
     ];
 
     /// Every workload's name, comma-separated (for messages).
@@ -80,6 +86,8 @@ impl Workload {
             Workload::LlmLoad => "llm-load",
             Workload::SqliteScan => "sqlite-scan",
             Workload::Launch => "launch",
+            Workload::RocksDb => "rocksdb",
+            Workload::NoStructure => "no-structure",
         }
     }
 }
@@ -158,5 +166,7 @@ pub fn run(workload: Workload, options: &BenchOptions) -> Result<Report, BenchEr
         Workload::LlmLoad => workloads::llm_load::run(options),
         Workload::SqliteScan => workloads::sqlite_scan::run(options),
         Workload::Launch => workloads::launch::run(options),
+        Workload::RocksDb => workloads::rocksdb::run(options),
+        Workload::NoStructure => workloads::no_structure::run(options),
     }
 }

@@ -141,6 +141,37 @@ pub enum Event {
         /// The ranges.
         ranges: Arc<[PageRange]>,
     },
+    /// One step of a key-range scan a storage engine's iterator reports (the
+    /// RocksDB adapter): where the scan may go, how far it got, that it ended.
+    Scan {
+        /// The scan, unique among the sender's live scans.
+        scan: u64,
+        /// What happened.
+        step: ScanStep,
+    },
+}
+
+/// A step of a [`Event::Scan`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ScanStep {
+    /// A stretch of a file the scan reads if it runs to its bound. Sent when
+    /// the scan starts, one per file, in the order the scan reads them.
+    Segment {
+        /// The file.
+        file: FileId,
+        /// Its bytes the scan would read.
+        range: ByteRange,
+        /// The scan reads the range from its end towards its start.
+        backward: bool,
+    },
+    /// The scan has consumed this many bytes of its segments, counted in
+    /// scan order from the start of the first.
+    Progress {
+        /// Bytes consumed so far.
+        consumed: u64,
+    },
+    /// The scan ended (its iterator was dropped or re-positioned).
+    End,
 }
 
 /// The kind of an [`Event`], for subscription.
@@ -173,11 +204,13 @@ pub enum EventKind {
     StreamRead,
     /// [`Event::Pages`]
     Pages,
+    /// [`Event::Scan`]
+    Scan,
 }
 
 impl EventKind {
     /// Every kind, in discriminant order.
-    pub const ALL: [EventKind; 13] = [
+    pub const ALL: [EventKind; 14] = [
         EventKind::PageAccess,
         EventKind::PageMiss,
         EventKind::PageEvict,
@@ -191,6 +224,7 @@ impl EventKind {
         EventKind::ReadPlan,
         EventKind::StreamRead,
         EventKind::Pages,
+        EventKind::Scan,
     ];
 
     /// Number of kinds.
@@ -214,6 +248,7 @@ impl Event {
             Event::ReadPlan { .. } => EventKind::ReadPlan,
             Event::StreamRead { .. } => EventKind::StreamRead,
             Event::Pages { .. } => EventKind::Pages,
+            Event::Scan { .. } => EventKind::Scan,
         }
     }
 
@@ -229,9 +264,10 @@ impl Event {
             | Event::LayerStart { file, .. }
             | Event::ReadPlan { file, .. }
             | Event::StreamRead { file, .. }
-            | Event::Pages { file, .. } => Some(*file),
+            | Event::Pages { file, .. }
+            | Event::Scan { step: ScanStep::Segment { file, .. }, .. } => Some(*file),
             Event::Exec { exe, .. } => Some(*exe),
-            Event::Fork { .. } | Event::Exit { .. } => None,
+            Event::Fork { .. } | Event::Exit { .. } | Event::Scan { .. } => None,
         }
     }
 }

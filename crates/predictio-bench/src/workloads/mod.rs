@@ -8,6 +8,8 @@ pub mod large_read;
 pub mod launch;
 pub mod llm_load;
 pub mod lmdb_scan;
+pub mod no_structure;
+pub mod rocksdb;
 pub mod seq_read;
 pub mod shuffle_read;
 pub mod sqlite_scan;

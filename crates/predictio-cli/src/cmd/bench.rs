@@ -9,7 +9,8 @@ use predictio_bench::{BenchOptions, Workload};
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// The workload: access-patterns, control-path, backends, large-read,
-    /// shuffle-read, seq-read, sqlite-scan, lmdb-scan, llm-load or launch.
+    /// shuffle-read, seq-read, sqlite-scan, lmdb-scan, rocksdb, no-structure,
+    /// llm-load or launch.
     workload: Workload,
     /// A/B pairs per case (at least 5 for a reported result).
     #[arg(long, default_value_t = 5)]
@@ -31,7 +32,7 @@ pub struct Args {
     #[arg(long)]
     no_progress: bool,
     /// Executor backend for workloads that prefetch through a policy
-    /// (access-patterns).
+    /// (access-patterns, rocksdb).
     #[arg(long, default_value = "fadvise")]
     backend: predictio::executor::BackendKind,
     /// Executor I/O depth for those workloads.

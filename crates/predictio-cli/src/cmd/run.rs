@@ -18,8 +18,8 @@ use crate::daemon::status::Status;
 /// Arguments of `run`.
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// Policies to run (repeatable): hints, readplan, btree, tensor, stream,
-    /// learned. Default: hints, readplan, btree, tensor (stream and learned,
+    /// Policies to run (repeatable): hints, readplan, btree, tensor, scan,
+    /// stream, learned. Default: hints, readplan, btree, tensor, scan (stream and learned,
     /// which speculate from observed reads, are opt-in).
     #[arg(long = "policy", value_name = "POLICY")]
     policies: Vec<String>,

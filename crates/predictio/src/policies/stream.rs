@@ -18,6 +18,14 @@
 //!   read (ignored), or *breaks* the pattern. Only after
 //!   [`StreamConfig::confirm_after`] consecutive continuations of one pattern
 //!   does the stream get its first request, so random readers get none.
+//! - **Adaptive confirmation** (seed 002's lesson: a fixed trigger either
+//!   waits too long or fires on noise). A confirmed stream that jumps away
+//!   while its first window is still unread — a short run that only looked
+//!   like a stream — doubles the continuations this reader needs before its
+//!   next confirmation (up to [`MAX_CONFIRM`]); a stream that reads past its
+//!   first window brings it back to [`StreamConfig::confirm_after`]. A
+//!   reader of short random runs so pays for one wasted window, not one per
+//!   run; a real stream is unaffected.
 //! - **Window.** A confirmed stream has a window of pages to keep fetched
 //!   ahead of the reader: [`StreamConfig::initial_window_pages`] at first,
 //!   never less than twice the reader's last read (so one read never
@@ -62,6 +70,10 @@ use crate::file::FileId;
 use crate::page::PageRange;
 use crate::policy::{Policy, PolicyContext};
 use crate::request::Urgency;
+
+/// The most continuations adaptive confirmation asks of a reader whose
+/// earlier streams kept dying within their first window.
+pub const MAX_CONFIRM: u32 = 64;
 
 /// The `stream` policy's settings.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -189,6 +201,10 @@ pub struct StreamStats {
     pub abandoned_pages: u64,
     /// Top-ups not made because the runtime holds no descriptor for the file.
     pub no_descriptor: u64,
+    /// Times a stream that died within its first window made its reader's
+    /// next confirmation harder.
+    #[serde(default)]
+    pub confirmations_raised: u64,
 }
 
 /// Who reads: an observed process, or the programs that send hints.
@@ -236,6 +252,8 @@ struct Stream {
     record_pages: u64,
     /// Whether the stream has earned requests.
     confirmed: bool,
+    /// Continuations needed for the next confirmation (adaptive).
+    confirm_needed: u32,
     /// Pages to keep fetched ahead.
     window: u64,
     /// The high-water mark: for a sequential stream the first page not
@@ -248,13 +266,14 @@ struct Stream {
 }
 
 impl Stream {
-    fn new(access: PageRange, window: u64, used: u64) -> Self {
+    fn new(access: PageRange, window: u64, confirm_needed: u32, used: u64) -> Self {
         Self {
             last: access,
             pattern: None,
             run: 0,
             record_pages: access.len(),
             confirmed: false,
+            confirm_needed,
             window,
             requested_to: access.end,
             batches: 0,
@@ -329,6 +348,10 @@ impl StreamPolicy {
                     stream.last = access;
                     stream.record_pages = stream.record_pages.max(access.len());
                     top_up(stream, key.file, config, stats, ctx);
+                    if stream.batches >= 2 {
+                        // It read into a second window: a real stream.
+                        stream.confirm_needed = config.confirm_after;
+                    }
                     return;
                 }
                 (Some(Pattern::Sequential), Step::Follows(Pattern::Strided { .. }))
@@ -353,6 +376,12 @@ impl StreamPolicy {
                     stats.wasted_pages += wasted;
                     if wasted > 0 {
                         shrink(stream, config, stats);
+                        if stream.batches <= 1 {
+                            // It died within its first window: this reader's
+                            // runs only look like streams.
+                            stream.confirm_needed = stream.confirm_needed.saturating_mul(2).min(MAX_CONFIRM);
+                            stats.confirmations_raised += 1;
+                        }
                     }
                     stop(stream, stats);
                 }
@@ -375,7 +404,7 @@ impl StreamPolicy {
             }
         }
         stream.last = access;
-        if stream.run >= config.confirm_after {
+        if stream.run >= stream.confirm_needed {
             stream.confirmed = true;
             stream.batches = 0;
             stream.requested_to = match stream.pattern {
@@ -397,7 +426,8 @@ impl StreamPolicy {
                 self.stats.abandoned_pages += stream.ahead_pages();
             }
         }
-        self.streams.insert(key, Stream::new(access, self.config.initial_window_pages, self.tick));
+        let config = &self.config;
+        self.streams.insert(key, Stream::new(access, config.initial_window_pages, config.confirm_after, self.tick));
     }
 
     /// Forgets the streams of an exited process.
@@ -806,6 +836,31 @@ mod tests {
         let out = bench.read(PageRange::new(1_000_048, 1_000_064));
         assert_eq!(out.len(), 1, "confirmed again");
         assert_eq!(out[0].ranges[0].start, 1_000_064);
+    }
+
+    #[test]
+    fn short_runs_that_die_in_their_first_window_raise_the_confirmation() {
+        let mut bench = Bench::held();
+        // Runs of 4 reads (3 continuations) at random places: the first is
+        // confirmed and wastes its window; later ones need more proof.
+        let mut requests = 0;
+        for run in 0..50u64 {
+            let start = 1_000 + run * 7_919 % 500_000 * 64;
+            for i in 0..4 {
+                requests += bench.read(PageRange::new(start + i, start + i + 1)).len();
+            }
+        }
+        let stats = bench.policy.stats();
+        assert_eq!(requests, 1, "one wasted window, not one per run");
+        assert_eq!(stats.streams_detected, 1);
+        assert_eq!(stats.confirmations_raised, 1);
+        // A real stream afterwards: confirmed after 6 continuations (twice
+        // the 3), then its second window brings the bar back down.
+        let out = bench.read_sequentially(40_000_000, 16, 40);
+        assert!(!out.is_empty());
+        let stream = bench.policy.streams.values().next().expect("stream");
+        assert!(stream.confirmed);
+        assert_eq!(stream.confirm_needed, StreamConfig::default().confirm_after);
     }
 
     #[test]
