@@ -14,6 +14,10 @@
 //! - **A point lookup costs nothing.** The first enter into a parent starts a
 //!   scan with a window of [`BtreeConfig::initial_window`] children (0 by
 //!   default: nothing is requested until the traversal shows it is a scan).
+//! - **A short scan costs nothing either.** While the window is 0, a scan
+//!   must continue [`BtreeConfig::confirm_after`] times (once by default:
+//!   it has read its third child) before anything is requested, so a scan
+//!   that ends on its second leaf wastes nothing.
 //! - **A scan grows its window.** An enter into the same parent at a later
 //!   position, no further ahead than what was already predicted plus one,
 //!   continues the scan: the window slides along with it, and each time the
@@ -70,6 +74,10 @@ pub struct BtreeConfig {
     /// Children requested ahead on the first enter of a scan. 0 (the
     /// default): a point lookup requests nothing.
     pub initial_window: u32,
+    /// Continuations a scan must show before a window of 0 opens (1: the
+    /// first request is made when the scan enters its third child). 0 opens
+    /// it at the second child.
+    pub confirm_after: u32,
     /// Factor the window grows by on each step of a continuing scan (a
     /// window of 0 becomes this). At least 2 is sensible; 1 never grows.
     pub growth_factor: u32,
@@ -91,6 +99,7 @@ impl Default for BtreeConfig {
     fn default() -> Self {
         Self {
             initial_window: 0,
+            confirm_after: 1,
             growth_factor: 2,
             max_window: 64,
             child_pages: 1,
@@ -132,6 +141,8 @@ enum Step {
         window: u32,
         /// Grow once the traversal reaches this position.
         grow_at: u32,
+        /// Continuations of this scan before this one.
+        steps: u32,
     },
     /// The same child entered again.
     Repeat(ParentState),
@@ -152,6 +163,8 @@ struct ParentState {
     /// The window grows when the traversal reaches this position: once it
     /// has advanced by the previous window (readahead's async mark).
     grow_at: u32,
+    /// Continuations this scan has shown (saturating).
+    steps: u32,
     /// Children below this index have been requested (or passed) in this scan.
     issued_until: u32,
     /// The child last entered (`children[position]`).
@@ -316,7 +329,7 @@ impl BtreePolicy {
         let old = index.map(|i| state.parents[i]);
         let (step, grandparent) = match old {
             Some(p) if p.len == len && position > p.position && position - p.position <= p.window.saturating_add(1) => {
-                (Step::Continue { window: p.window, grow_at: p.grow_at }, p.grandparent)
+                (Step::Continue { window: p.window, grow_at: p.grow_at, steps: p.steps }, p.grandparent)
             }
             Some(p) if p.len == len && position == p.position => (Step::Repeat(p), p.grandparent),
             Some(p) => (Step::Start, p.grandparent),
@@ -330,27 +343,34 @@ impl BtreePolicy {
                     let sibling = state.parents.iter().find(|s| s.parent == prev)?;
                     let finished = sibling.position.saturating_add(2) >= sibling.len;
                     let to_grow = sibling.grow_at.saturating_sub(sibling.position).max(1);
-                    (finished && position <= 1)
-                        .then_some(Step::Continue { window: sibling.window, grow_at: position.saturating_add(to_grow) })
+                    (finished && position <= 1).then_some(Step::Continue {
+                        window: sibling.window,
+                        grow_at: position.saturating_add(to_grow),
+                        steps: sibling.steps,
+                    })
                 });
                 (carried.unwrap_or(Step::Start), gp.map(|g| g.parent))
             }
         };
-        let (window, grow_at, issued_from, prev_entered) = match step {
-            Step::Continue { window, grow_at } => {
+        let (window, grow_at, issued_from, prev_entered, steps) = match step {
+            Step::Continue { window, grow_at, steps } => {
                 self.stats.continued += 1;
+                let steps = steps.saturating_add(1);
                 let issued = old.map_or(position + 1, |p| p.issued_until.max(position + 1));
-                let (window, grow_at) = if position >= grow_at {
+                let (window, grow_at) = if window == 0 && steps <= config.confirm_after {
+                    // Not yet a scan worth a request: wait for the next step.
+                    (0, position.saturating_add(1))
+                } else if position >= grow_at {
                     (self.grow(window), position.saturating_add(window.max(1)))
                 } else {
                     (window, grow_at)
                 };
-                (window, grow_at, issued, old.map(|p| p.entered))
+                (window, grow_at, issued, old.map(|p| p.entered), steps)
             }
-            Step::Repeat(p) => (p.window, p.grow_at, p.issued_until.max(position + 1), p.prev_entered),
+            Step::Repeat(p) => (p.window, p.grow_at, p.issued_until.max(position + 1), p.prev_entered, p.steps),
             Step::Start => {
                 self.stats.scans_started += 1;
-                (config.initial_window.min(config.max_window), position.saturating_add(1), position + 1, None)
+                (config.initial_window.min(config.max_window), position.saturating_add(1), position + 1, None, 0)
             }
         };
 
@@ -384,6 +404,7 @@ impl BtreePolicy {
             position,
             window,
             grow_at,
+            steps,
             issued_until,
             entered,
             prev_entered,
@@ -584,7 +605,7 @@ mod tests {
     #[test]
     fn window_grows_geometrically_to_the_cap() {
         let tree = Tree::new(1, 200, 2);
-        let mut h = Harness::new(BtreeConfig::default());
+        let mut h = Harness::new(BtreeConfig { confirm_after: 0, ..BtreeConfig::default() });
         let events = tree.scan(h.id(), 0, 200);
         let interior = tree.interiors[0].0;
         let mut windows = Vec::new();
@@ -695,7 +716,7 @@ mod tests {
     #[test]
     fn a_backward_jump_starts_a_new_scan() {
         let tree = Tree::new(1, 100, 9);
-        let mut h = Harness::new(BtreeConfig::default());
+        let mut h = Harness::new(BtreeConfig { confirm_after: 0, ..BtreeConfig::default() });
         let events = tree.scan(h.id(), 50, 20);
         h.run(&events);
         let interior = tree.interiors[0].0;
@@ -712,7 +733,7 @@ mod tests {
     #[test]
     fn the_window_carries_over_to_the_next_sibling() {
         let tree = Tree::new(3, 10, 10);
-        let mut h = Harness::new(BtreeConfig::default());
+        let mut h = Harness::new(BtreeConfig { confirm_after: 0, ..BtreeConfig::default() });
         let events = tree.scan(h.id(), 0, 30);
         let (requested, covered, read) = h.run(&events);
         assert_eq!(read, 30);
@@ -782,8 +803,23 @@ mod tests {
     }
 
     #[test]
+    fn a_scan_of_two_children_requests_nothing_and_a_third_opens_the_window() {
+        let tree = Tree::new(1, 100, 11);
+        let mut h = Harness::new(BtreeConfig::default());
+        let (requested, _, read) = h.run(&tree.scan(h.id(), 10, 2));
+        assert_eq!((requested.len(), read), (0, 2), "a two-leaf scan wastes nothing");
+        let interior = tree.interiors[0].0;
+        assert_eq!(h.policy.window(h.id(), interior), Some(0));
+        // The same scan going on to its third leaf asks for the next two.
+        let third = tree.scan(h.id(), 12, 1);
+        let (requested, _, _) = h.run(&third[third.len() - 1..]);
+        assert_eq!(requested, vec![tree.leaf(13), tree.leaf(14)]);
+        assert_eq!(h.policy.window(h.id(), interior), Some(2));
+    }
+
+    #[test]
     fn child_pages_span_large_database_pages() {
-        let mut h = Harness::new(BtreeConfig { child_pages: 4, ..BtreeConfig::default() });
+        let mut h = Harness::new(BtreeConfig { child_pages: 4, confirm_after: 0, ..BtreeConfig::default() });
         let file = h.id();
         let children: Arc<[u64]> = Arc::from([0, 4, 8, 12, 16]);
         h.send(&Event::TreeChildEnter { file, parent: 100, children: children.clone(), position: 0 });
