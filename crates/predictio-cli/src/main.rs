@@ -55,10 +55,15 @@ enum Command {
     /// control-path (executor, dispatch, eBPF, hints), backends (prefetch a
     /// fragmented 256 MiB range list with each backend), large-read (parallel
     /// large buffered reads), shuffle-read (batches with pauses, Riffle's
-    /// microbenchmark), seq-read (64 KiB sequential reads), lmdb-scan (cold
-    /// LMDB range scans, plain vs the LMDB adapter). Cold caches need root
-    /// (drop_caches); without it the workload's files are evicted instead and
-    /// the report says so.
+    /// microbenchmark), seq-read (64 KiB sequential reads), sqlite-scan (cold
+    /// SQLite range scans: plain, the extension, no change), lmdb-scan (cold
+    /// LMDB range scans, plain vs the LMDB adapter), rocksdb (long scan,
+    /// YCSB-E, YCSB-C: RocksDB's readahead vs the scan policy), no-structure
+    /// (random reads and jumpy scans: stream and learned stay out), llm-load
+    /// (llama.cpp loading generated GGUF models; needs scripts/llama.sh),
+    /// launch (cold starts of real programs: replay vs whole-file prefetch).
+    /// Cold caches need root (drop_caches); without it the workload's files
+    /// are evicted instead and the report says so.
     Bench(cmd::bench::Args),
     /// Run the service: observe (eBPF), take hints on the hint socket, run
     /// the policies, prefetch, answer `stat`/`top` on the control socket.

@@ -77,11 +77,11 @@ struct CaseSpec {
 }
 
 const CASES: [CaseSpec; 5] = [
-    CaseSpec { name: "scan-10", limit: 10, queries: 50 },
-    CaseSpec { name: "scan-100", limit: 100, queries: 30 },
+    CaseSpec { name: "scan-10", limit: 10, queries: 200 },
+    CaseSpec { name: "scan-100", limit: 100, queries: 60 },
     CaseSpec { name: "scan-1000", limit: 1000, queries: 10 },
     CaseSpec { name: "scan-10000", limit: 10000, queries: 3 },
-    CaseSpec { name: "point", limit: 1, queries: 100 },
+    CaseSpec { name: "point", limit: 1, queries: 1000 },
 ];
 
 /// Niceness of every pass's processes (the program, and `predictio run`
