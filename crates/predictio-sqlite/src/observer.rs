@@ -10,15 +10,16 @@
 //! written back, and any page that does not parse is passed over.
 
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 
 use predictio::btree::sqlite::{self, Geometry};
 use predictio::btree::{DbPageLayout, Traversal};
+use predictio::embedded::Embedded;
 use predictio::executor::ExecutorError;
 use predictio::file::FileError;
 use predictio::policies::btree::{BtreeConfig, BtreePolicy};
 use predictio::runtime::RuntimeStats;
-use predictio::{Event, Executor, ExecutorConfig, FileRef, Runtime};
+use predictio::{Event, Executor, ExecutorConfig, FileRef};
 
 /// Interior pages a [`Traversal`] remembers per file: the depth of a deep
 /// tree plus a few concurrent cursors.
@@ -76,11 +77,11 @@ pub struct PrefetchStats {
     pub executor: predictio::accounting::Counters,
 }
 
-/// The embedded runtime: one `btree` policy and one executor per process.
+/// The embedded runtime: one `btree` policy and one executor per process
+/// (a [`predictio::embedded::Embedded`] with the extension's settings).
 #[derive(Debug)]
 pub struct Prefetcher {
-    executor: Arc<Executor>,
-    runtime: Mutex<Runtime>,
+    embedded: Embedded,
 }
 
 static GLOBAL: OnceLock<Result<Prefetcher, String>> = OnceLock::new();
@@ -91,10 +92,8 @@ impl Prefetcher {
     /// and a request for a database page larger than 4 KiB covers only its
     /// first 4 KiB page (see the report in `README`).
     pub fn new(config: ExecutorConfig) -> Result<Self, Error> {
-        let executor = Arc::new(Executor::new(config)?);
-        let mut runtime = Runtime::new(executor.clone());
-        runtime.add_policy(Box::new(BtreePolicy::new(scan_config())));
-        Ok(Self { executor, runtime: Mutex::new(runtime) })
+        let embedded = Embedded::new(config, vec![Box::new(BtreePolicy::new(scan_config()))])?;
+        Ok(Self { embedded })
     }
 
     /// The process's runtime, started on first use with the default
@@ -108,29 +107,23 @@ impl Prefetcher {
 
     /// Holds `file` so that the policy may prefetch it.
     pub fn hold(&self, file: FileRef) {
-        self.lock().hold_file(file);
+        self.embedded.hold(file);
     }
 
     /// Dispatches one event (non-blocking: requests are queued).
     pub fn dispatch(&self, event: &Event) {
-        self.lock().dispatch(event);
+        self.embedded.dispatch(event);
     }
 
     /// The executor.
     pub fn executor(&self) -> &Arc<Executor> {
-        &self.executor
+        self.embedded.executor()
     }
 
     /// Current counters.
     pub fn stats(&self) -> PrefetchStats {
-        let RuntimeStats { events, requests, refused, .. } = self.lock().stats();
-        PrefetchStats { events, requests, refused, executor: self.executor.stats().total }
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, Runtime> {
-        // A poisoned lock only means a policy panicked mid-event; the state
-        // is still bounded and usable.
-        self.runtime.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        let RuntimeStats { events, requests, refused, .. } = self.embedded.stats();
+        PrefetchStats { events, requests, refused, executor: self.executor().stats().total }
     }
 }
 
