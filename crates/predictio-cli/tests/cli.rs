@@ -2,6 +2,9 @@
 //! evict → prefetch → residency on a real file, and a benchmark smoke run
 //! that must produce a well-formed result file.
 
+mod common;
+use common::{bin, fails_with, ok};
+
 use predictio::testing::{is_root, skip};
 use std::fs::File;
 use std::io::Write;
@@ -18,25 +21,7 @@ fn cache_lock() -> MutexGuard<'static, ()> {
 }
 
 fn predictio(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_predictio")).args(args).output().expect("run predictio")
-}
-
-#[track_caller]
-fn fails_with(out: &Output, needle: &str) {
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "expected failure, got success; stderr: {stderr}");
-    assert!(stderr.contains(needle), "stderr {stderr:?} does not say {needle:?}");
-}
-
-#[track_caller]
-fn succeeds(out: &Output) -> String {
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "failed: {stderr}");
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn disk_dir() -> tempfile::TempDir {
-    tempfile::Builder::new().prefix("predictio-cli").tempdir_in("/var/tmp").expect("temp dir on disk")
+    Command::new(bin()).args(args).output().expect("run predictio")
 }
 
 fn write_file(path: &Path, bytes: usize) {
@@ -53,7 +38,7 @@ fn write_file(path: &Path, bytes: usize) {
 
 #[test]
 fn missing_file_directory_and_empty_file_are_clear_errors() {
-    let dir = disk_dir();
+    let dir = common::disk_dir("predictio-cli");
     let missing = dir.path().join("nope");
     for cmd in ["prefetch", "residency", "evict"] {
         fails_with(&predictio(&[cmd, missing.to_str().expect("utf8")]), "no such file");
@@ -66,7 +51,7 @@ fn missing_file_directory_and_empty_file_are_clear_errors() {
 
 #[test]
 fn ranges_past_eof_and_malformed_ranges_are_refused() {
-    let dir = disk_dir();
+    let dir = common::disk_dir("predictio-cli");
     let path = dir.path().join("f");
     write_file(&path, 1 << 20);
     let p = path.to_str().expect("utf8");
@@ -76,7 +61,7 @@ fn ranges_past_eof_and_malformed_ranges_are_refused() {
     fails_with(&predictio(&["prefetch", p, "--backend", "magic"]), "unknown backend");
     // A range running past EOF is clamped, with a note.
     let out = predictio(&["prefetch", p, "--range", "512K..4M"]);
-    succeeds(&out);
+    ok(&out);
     assert!(String::from_utf8_lossy(&out.stderr).contains("clamped"));
 }
 
@@ -85,12 +70,12 @@ fn no_permission_is_a_clear_error() {
     if !is_root() && skip("needs root to run the command as another user") {
         return;
     }
-    let dir = disk_dir();
+    let dir = common::disk_dir("predictio-cli");
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod dir");
     let path = dir.path().join("secret");
     write_file(&path, 4096);
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).expect("chmod");
-    let out = Command::new(env!("CARGO_BIN_EXE_predictio"))
+    let out = Command::new(bin())
         .args(["prefetch", path.to_str().expect("utf8")])
         .uid(65534)
         .gid(65534)
@@ -102,27 +87,26 @@ fn no_permission_is_a_clear_error() {
 #[test]
 fn evict_prefetch_residency_round_trip() {
     let _lock = cache_lock();
-    let dir = disk_dir();
+    let dir = common::disk_dir("predictio-cli");
     let path = dir.path().join("big");
     write_file(&path, 64 << 20);
     let p = path.to_str().expect("utf8");
     for backend in ["fadvise", "uring", "readahead", "madvise"] {
-        succeeds(&predictio(&["evict", p]));
-        let before = succeeds(&predictio(&["residency", "--json", p]));
+        ok(&predictio(&["evict", p]));
+        let before = ok(&predictio(&["residency", "--json", p]));
         let before: serde_json::Value = serde_json::from_str(&before).expect("json");
         assert!(before[0]["fraction"].as_f64().expect("fraction") < 0.05, "{backend}: {before}");
-        let out = succeeds(&predictio(&["prefetch", p, "--backend", backend, "--json"]));
+        let out = ok(&predictio(&["prefetch", p, "--backend", backend, "--json"]));
         let out: serde_json::Value = serde_json::from_str(&out).expect("json");
         assert_eq!(out["backend"], backend);
         assert_eq!(out["resident_pages"], out["wanted_pages"], "{backend}: {out}");
-        let after = succeeds(&predictio(&["residency", p]));
+        let after = ok(&predictio(&["residency", p]));
         assert!(after.contains("100.0%"), "{backend}: {after}");
     }
     // Ranges: only what was asked becomes resident.
-    succeeds(&predictio(&["evict", p]));
-    succeeds(&predictio(&["prefetch", p, "--range", "0..8M", "--range", "32M+8M"]));
-    let after: serde_json::Value =
-        serde_json::from_str(&succeeds(&predictio(&["residency", "--json", p]))).expect("json");
+    ok(&predictio(&["evict", p]));
+    ok(&predictio(&["prefetch", p, "--range", "0..8M", "--range", "32M+8M"]));
+    let after: serde_json::Value = serde_json::from_str(&ok(&predictio(&["residency", "--json", p]))).expect("json");
     let fraction = after[0]["fraction"].as_f64().expect("fraction");
     assert!((0.24..0.30).contains(&fraction), "16 of 64 MiB asked, {fraction} resident");
 }
@@ -130,7 +114,7 @@ fn evict_prefetch_residency_round_trip() {
 #[test]
 fn bench_writes_a_result_file_in_the_documented_schema() {
     let _lock = cache_lock();
-    let dir = disk_dir();
+    let dir = common::disk_dir("predictio-cli");
     let out_dir = dir.path().join("results");
     let out = predictio(&[
         "bench",
@@ -144,7 +128,7 @@ fn bench_writes_a_result_file_in_the_documented_schema() {
         "--out",
         out_dir.to_str().expect("utf8"),
     ]);
-    succeeds(&out);
+    ok(&out);
     let json: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(out_dir.join("control-path.json")).expect("json written"))
             .expect("valid json");
@@ -161,10 +145,10 @@ fn bench_writes_a_result_file_in_the_documented_schema() {
 
 #[test]
 fn help_teaches() {
-    let help = succeeds(&predictio(&["--help"]));
+    let help = ok(&predictio(&["--help"]));
     for word in ["prefetch", "residency", "evict", "bench"] {
         assert!(help.contains(word), "--help lists {word}");
     }
-    let help = succeeds(&predictio(&["prefetch", "--help"]));
+    let help = ok(&predictio(&["prefetch", "--help"]));
     assert!(help.contains("--range") && help.contains("Examples"));
 }

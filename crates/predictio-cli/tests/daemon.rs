@@ -4,26 +4,15 @@
 //! eBPF needs root: outside CI those parts skip with a message, under
 //! `CI=true` they must run.
 
+mod common;
+use common::{bin, ok};
+
 use predictio::testing::{is_root, skip};
 use std::io::{Read, Write};
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-
-fn bin() -> &'static str {
-    env!("CARGO_BIN_EXE_predictio")
-}
-
-#[track_caller]
-fn ok(out: &Output) -> String {
-    assert!(out.status.success(), "failed ({}): {}", out.status, String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn disk_dir() -> tempfile::TempDir {
-    tempfile::Builder::new().prefix("predictio-daemon").tempdir_in("/var/tmp").expect("temp dir on disk")
-}
 
 fn data(path: &Path, mib: usize) {
     let chunk: Vec<u8> = (0..1 << 20).map(|i| (i % 253) as u8).collect();
@@ -80,7 +69,7 @@ fn status(d: &Daemon) -> serde_json::Value {
 
 #[test]
 fn hints_through_the_daemon_become_prefetches_and_are_reported() {
-    let dir = disk_dir();
+    let dir = common::disk_dir("predictio-daemon");
     let file = dir.path().join("data");
     data(&file, 16);
     let port = 20000 + (std::process::id() % 20000) as u16;
@@ -143,7 +132,7 @@ fn hints_through_the_daemon_become_prefetches_and_are_reported() {
 
 #[test]
 fn hint_without_a_daemon_says_so() {
-    let dir = disk_dir();
+    let dir = common::disk_dir("predictio-daemon");
     let file = dir.path().join("data");
     data(&file, 1);
     let out = Command::new(bin())
@@ -156,7 +145,7 @@ fn hint_without_a_daemon_says_so() {
 
 #[test]
 fn bad_configuration_is_a_clear_error() {
-    let dir = disk_dir();
+    let dir = common::disk_dir("predictio-daemon");
     let config = dir.path().join("bad.toml");
     std::fs::write(&config, "[executor]\nbackend = \"magic\"\n").expect("write");
     let out = Command::new(bin()).args(["daemon", "--config", config.to_str().expect("utf8")]).output().expect("run");
@@ -176,7 +165,7 @@ fn run_follows_the_command_tree_and_keeps_its_exit_code() {
     if !is_root() && skip("needs root for eBPF observation") {
         return;
     }
-    let dir = disk_dir();
+    let dir = common::disk_dir("predictio-daemon");
     let file = dir.path().join("data");
     data(&file, 8);
     let f = file.to_str().expect("utf8");
@@ -207,7 +196,7 @@ fn trace_prints_a_commands_reads() {
     if !is_root() && skip("needs root for eBPF observation") {
         return;
     }
-    let dir = disk_dir();
+    let dir = common::disk_dir("predictio-daemon");
     let file = dir.path().join("data");
     data(&file, 2);
     let ino = std::fs::metadata(&file).expect("stat").ino();
@@ -231,7 +220,7 @@ fn the_daemon_runs_on_fanotify_when_asked_and_says_so() {
     if !is_root() && skip("needs root for fanotify") {
         return;
     }
-    let dir = disk_dir();
+    let dir = common::disk_dir("predictio-daemon");
     let file = dir.path().join("data");
     data(&file, 1);
     let port = 40000 + (std::process::id() % 20000) as u16;
@@ -258,7 +247,7 @@ fn the_daemon_runs_on_perf_tracepoints_when_asked_and_sees_reads() {
     if !is_root() && skip("needs root for perf tracepoint events") {
         return;
     }
-    let dir = disk_dir();
+    let dir = common::disk_dir("predictio-daemon");
     let file = dir.path().join("data");
     data(&file, 1);
     let port = 30000 + (std::process::id() % 10000) as u16;

@@ -5,31 +5,13 @@
 //! (cold). eBPF and drop_caches need root: outside CI these skip with a
 //! message, under `CI=true` they must run.
 
+mod common;
+use common::{bin, fails_with, ok};
+
 use predictio::testing::{is_root, skip};
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
-
-fn bin() -> &'static str {
-    env!("CARGO_BIN_EXE_predictio")
-}
-
-#[track_caller]
-fn ok(out: &Output) -> String {
-    assert!(out.status.success(), "failed ({}): {}", out.status, String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-#[track_caller]
-fn fails_saying(out: &Output, words: &str) {
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "expected a failure, got success: {err}");
-    assert!(err.contains(words), "error should say {words:?}: {err}");
-}
-
-fn disk_dir() -> tempfile::TempDir {
-    tempfile::Builder::new().prefix("predictio-launch").tempdir_in("/var/tmp").expect("temp dir on disk")
-}
 
 fn predictio(store: &Path, args: &[&str]) -> Output {
     Command::new(bin()).arg(args[0]).arg("--store").arg(store).args(&args[1..]).output().expect("predictio runs")
@@ -54,24 +36,24 @@ fn needs_root_and_ebpf() -> bool {
 
 fn predictio_bpf_available() -> Result<(), String> {
     // `record` says clearly when eBPF cannot load; probe with it.
-    let dir = disk_dir();
+    let dir = common::disk_dir("predictio-launch");
     let out = predictio(dir.path(), &["record", "-q", "--", "/bin/true"]);
     if out.status.success() { Ok(()) } else { Err(String::from_utf8_lossy(&out.stderr).into_owned()) }
 }
 
 #[test]
 fn record_then_profile_commands_and_bad_input() {
-    let dir = disk_dir();
+    let dir = common::disk_dir("predictio-launch");
     let store = dir.path().join("store");
     // Bad input first: these need no root.
     let out = predictio(&store, &["profile", "show", "/no/such/program"]);
-    fails_saying(&out, "no profile for /no/such/program");
+    fails_with(&out, "no profile for /no/such/program");
     let garbage = dir.path().join("garbage.json");
     std::fs::write(&garbage, "{ not json").expect("write");
     let out = predictio(&store, &["profile", "import", garbage.to_str().expect("utf8")]);
-    fails_saying(&out, "not a profile export");
+    fails_with(&out, "not a profile export");
     let out = predictio(&store, &["record", "--", "/no/such/program"]);
-    fails_saying(&out, "/no/such/program");
+    fails_with(&out, "/no/such/program");
 
     if !needs_root_and_ebpf() {
         return;
@@ -103,7 +85,7 @@ fn record_then_profile_commands_and_bad_input() {
     let export = dir.path().join("export.json");
     ok(&predictio(&store, &["profile", "export", export.to_str().expect("utf8")]));
     ok(&predictio(&store, &["profile", "forget", PYTHON]));
-    fails_saying(&predictio(&store, &["profile", "show", PYTHON]), "no profile");
+    fails_with(&predictio(&store, &["profile", "show", PYTHON]), "no profile");
     ok(&predictio(&store, &["profile", "import", export.to_str().expect("utf8")]));
     assert!(ok(&predictio(&store, &["profile", "show", PYTHON])).contains("2 runs"));
 }
@@ -166,7 +148,7 @@ fn daemon_learns_an_unknown_program_in_three_launches_and_speeds_up_the_fourth()
         return;
     };
     let exe = std::fs::canonicalize(program).expect("program path").display().to_string();
-    let dir = disk_dir();
+    let dir = common::disk_dir("predictio-launch");
     let store = dir.path().join("store");
     // Baseline: cold launches with no predictio.
     let baseline: Vec<f64> = (0..5).map(|_| timed_cold_launch(dir.path()).0).collect();
