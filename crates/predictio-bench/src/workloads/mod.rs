@@ -9,6 +9,7 @@ pub mod launch;
 pub mod llm_load;
 pub mod lmdb_scan;
 pub mod no_structure;
+pub mod reader_sides;
 pub mod rocksdb;
 pub mod seq_read;
 pub mod shuffle_read;

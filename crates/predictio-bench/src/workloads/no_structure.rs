@@ -21,41 +21,16 @@
 //! never read), the bytes read checksummed (the same for every side). The
 //! limit is the reads over the device's best 4 KiB IOPS (queue depth 64).
 
-use std::fs::File;
-use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::time::Instant;
 
-use predictio::policies::learned::LearnedConfig;
-use predictio::reader::{PrefetchingReader, ReaderConfig, ReaderStats, Speculation};
-
+use super::reader_sides::{Pass, PassFile, Runs, SIDES, Side, interleave};
 use crate::BenchOptions;
-use crate::harness::{
-    BenchError, Harness, IoContext, XorShift, checksum, data_file, insert_reader_stats, median_u64, settle,
-};
+use crate::harness::{BenchError, Harness, XorShift, checksum, data_file, insert_reader_stats, median_u64};
 use crate::report::{Case, Report, median};
 
 /// Read size.
 pub const READ: usize = 4096;
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Side {
-    Baseline,
-    Stream,
-    Learned,
-}
-
-const SIDES: [Side; 3] = [Side::Baseline, Side::Stream, Side::Learned];
-
-impl Side {
-    fn name(self) -> &'static str {
-        match self {
-            Side::Baseline => "baseline",
-            Side::Stream => "stream",
-            Side::Learned => "learned",
-        }
-    }
-}
 
 /// The offsets one case reads, the same in every pass.
 fn offsets(case: &str, size: u64, reads: usize) -> Vec<u64> {
@@ -73,71 +48,25 @@ fn offsets(case: &str, size: u64, reads: usize) -> Vec<u64> {
     out
 }
 
-struct Pass {
-    seconds: f64,
-    checksum: u64,
-    reader: Option<ReaderStats>,
-}
-
-fn reader_error(err: predictio::reader::ReaderError) -> BenchError {
-    BenchError::Options(format!("prefetching reader: {err}"))
-}
-
 fn pass(path: &Path, side: Side, offsets: &[u64]) -> Result<Pass, BenchError> {
-    let file = File::open(path).doing(|| format!("opening {}", path.display()))?;
-    let speculation = match side {
-        Side::Baseline => None,
-        Side::Stream => Some(ReaderConfig::default().speculation),
-        Side::Learned => Some(Speculation::Learned(LearnedConfig::default())),
-    };
-    let mut reader = match speculation {
-        None => None,
-        Some(speculation) => {
-            let plain = file.try_clone().doing(|| "duplicating the descriptor".into())?;
-            // The residency check before each read is accounting (hits and
-            // misses), not observation; the policies see the same
-            // StreamRead events without it. Waste comes from the executor's
-            // ledger either way.
-            let config = ReaderConfig { speculation, check_residency: false, ..ReaderConfig::default() };
-            Some(PrefetchingReader::new(plain, config).map_err(reader_error)?)
-        }
-    };
+    // The residency check before each read is accounting (hits and misses),
+    // not observation; the policies see the same StreamRead events without
+    // it. Waste comes from the executor's ledger either way.
+    let mut file = PassFile::open(path, side, false)?;
     let mut buf = vec![0u8; READ];
     let mut sum = 0;
     let start = Instant::now();
     for &offset in offsets {
-        match &mut reader {
-            Some(r) => r.read_exact_at(&mut buf, offset).map_err(reader_error)?,
-            None => file.read_exact_at(&mut buf, offset).doing(|| format!("reading at {offset}"))?,
-        }
+        file.read_exact_at(&mut buf, offset)?;
         sum = checksum(sum, &buf);
     }
     let seconds = start.elapsed().as_secs_f64();
-    Ok(Pass { seconds, checksum: sum, reader: reader.map(PrefetchingReader::finish) })
+    Ok(Pass { seconds, checksum: sum, reader: file.finish() })
 }
 
 fn measure(h: &Harness, path: &Path, name: &str, offsets: &[u64], pairs: usize) -> Result<Case, BenchError> {
-    let mut secs: Vec<Vec<f64>> = vec![Vec::new(); SIDES.len()];
-    let mut stats: Vec<Vec<ReaderStats>> = vec![Vec::new(); SIDES.len()];
-    let mut sums = Vec::new();
-    let mut resident_before: f64 = 0.0;
-    for pair in 0..pairs {
-        for k in 0..SIDES.len() {
-            let s = (k + pair) % SIDES.len();
-            resident_before = resident_before.max(h.make_cold(&[path])?);
-            settle();
-            let p = pass(path, SIDES[s], offsets)?;
-            secs[s].push(p.seconds);
-            sums.push(p.checksum);
-            if let Some(r) = p.reader {
-                stats[s].push(r);
-            }
-            h.step(format!("{name} pair {}/{pairs}: {}", pair + 1, SIDES[s].name()));
-        }
-    }
-    pass(path, Side::Baseline, offsets)?;
-    let warm = pass(path, Side::Baseline, offsets)?;
-    h.step(format!("{name} warm"));
+    let Runs { secs, stats, sums, resident_before, warm } =
+        interleave(h, path, name, pairs, |side| pass(path, side, offsets))?;
 
     let mut case = Case::ab(name, secs[0].clone(), secs[1].clone());
     case.limit_s = Some(offsets.len() as f64 / h.iops().max(1.0));

@@ -15,76 +15,29 @@
 //! least 80 % at both settings), the file's checksum (the same for every
 //! side), and the reader's hits and waste.
 
-use std::fs::File;
-use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::time::Instant;
 
-use predictio::policies::learned::LearnedConfig;
-use predictio::reader::{PrefetchingReader, ReaderConfig, ReaderStats, Speculation};
+use predictio::reader::ReaderConfig;
 
+use super::reader_sides::{Pass, PassFile, Runs, SIDES, Side, interleave};
 use crate::BenchOptions;
 use crate::harness::{
-    BenchError, Harness, IoContext, checksum, data_file, insert_reader_stats, median_u64, settle, with_read_ahead,
+    BenchError, Harness, IoContext, checksum, data_file, insert_reader_stats, median_u64, with_read_ahead,
 };
 use crate::report::{Case, Report, median};
 
 /// Seed 002's read size.
 pub const READ: usize = 64 << 10;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Side {
-    Baseline,
-    Stream,
-    Learned,
-}
-
-const SIDES: [Side; 3] = [Side::Baseline, Side::Stream, Side::Learned];
-
-impl Side {
-    fn name(self) -> &'static str {
-        match self {
-            Side::Baseline => "baseline",
-            Side::Stream => "stream",
-            Side::Learned => "learned",
-        }
-    }
-}
-
-struct Pass {
-    seconds: f64,
-    checksum: u64,
-    reader: Option<ReaderStats>,
-}
-
-fn reader_error(err: predictio::reader::ReaderError) -> BenchError {
-    BenchError::Options(format!("prefetching reader: {err}"))
-}
-
 fn pass(path: &Path, side: Side) -> Result<Pass, BenchError> {
-    let file = File::open(path).doing(|| format!("opening {}", path.display()))?;
-    let speculation = match side {
-        Side::Baseline => None,
-        Side::Stream => Some(ReaderConfig::default().speculation),
-        Side::Learned => Some(Speculation::Learned(LearnedConfig::default())),
-    };
-    let mut reader = match speculation {
-        None => None,
-        Some(speculation) => {
-            let plain = file.try_clone().doing(|| "duplicating the descriptor".into())?;
-            let config = ReaderConfig { speculation, ..ReaderConfig::default() };
-            Some(PrefetchingReader::new(plain, config).map_err(reader_error)?)
-        }
-    };
+    let mut file = PassFile::open(path, side, ReaderConfig::default().check_residency)?;
     let mut buf = vec![0u8; READ];
     let mut sum = 0;
     let mut offset = 0u64;
     let start = Instant::now();
     loop {
-        let n = match &mut reader {
-            Some(r) => r.read_at(&mut buf, offset).map_err(reader_error)?,
-            None => file.read_at(&mut buf, offset).doing(|| format!("reading at {offset}"))?,
-        };
+        let n = file.read_at(&mut buf, offset)?;
         if n == 0 {
             break;
         }
@@ -92,33 +45,12 @@ fn pass(path: &Path, side: Side) -> Result<Pass, BenchError> {
         offset += n as u64;
     }
     let seconds = start.elapsed().as_secs_f64();
-    Ok(Pass { seconds, checksum: sum, reader: reader.map(PrefetchingReader::finish) })
+    Ok(Pass { seconds, checksum: sum, reader: file.finish() })
 }
 
 fn measure(h: &Harness, path: &Path, size: u64, ra: u64, pairs: usize) -> Result<Case, BenchError> {
     let name = format!("seq-64k@ra{ra}");
-    let mut secs: Vec<Vec<f64>> = vec![Vec::new(); SIDES.len()];
-    let mut stats: Vec<Vec<ReaderStats>> = vec![Vec::new(); SIDES.len()];
-    let mut sums = Vec::new();
-    let mut resident_before: f64 = 0.0;
-    for pair in 0..pairs {
-        for k in 0..SIDES.len() {
-            let s = (k + pair) % SIDES.len();
-            resident_before = resident_before.max(h.make_cold(&[path])?);
-            settle();
-            let p = pass(path, SIDES[s])?;
-            secs[s].push(p.seconds);
-            sums.push(p.checksum);
-            if let Some(r) = p.reader {
-                stats[s].push(r);
-            }
-            h.step(format!("{name} pair {}/{pairs}: {}", pair + 1, SIDES[s].name()));
-        }
-    }
-    // Warm: read once to fill the cache, then time a pass.
-    pass(path, Side::Baseline)?;
-    let warm = pass(path, Side::Baseline)?;
-    h.step(format!("{name} warm"));
+    let Runs { secs, stats, sums, resident_before, warm } = interleave(h, path, &name, pairs, |side| pass(path, side))?;
 
     let device_mbps = h.bandwidth() / 1e6;
     let mut case = Case::ab(name, secs[0].clone(), secs[1].clone());
