@@ -22,6 +22,19 @@ pub fn skip(reason: &str) -> bool {
     true
 }
 
+/// A real SQLite database made by the `sqlite3` shell in `dir`: 5,000 rows
+/// of 700 bytes inserted in a scattered order, so a root over a few interior
+/// pages over ~1,000 leaves spread over the file. `None` when the shell is
+/// missing or fails (callers skip).
+pub fn scattered_sqlite_db(dir: &std::path::Path) -> Option<std::path::PathBuf> {
+    let db = dir.join("t.db");
+    let sql = "PRAGMA page_size=4096; CREATE TABLE t(id INTEGER PRIMARY KEY, v BLOB);\
+               WITH RECURSIVE c(i) AS (SELECT 0 UNION ALL SELECT i+1 FROM c WHERE i < 4999)\
+               INSERT INTO t SELECT (i * 7919) % 5000, randomblob(700) FROM c;";
+    let out = std::process::Command::new("sqlite3").arg(&db).arg(sql).output().ok()?;
+    out.status.success().then_some(db)
+}
+
 /// xorshift64*: a small seeded generator for tests and fuzz loops, so that a
 /// failure replays from its seed.
 #[derive(Clone, Debug)]

@@ -5,7 +5,6 @@
 //! although nobody read them.
 
 use std::os::unix::fs::FileExt;
-use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,16 +15,7 @@ use predictio::pipeline::Pipeline;
 use predictio::policies::btree::BtreePolicy;
 use predictio::{Executor, FileRef, PageRange, cache};
 
-/// 5,000 rows of 700 bytes in a scattered order: a root over a few interior
-/// pages over ~1,000 leaves.
-fn real_db(dir: &std::path::Path) -> Option<std::path::PathBuf> {
-    let db = dir.join("t.db");
-    let sql = "PRAGMA page_size=4096; CREATE TABLE t(id INTEGER PRIMARY KEY, v BLOB);\
-               WITH RECURSIVE c(i) AS (SELECT 0 UNION ALL SELECT i+1 FROM c WHERE i < 4999)\
-               INSERT INTO t SELECT (i * 7919) % 5000, randomblob(700) FROM c;";
-    let out = Command::new("sqlite3").arg(&db).arg(sql).output().ok()?;
-    out.status.success().then_some(db)
-}
+use predictio::testing::scattered_sqlite_db as real_db;
 
 fn read_page(file: &FileRef, page_no: u64) -> Vec<u8> {
     let mut buf = vec![0u8; 4096];

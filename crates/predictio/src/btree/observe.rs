@@ -284,19 +284,8 @@ impl DbWatcher {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::process::Command;
 
-    /// A real SQLite file (the sqlite3 shell), a table of 5,000 rows of
-    /// 700 bytes inserted in a scattered order: three levels (about 1,000
-    /// leaves under a few interior pages), leaves spread.
-    fn real_db(dir: &std::path::Path) -> Option<std::path::PathBuf> {
-        let db = dir.join("t.db");
-        let sql = "PRAGMA page_size=4096; CREATE TABLE t(id INTEGER PRIMARY KEY, v BLOB);\
-                   WITH RECURSIVE c(i) AS (SELECT 0 UNION ALL SELECT i+1 FROM c WHERE i < 4999)\
-                   INSERT INTO t SELECT (i * 7919) % 5000, randomblob(700) FROM c;";
-        let out = Command::new("sqlite3").arg(&db).arg(sql).output().ok()?;
-        out.status.success().then_some(db)
-    }
+    use crate::testing::scattered_sqlite_db as real_db;
 
     #[test]
     fn a_real_sqlite_scan_read_from_the_cache_yields_descents() {
