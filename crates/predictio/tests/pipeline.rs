@@ -161,9 +161,36 @@ impl Policy for Layouts {
     }
 }
 
+/// `path` opened (held, so the resolver finds it among this process's
+/// descriptors) and its identity.
+fn held_file(path: &std::path::Path) -> (std::fs::File, predictio::FileId) {
+    use std::os::unix::fs::MetadataExt;
+    let held = std::fs::File::open(path).expect("open");
+    let meta = held.metadata().expect("stat");
+    let id = predictio::FileId { dev: meta.dev(), ino: meta.ino() };
+    (held, id)
+}
+
+/// A pipeline with a resolver whose only policy records the layouts it gets.
+fn layouts_pipeline(seen: &Arc<std::sync::Mutex<Vec<Vec<ByteRange>>>>) -> Pipeline {
+    let executor = Arc::new(Executor::new(ExecutorConfig::default()).expect("executor"));
+    let policies: Vec<Box<dyn Policy>> = vec![Box::new(Layouts(Arc::clone(seen)))];
+    Pipeline::start_with(executor, policies, 1024, Some(predictio::resolve::ResolverConfig::default())).expect("start")
+}
+
+/// A read of one page by this process, as kernel observation reports it.
+fn own_read(file: predictio::FileId, page: u64) -> Event {
+    Event::PageAccess {
+        pid: std::process::id(),
+        file,
+        pages: PageRange::page(page),
+        kind: AccessKind::Read,
+        time_ns: 0,
+    }
+}
+
 #[test]
 fn an_observed_model_file_is_recognised_and_its_layout_dispatched_once() {
-    use std::os::unix::fs::MetadataExt;
     let dir = tempfile::Builder::new().prefix("predictio-model").tempdir_in("/var/tmp").expect("temp dir");
     let path = dir.path().join("m.safetensors");
     let header = br#"{"a":{"dtype":"F32","shape":[2,2],"data_offsets":[0,16]},"b":{"dtype":"F32","shape":[4],"data_offsets":[16,32]}}"#;
@@ -171,27 +198,11 @@ fn an_observed_model_file_is_recognised_and_its_layout_dispatched_once() {
     bytes.extend_from_slice(header);
     bytes.extend_from_slice(&[7u8; 32]);
     std::fs::write(&path, &bytes).expect("write");
-    let held = std::fs::File::open(&path).expect("open");
-    let meta = held.metadata().expect("stat");
-    let id = predictio::FileId { dev: meta.dev(), ino: meta.ino() };
+    let (held, id) = held_file(&path);
     let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
-    let executor = Arc::new(Executor::new(ExecutorConfig::default()).expect("executor"));
-    let pipeline = Pipeline::start_with(
-        executor,
-        vec![Box::new(Layouts(Arc::clone(&seen)))],
-        1024,
-        Some(predictio::resolve::ResolverConfig::default()),
-    )
-    .expect("start");
+    let pipeline = layouts_pipeline(&seen);
     for page in 0..3 {
-        let read = Event::PageAccess {
-            pid: std::process::id(),
-            file: id,
-            pages: PageRange::page(page),
-            kind: AccessKind::Read,
-            time_ns: 0,
-        };
-        pipeline.sender().send(read, None);
+        pipeline.sender().send(own_read(id, page), None);
     }
     assert!(pipeline.flush(Duration::from_secs(5)));
     let layouts = seen.lock().expect("lock").clone();
@@ -212,7 +223,6 @@ fn an_observed_model_file_is_recognised_and_its_layout_dispatched_once() {
 #[test]
 fn an_observed_gguf_file_is_planned_in_llama_cpp_order() {
     use predictio::model::writer::{GgufTensor, GgufWriter};
-    use std::os::unix::fs::MetadataExt;
     let dir = tempfile::Builder::new().prefix("predictio-model").tempdir_in("/var/tmp").expect("temp dir");
     let path = dir.path().join("m.gguf");
     let mut writer = GgufWriter::new(3, 32);
@@ -228,26 +238,10 @@ fn an_observed_gguf_file_is_planned_in_llama_cpp_order() {
     let mut bytes = Vec::new();
     let (_, offsets) = writer.write(&mut bytes, |i, _, chunk| chunk.fill(i as u8)).expect("write");
     std::fs::write(&path, &bytes).expect("write");
-    let held = std::fs::File::open(&path).expect("open");
-    let meta = held.metadata().expect("stat");
-    let id = predictio::FileId { dev: meta.dev(), ino: meta.ino() };
+    let (held, id) = held_file(&path);
     let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
-    let executor = Arc::new(Executor::new(ExecutorConfig::default()).expect("executor"));
-    let pipeline = Pipeline::start_with(
-        executor,
-        vec![Box::new(Layouts(Arc::clone(&seen)))],
-        1024,
-        Some(predictio::resolve::ResolverConfig::default()),
-    )
-    .expect("start");
-    let read = Event::PageAccess {
-        pid: std::process::id(),
-        file: id,
-        pages: PageRange::page(0),
-        kind: AccessKind::Read,
-        time_ns: 0,
-    };
-    pipeline.sender().send(read, None);
+    let pipeline = layouts_pipeline(&seen);
+    pipeline.sender().send(own_read(id, 0), None);
     assert!(pipeline.flush(Duration::from_secs(5)));
     let layouts = seen.lock().expect("lock").clone();
     assert_eq!(layouts.len(), 1, "one layout: {layouts:?}");
