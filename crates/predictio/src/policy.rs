@@ -139,3 +139,61 @@ pub trait Policy: Send {
         true
     }
 }
+
+/// What policy unit tests share: real descriptors held in a [`FileTable`]
+/// (the runtime only lets a policy request files it holds) and an event fed
+/// to a policy as the runtime feeds it.
+#[cfg(test)]
+pub(crate) mod test_support {
+    use super::{FileTable, Policy, PolicyContext, PolicyId};
+    use crate::event::Event;
+    use crate::file::{FileId, FileRef};
+    use crate::request::Request;
+
+    /// Readable files the tests hold, distinct by identity: the test binary
+    /// first, then a few system files.
+    const CANDIDATES: [&str; 5] = ["/proc/self/exe", "/etc/passwd", "/etc/hostname", "/etc/os-release", "/etc/group"];
+
+    /// Held files and their identities.
+    pub(crate) struct HeldFiles {
+        pub(crate) files: FileTable,
+        pub(crate) ids: Vec<FileId>,
+    }
+
+    impl HeldFiles {
+        /// The test binary alone.
+        pub(crate) fn own_exe() -> Self {
+            let file = FileRef::open(CANDIDATES[0]).expect("open the test binary");
+            let mut files = FileTable::default();
+            let ids = vec![file.id()];
+            files.insert(file);
+            Self { files, ids }
+        }
+
+        /// Every distinct candidate that opens; at least `min` of them.
+        pub(crate) fn distinct(min: usize) -> Self {
+            let mut files = FileTable::default();
+            let mut ids = Vec::new();
+            for file in CANDIDATES.iter().filter_map(|path| FileRef::open(path).ok()) {
+                if !ids.contains(&file.id()) {
+                    ids.push(file.id());
+                    files.insert(file);
+                }
+            }
+            assert!(ids.len() >= min, "need {min} distinct readable files, found {}", ids.len());
+            Self { files, ids }
+        }
+
+        /// The first held file (the test binary).
+        pub(crate) fn id(&self) -> FileId {
+            self.ids[0]
+        }
+
+        /// Feeds `event` to `policy` over these files; the requests it made.
+        pub(crate) fn feed<P: Policy + ?Sized>(&self, policy: &mut P, event: &Event, origin: PolicyId) -> Vec<Request> {
+            let mut out = Vec::new();
+            policy.on_event(event, &mut PolicyContext::new(&self.files, &mut out, origin));
+            out
+        }
+    }
+}

@@ -467,6 +467,7 @@ mod tests {
 
     use super::*;
     use crate::file::FileRef;
+    use crate::policy::test_support::HeldFiles;
     use crate::policy::{FileTable, PolicyId};
     use crate::request::Request;
     use crate::testing::Rng;
@@ -534,27 +535,21 @@ mod tests {
     }
 
     struct Harness {
-        file: FileRef,
-        files: FileTable,
+        held: HeldFiles,
         policy: BtreePolicy,
     }
 
     impl Harness {
         fn new(config: BtreeConfig) -> Self {
-            let file = FileRef::open("/proc/self/exe").expect("open /proc/self/exe");
-            let mut files = FileTable::default();
-            files.insert(file.clone());
-            Self { file, files, policy: BtreePolicy::new(config) }
+            Self { held: HeldFiles::own_exe(), policy: BtreePolicy::new(config) }
         }
 
         fn id(&self) -> FileId {
-            self.file.id()
+            self.held.id()
         }
 
         fn send(&mut self, event: &Event) -> Vec<Request> {
-            let mut out = Vec::new();
-            self.policy.on_event(event, &mut PolicyContext::new(&self.files, &mut out, PolicyId(1)));
-            out
+            self.held.feed(&mut self.policy, event, PolicyId(1))
         }
 
         /// Runs a traversal; returns (pages requested, leaves read that

@@ -535,24 +535,22 @@ mod tests {
     use std::collections::HashSet;
 
     use super::*;
-    use crate::file::FileRef;
-    use crate::policy::{FileTable, PolicyId};
+    use crate::policy::PolicyId;
+    use crate::policy::test_support::HeldFiles;
     use crate::request::Request;
 
     struct Bench {
         policy: LearnedPolicy,
-        files: FileTable,
+        held: HeldFiles,
         file: FileId,
         time: u64,
     }
 
     impl Bench {
         fn new(config: LearnedConfig) -> Self {
-            let file = FileRef::open("/proc/self/exe").expect("open a test file");
-            let id = file.id();
-            let mut files = FileTable::default();
-            files.insert(file);
-            Self { policy: LearnedPolicy::new(config).expect("valid config"), files, file: id, time: 0 }
+            let held = HeldFiles::own_exe();
+            let file = held.id();
+            Self { policy: LearnedPolicy::new(config).expect("valid config"), held, file, time: 0 }
         }
 
         fn held() -> Self {
@@ -560,9 +558,7 @@ mod tests {
         }
 
         fn feed(&mut self, event: Event) -> Vec<Request> {
-            let mut out = Vec::new();
-            self.policy.on_event(&event, &mut PolicyContext::new(&self.files, &mut out, PolicyId(9)));
-            out
+            self.held.feed(&mut self.policy, &event, PolicyId(9))
         }
 
         fn access_by(&mut self, pid: u32, file: FileId, pages: PageRange, kind: AccessKind) -> Vec<Request> {
@@ -1036,19 +1032,14 @@ mod tests {
             }
         }
 
-        fn run_policy(policy: Box<dyn Policy>, trace: &[PageRange]) -> Score {
-            let file = FileRef::open("/proc/self/exe").expect("open a test file");
-            let id = file.id();
-            let mut files = FileTable::default();
-            files.insert(file);
-            let mut policy = policy;
+        fn run_policy(mut policy: Box<dyn Policy>, trace: &[PageRange]) -> Score {
+            let held = HeldFiles::own_exe();
+            let id = held.id();
             let mut time = 0;
             score(trace, |pages| {
                 time += 1000;
-                let mut out = Vec::new();
                 let event = Event::PageAccess { pid: 1, file: id, pages, kind: AccessKind::Read, time_ns: time };
-                policy.on_event(&event, &mut PolicyContext::new(&files, &mut out, PolicyId(1)));
-                out.into_iter().flat_map(|r| r.ranges).collect()
+                held.feed(&mut *policy, &event, PolicyId(1)).into_iter().flat_map(|r| r.ranges).collect()
             })
         }
 

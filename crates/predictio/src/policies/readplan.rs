@@ -536,9 +536,9 @@ impl Policy for ReadPlanPolicy {
 mod tests {
     use super::*;
     use crate::event::AccessKind;
-    use crate::file::FileRef;
     use crate::page::{ByteRange, PAGE_SIZE};
-    use crate::policy::{FileTable, PolicyId};
+    use crate::policy::PolicyId;
+    use crate::policy::test_support::HeldFiles;
     use crate::request::Request;
 
     fn small() -> ReadPlanConfig {
@@ -554,31 +554,19 @@ mod tests {
 
     struct Bench {
         policy: ReadPlanPolicy,
-        files: FileTable,
+        held: HeldFiles,
         ids: Vec<FileId>,
     }
 
     impl Bench {
         fn new(config: ReadPlanConfig) -> Self {
-            let mut files = FileTable::default();
-            let mut ids = Vec::new();
-            // Distinct held files: the test binary and a few system files.
-            for path in ["/proc/self/exe", "/etc/passwd", "/etc/hostname", "/etc/os-release"] {
-                if let Ok(file) = FileRef::open(path) {
-                    if !ids.contains(&file.id()) {
-                        ids.push(file.id());
-                        files.insert(file);
-                    }
-                }
-            }
-            assert!(ids.len() >= 2, "need two distinct readable files");
-            Self { policy: ReadPlanPolicy::new(config).expect("valid config"), files, ids }
+            let held = HeldFiles::distinct(2);
+            let ids = held.ids.clone();
+            Self { policy: ReadPlanPolicy::new(config).expect("valid config"), held, ids }
         }
 
         fn feed(&mut self, event: Event) -> Vec<Request> {
-            let mut out = Vec::new();
-            self.policy.on_event(&event, &mut PolicyContext::new(&self.files, &mut out, PolicyId(4)));
-            out
+            self.held.feed(&mut self.policy, &event, PolicyId(4))
         }
 
         fn plan(&mut self, file: usize, segments: &[(u64, u64)]) -> Vec<PageRange> {
@@ -743,7 +731,7 @@ mod tests {
             kind: AccessKind::Read,
             time_ns: 0,
         };
-        bench.policy.on_event(&event, &mut PolicyContext::new(&bench.files, &mut out, PolicyId(4)));
+        bench.policy.on_event(&event, &mut PolicyContext::new(&bench.held.files, &mut out, PolicyId(4)));
         assert_eq!(out.len(), 1);
         assert_eq!(out[0].file.id(), bench.ids[1]);
         assert_eq!(out[0].ranges, vec![PageRange::new(0, 16)]);

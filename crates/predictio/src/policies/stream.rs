@@ -623,23 +623,22 @@ impl Policy for StreamPolicy {
 mod tests {
     use super::*;
     use crate::file::FileRef;
-    use crate::policy::{FileTable, PolicyId};
+    use crate::policy::PolicyId;
+    use crate::policy::test_support::HeldFiles;
     use crate::request::Request;
 
     struct Bench {
         policy: StreamPolicy,
-        files: FileTable,
+        held: HeldFiles,
         file: FileId,
         time: u64,
     }
 
     impl Bench {
         fn new(config: StreamConfig) -> Self {
-            let file = FileRef::open("/proc/self/exe").expect("open a test file");
-            let id = file.id();
-            let mut files = FileTable::default();
-            files.insert(file);
-            Self { policy: StreamPolicy::new(config).expect("valid config"), files, file: id, time: 0 }
+            let held = HeldFiles::own_exe();
+            let file = held.id();
+            Self { policy: StreamPolicy::new(config).expect("valid config"), held, file, time: 0 }
         }
 
         fn held() -> Self {
@@ -647,9 +646,7 @@ mod tests {
         }
 
         fn feed(&mut self, event: Event) -> Vec<Request> {
-            let mut out = Vec::new();
-            self.policy.on_event(&event, &mut PolicyContext::new(&self.files, &mut out, PolicyId(7)));
-            out
+            self.held.feed(&mut self.policy, &event, PolicyId(7))
         }
 
         fn read_by(&mut self, pid: u32, file: FileId, pages: PageRange) -> Vec<Request> {
@@ -958,7 +955,7 @@ mod tests {
         // Once a descriptor is held, the next read gets the window.
         let file = FileRef::open("/proc/self/exe").expect("open");
         let held = file.id();
-        bench.files.insert(file);
+        bench.held.files.insert(file);
         for i in 0..3 {
             bench.read_by(6, held, PageRange::new(i * 16, i * 16 + 16));
         }

@@ -645,7 +645,8 @@ mod tests {
     use super::*;
     use crate::event::AccessKind;
     use crate::file::FileRef;
-    use crate::policy::{FileTable, PolicyId};
+    use crate::policy::PolicyId;
+    use crate::policy::test_support::HeldFiles;
     use crate::request::Request;
 
     /// Bytes of `n` pages.
@@ -667,31 +668,19 @@ mod tests {
 
     struct Bench {
         policy: TensorPolicy,
-        files: FileTable,
+        held: HeldFiles,
         ids: Vec<FileId>,
     }
 
     impl Bench {
         fn new(config: TensorConfig) -> Self {
-            let mut files = FileTable::default();
-            let mut ids = Vec::new();
-            // Distinct held files: the test binary and a few system files.
-            for path in ["/proc/self/exe", "/etc/passwd", "/etc/hostname", "/etc/os-release", "/etc/group"] {
-                if let Ok(file) = FileRef::open(path) {
-                    if !ids.contains(&file.id()) {
-                        ids.push(file.id());
-                        files.insert(file);
-                    }
-                }
-            }
-            assert!(ids.len() >= 3, "need three distinct readable files");
-            Self { policy: TensorPolicy::new(config).expect("valid config"), files, ids }
+            let held = HeldFiles::distinct(3);
+            let ids = held.ids.clone();
+            Self { policy: TensorPolicy::new(config).expect("valid config"), held, ids }
         }
 
         fn feed(&mut self, event: Event) -> Vec<Request> {
-            let mut out = Vec::new();
-            self.policy.on_event(&event, &mut PolicyContext::new(&self.files, &mut out, PolicyId(5)));
-            out
+            self.held.feed(&mut self.policy, &event, PolicyId(5))
         }
 
         /// A `TensorLayout` event of (first page, pages) tensors.
@@ -704,7 +693,7 @@ mod tests {
         /// [`TensorPolicy::set_layout`] with layers.
         fn set_layout(&mut self, file: usize, tensors: &[(ByteRange, Option<u32>)]) -> Vec<PageRange> {
             let mut out = Vec::new();
-            let mut ctx = PolicyContext::new(&self.files, &mut out, PolicyId(5));
+            let mut ctx = PolicyContext::new(&self.held.files, &mut out, PolicyId(5));
             assert!(self.policy.set_layout(self.ids[file], tensors, &mut ctx));
             ranges_of(out)
         }
@@ -1172,7 +1161,7 @@ mod tests {
             let mut bench = Bench::new(config);
             let held = FileRef::open(file.path()).expect("open model");
             bench.ids.insert(0, held.id());
-            bench.files.insert(held);
+            bench.held.files.insert(held);
             (bench, layout, file)
         }
 
@@ -1219,7 +1208,7 @@ mod tests {
             let (mut bench, layout, _file) = model(tiny());
             let plan = TensorPolicy::plan_from_layout(&layout, LoadOrder::LlamaCppRead);
             let mut out = Vec::new();
-            let mut ctx = PolicyContext::new(&bench.files, &mut out, PolicyId(5));
+            let mut ctx = PolicyContext::new(&bench.held.files, &mut out, PolicyId(5));
             assert!(bench.policy.set_layout(bench.ids[0], &plan, &mut ctx));
             let first = ranges_of(out);
             let find = |name: &str| layout.tensors.iter().find(|t| t.name == name).expect("tensor");
@@ -1298,7 +1287,7 @@ mod tests {
                                 .map(|(i, &(page, pages))| (ByteRange::new(pg(page), pg(pages)), Some(i as u32 / 2)))
                                 .collect();
                             let mut out = Vec::new();
-                            let mut ctx = PolicyContext::new(&bench.files, &mut out, PolicyId(5));
+                            let mut ctx = PolicyContext::new(&bench.held.files, &mut out, PolicyId(5));
                             bench.policy.set_layout(bench.ids[file], &tensors, &mut ctx);
                             since_layout[file] = ranges_of(out);
                         }
