@@ -19,7 +19,7 @@ use predictio::{Event, FileId, FileRef, PAGE_SIZE};
 use predictio_bpf::{Observer, ObserverConfig};
 
 mod common;
-use common::{Held, pages_accessed, path_str, which};
+use common::{Held, pages_accessed, path_str, wait_for_exec, which};
 
 /// Loads an observer, or says why not: `None` (skip) outside CI, a panic
 /// under `CI=true`.
@@ -398,18 +398,7 @@ fn an_exec_wakes_a_long_poll_at_once() {
     let pid = held.pid();
     observer.follow(pid).expect("follow");
     held.release();
-    let start = Instant::now();
-    let mut execs = 0;
-    while execs == 0 && start.elapsed() < Duration::from_secs(10) {
-        observer
-            .poll(Duration::from_secs(5), &mut |e| {
-                if matches!(e, Event::Exec { pid: p, .. } if p == pid) {
-                    execs += 1;
-                }
-            })
-            .expect("poll");
-    }
-    let waited = start.elapsed();
+    let (execs, waited) = wait_for_exec(&mut observer, pid);
     assert_eq!(execs, 1);
     assert!(waited < Duration::from_secs(2), "the exec did not wake the poll: {waited:?}");
     assert!(held.child.wait().expect("wait").success());

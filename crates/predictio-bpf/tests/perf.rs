@@ -20,7 +20,7 @@ use predictio::{Event, FileId, FileRef, PAGE_SIZE};
 use predictio_bpf::perf::{PerfConfig, PerfObserver};
 
 mod common;
-use common::{Held, pages_accessed, path_str, which};
+use common::{Held, pages_accessed, path_str, wait_for_exec, which};
 
 /// Skips the test with a message (a panic under `CI=true`).
 #[track_caller]
@@ -287,18 +287,7 @@ fn an_exec_wakes_a_long_poll_at_once() {
     let config = PerfConfig { pid: Some(pid), wakeup_bytes: 256 << 10, ring_pages: 128, ..PerfConfig::default() };
     let Some(mut observer) = observer(config) else { return };
     held.release();
-    let start = Instant::now();
-    let mut execs = 0;
-    while execs == 0 && start.elapsed() < Duration::from_secs(10) {
-        observer
-            .poll(Duration::from_secs(5), &mut |e| {
-                if matches!(e, Event::Exec { pid: p, .. } if p == pid) {
-                    execs += 1;
-                }
-            })
-            .expect("poll");
-    }
-    let waited = start.elapsed();
+    let (execs, waited) = wait_for_exec(&mut observer, pid);
     assert_eq!(execs, 1);
     assert!(waited < Duration::from_secs(2), "the exec did not wake the poll: {waited:?}");
     assert!(held.child.wait().expect("wait").success());

@@ -15,20 +15,40 @@ use predictio_bpf::perf::PerfObserver;
 
 /// An observer the tests can drain into a vector.
 pub trait Drain {
+    /// Polls once, waiting up to `timeout`, handing each event to `on_event`.
+    fn poll_events(&mut self, timeout: Duration, on_event: &mut dyn FnMut(Event));
+
     /// Polls once (waiting up to 2 ms) and appends what arrived.
-    fn drain_into(&mut self, out: &mut Vec<Event>);
+    fn drain_into(&mut self, out: &mut Vec<Event>) {
+        self.poll_events(Duration::from_millis(2), &mut |e| out.push(e));
+    }
 }
 
 impl Drain for Observer {
-    fn drain_into(&mut self, out: &mut Vec<Event>) {
-        self.poll(Duration::from_millis(2), &mut |e| out.push(e)).expect("poll");
+    fn poll_events(&mut self, timeout: Duration, on_event: &mut dyn FnMut(Event)) {
+        self.poll(timeout, &mut |e| on_event(e)).expect("poll");
     }
 }
 
 impl Drain for PerfObserver {
-    fn drain_into(&mut self, out: &mut Vec<Event>) {
-        self.poll(Duration::from_millis(2), &mut |e| out.push(e)).expect("poll");
+    fn poll_events(&mut self, timeout: Duration, on_event: &mut dyn FnMut(Event)) {
+        self.poll(timeout, &mut |e| on_event(e)).expect("poll");
     }
+}
+
+/// Polls with 5 s timeouts until `pid`'s exec arrives (or 10 s pass):
+/// the execs seen and how long it took.
+pub fn wait_for_exec(observer: &mut impl Drain, pid: u32) -> (usize, Duration) {
+    let start = Instant::now();
+    let mut execs = 0;
+    while execs == 0 && start.elapsed() < Duration::from_secs(10) {
+        observer.poll_events(Duration::from_secs(5), &mut |e| {
+            if matches!(e, Event::Exec { pid: p, .. } if p == pid) {
+                execs += 1;
+            }
+        });
+    }
+    (execs, start.elapsed())
 }
 
 /// A command started blocked on its stdin (`read`), so that it can be
