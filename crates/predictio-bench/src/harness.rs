@@ -137,6 +137,27 @@ impl Harness {
         Ok(worst)
     }
 
+    /// One round of an interleaved run: each of `sides` sides once, in an
+    /// order rotated by `pair` (so that no side always runs first), with
+    /// `files` made cold and the machine settled before every pass;
+    /// `pass(side)` runs one (and reports its step). Returns the largest
+    /// resident fraction of `files` seen right before a pass.
+    pub fn round(
+        &self,
+        pair: usize,
+        sides: usize,
+        files: &[&Path],
+        mut pass: impl FnMut(usize) -> Result<(), BenchError>,
+    ) -> Result<f64, BenchError> {
+        let mut resident_before: f64 = 0.0;
+        for k in 0..sides {
+            resident_before = resident_before.max(self.make_cold(files)?);
+            settle();
+            pass((k + pair) % sides)?;
+        }
+        Ok(resident_before)
+    }
+
     /// Advances the progress bar.
     pub fn step(&self, message: impl Into<std::borrow::Cow<'static, str>>) {
         self.progress.set_message(message);

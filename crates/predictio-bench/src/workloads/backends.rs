@@ -15,7 +15,7 @@ use predictio::executor::{BackendKind, ExecutorConfig, FetchError, Limits};
 use predictio::{Executor, FileRef, PAGE_SIZE, PageRange};
 
 use crate::BenchOptions;
-use crate::harness::{BenchError, Harness, IoContext, XorShift, checksum, data_file, settle};
+use crate::harness::{BenchError, Harness, IoContext, XorShift, checksum, data_file};
 use crate::report::{Case, Report, median};
 
 #[derive(Clone, Copy, Debug)]
@@ -92,18 +92,16 @@ pub fn run(options: &BenchOptions) -> Result<Report, BenchError> {
     let mut resident_before: f64 = 0.0;
     for pair in 0..pairs {
         let ranges = fragmented(file_pages, 0xBAC0 + pair as u64);
-        for k in 0..VARIANTS.len() {
-            // Rotate the order so no variant always runs first.
-            let v = (k + pair) % VARIANTS.len();
-            resident_before = resident_before.max(h.make_cold(&[&path])?);
-            settle();
+        let resident = h.round(pair, VARIANTS.len(), &[&path], |v| {
             let p = pass(&path, VARIANTS[v], &ranges)?;
             seconds[v].push(p.seconds);
             issued[v].push(p.issued_pages as f64);
             resident_after[v].push(p.resident as f64 / file_pages as f64);
             sums.push(p.checksum);
             h.step(format!("pair {}/{pairs}: {}", pair + 1, VARIANTS[v].name));
-        }
+            Ok(())
+        })?;
+        resident_before = resident_before.max(resident);
     }
     h.finish();
     let identical = sums.windows(2).all(|w| w[0] == w[1]);

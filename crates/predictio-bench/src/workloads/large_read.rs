@@ -213,11 +213,8 @@ fn measure_size(s: &Setup<'_>, r: &Readers<'_>, size_mib: u64, ra: u64, tag_ra: 
     for pair in 0..s.pairs {
         let offs = offsets(s.file_size, size, reads, 0x1A26_E000 ^ (size_mib << 16) ^ pair as u64);
         let mut sums = Vec::new();
-        // Rotate the order so that no side always runs first.
-        for k in 0..SIDES.len() {
-            let side = SIDES[(k + pair) % SIDES.len()];
-            resident_before = resident_before.max(h.make_cold(&[s.path])?);
-            settle();
+        let resident = h.round(pair, SIDES.len(), &[s.path], |k| {
+            let side = SIDES[k];
             let p = match side {
                 Side::Baseline => pass(&offs, buf, &mut |b, off| {
                     s.file.read_exact_at(b, off).doing(|| format!("read() of {} bytes at {off}", b.len()))
@@ -228,7 +225,9 @@ fn measure_size(s: &Setup<'_>, r: &Readers<'_>, size_mib: u64, ra: u64, tag_ra: 
             times[side as usize].push(p.seconds);
             sums.push(p.checksum);
             h.step(format!("{size_mib} MiB pair {}/{}: {side:?}", pair + 1, s.pairs));
-        }
+            Ok(())
+        })?;
+        resident_before = resident_before.max(resident);
         // The O_DIRECT limit: the page cache plays no part, so no need to
         // drop it; settle so the previous pass's work is done.
         settle();

@@ -45,7 +45,7 @@ use predictio::{ExecutorConfig, PAGE_SIZE};
 use predictio_lmdb::{LmdbPrefetcher, ReadAround, ScanStats};
 
 use crate::BenchOptions;
-use crate::harness::{BenchError, Harness, IoContext, XorShift, checksum, settle, with_read_ahead};
+use crate::harness::{BenchError, Harness, IoContext, XorShift, checksum, with_read_ahead};
 use crate::report::{Case, Report, median};
 
 /// Bytes per value.
@@ -268,16 +268,15 @@ fn measure(h: &Harness, env_dir: &Path, shape: &Shape, total_rows: u32, pairs: u
         let seed = 0xA5A5_0000 + (pair as u64) * 7919 + shape.rows as u64;
         let starts = starts(shape, total_rows, seed);
         let mut sums = Vec::new();
-        for k in 0..SIDES.len() {
-            let s = (k + pair) % SIDES.len();
-            resident_before = resident_before.max(h.make_cold(&files)?);
-            settle();
+        let resident = h.round(pair, SIDES.len(), &files, |s| {
             let p = pass(&h.options, env_dir, SIDES[s], shape, &starts)?;
             sums.push((p.checksum, p.rows));
             times[s].push(p.seconds);
             passes[s].push(p);
             h.step(format!("{} pair {}/{pairs}: {}", shape.name, pair + 1, SIDES[s].name()));
-        }
+            Ok(())
+        })?;
+        resident_before = resident_before.max(resident);
         identical &= sums.windows(2).all(|w| w[0] == w[1]);
     }
     // Warm: the same starts as the last pair, once untimed, then timed.

@@ -10,7 +10,7 @@ use std::path::Path;
 use predictio::policies::learned::LearnedConfig;
 use predictio::reader::{PrefetchingReader, ReaderConfig, ReaderStats, Speculation};
 
-use crate::harness::{BenchError, Harness, IoContext, settle};
+use crate::harness::{BenchError, Harness, IoContext};
 
 /// One side of a reader workload.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -124,10 +124,7 @@ pub fn interleave(
     let mut sums = Vec::new();
     let mut resident_before: f64 = 0.0;
     for pair in 0..pairs {
-        for k in 0..SIDES.len() {
-            let s = (k + pair) % SIDES.len();
-            resident_before = resident_before.max(h.make_cold(&[path])?);
-            settle();
+        let resident = h.round(pair, SIDES.len(), &[path], |s| {
             let p = pass(SIDES[s])?;
             secs[s].push(p.seconds);
             sums.push(p.checksum);
@@ -135,7 +132,9 @@ pub fn interleave(
                 stats[s].push(r);
             }
             h.step(format!("{name} pair {}/{pairs}: {}", pair + 1, SIDES[s].name()));
-        }
+            Ok(())
+        })?;
+        resident_before = resident_before.max(resident);
     }
     pass(Side::Baseline)?;
     let warm = pass(Side::Baseline)?;

@@ -34,7 +34,7 @@ use predictio::reader::{PrefetchingReader, ReaderConfig, ReaderStats, Speculatio
 use predictio::sys::{Advice, fadvise};
 
 use crate::BenchOptions;
-use crate::harness::{BenchError, Harness, IoContext, checksum, data_file, insert_reader_stats, median_u64, settle};
+use crate::harness::{BenchError, Harness, IoContext, checksum, data_file, insert_reader_stats, median_u64};
 use crate::report::{Case, Report, median};
 
 /// Seed 004's batch: 14 MiB.
@@ -178,11 +178,7 @@ fn measure(
     let mut sums = Vec::new();
     let mut resident_before: f64 = 0.0;
     for pair in 0..pairs {
-        for k in 0..SIDES.len() {
-            // Rotate so that no side always runs first.
-            let s = (k + pair) % SIDES.len();
-            resident_before = resident_before.max(h.make_cold(&[path])?);
-            settle();
+        let resident = h.round(pair, SIDES.len(), &[path], |s| {
             let p = pass(path, SIDES[s], batches, pause)?;
             totals[s].push(p.total_s);
             medians[s].push(median(&p.batch_ms));
@@ -192,7 +188,9 @@ fn measure(
                 stats[s].push(r);
             }
             h.step(format!("{name} pair {}/{pairs}: {}", pair + 1, SIDES[s].name()));
-        }
+            Ok(())
+        })?;
+        resident_before = resident_before.max(resident);
     }
     // Warm: the file's batches are resident after the last pass's prefetch
     // only in part, so read them once untimed, then time a warm pass.
