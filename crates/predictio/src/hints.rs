@@ -80,28 +80,11 @@ pub enum HintError {
 }
 
 /// Why a frame (or a whole datagram) was refused. Each reason has its own
-/// counter in [`HintStats`].
+/// counter in [`HintStats`]: the decoder's reasons first, then the server's.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
-#[repr(u8)]
 pub enum Reject {
-    /// [`DecodeError::Short`]
-    Short,
-    /// [`DecodeError::BadMagic`]
-    BadMagic,
-    /// [`DecodeError::BadVersion`]
-    BadVersion,
-    /// [`DecodeError::UnknownKind`]
-    UnknownKind,
-    /// [`DecodeError::TooLarge`]
-    TooLarge,
-    /// [`DecodeError::CountTooLarge`]
-    CountTooLarge,
-    /// [`DecodeError::TrailingBytes`]
-    TrailingBytes,
-    /// [`DecodeError::InvertedRange`]
-    InvertedRange,
-    /// [`DecodeError::BadPosition`]
-    BadPosition,
+    /// The frame's bytes do not decode (the decoder's reason).
+    Decode(DecodeError),
     /// The datagram exceeded [`protocol::MAX_DATAGRAM`] (whole datagram).
     Truncated,
     /// More descriptors than one datagram may carry (whole datagram; the
@@ -128,17 +111,8 @@ pub enum Reject {
 }
 
 impl Reject {
-    /// Every reason, in counter order.
-    pub const ALL: [Reject; 20] = [
-        Reject::Short,
-        Reject::BadMagic,
-        Reject::BadVersion,
-        Reject::UnknownKind,
-        Reject::TooLarge,
-        Reject::CountTooLarge,
-        Reject::TrailingBytes,
-        Reject::InvertedRange,
-        Reject::BadPosition,
+    /// The server's own reasons, in counter order (after the decoder's).
+    const SERVER: [Reject; 11] = [
         Reject::Truncated,
         Reject::ControlTruncated,
         Reject::NoCredentials,
@@ -153,20 +127,36 @@ impl Reject {
     ];
 
     /// Number of reasons.
-    pub const COUNT: usize = Self::ALL.len();
+    pub const COUNT: usize = DecodeError::ALL.len() + Self::SERVER.len();
+
+    /// Every reason, in counter order.
+    pub fn all() -> impl Iterator<Item = Reject> {
+        DecodeError::ALL.into_iter().map(Reject::Decode).chain(Self::SERVER)
+    }
+
+    /// This reason's counter in [`HintStats::rejected`].
+    pub const fn index(&self) -> usize {
+        let decode = DecodeError::ALL.len();
+        match self {
+            Reject::Decode(err) => *err as usize,
+            Reject::Truncated => decode,
+            Reject::ControlTruncated => decode + 1,
+            Reject::NoCredentials => decode + 2,
+            Reject::AnonymousSender => decode + 3,
+            Reject::TooManyClients => decode + 4,
+            Reject::UnknownHandle => decode + 5,
+            Reject::MissingDescriptor => decode + 6,
+            Reject::NotRegular => decode + 7,
+            Reject::NotReadable => decode + 8,
+            Reject::BadDescriptor => decode + 9,
+            Reject::TooManyHandles => decode + 10,
+        }
+    }
 
     /// A short stable name for counters and logs.
     pub const fn name(&self) -> &'static str {
         match self {
-            Reject::Short => "short",
-            Reject::BadMagic => "bad_magic",
-            Reject::BadVersion => "bad_version",
-            Reject::UnknownKind => "unknown_kind",
-            Reject::TooLarge => "too_large",
-            Reject::CountTooLarge => "count_too_large",
-            Reject::TrailingBytes => "trailing_bytes",
-            Reject::InvertedRange => "inverted_range",
-            Reject::BadPosition => "bad_position",
+            Reject::Decode(err) => err.name(),
             Reject::Truncated => "truncated",
             Reject::ControlTruncated => "control_truncated",
             Reject::NoCredentials => "no_credentials",
@@ -184,17 +174,7 @@ impl Reject {
 
 impl From<DecodeError> for Reject {
     fn from(err: DecodeError) -> Self {
-        match err {
-            DecodeError::Short => Reject::Short,
-            DecodeError::BadMagic => Reject::BadMagic,
-            DecodeError::BadVersion => Reject::BadVersion,
-            DecodeError::UnknownKind => Reject::UnknownKind,
-            DecodeError::TooLarge => Reject::TooLarge,
-            DecodeError::CountTooLarge => Reject::CountTooLarge,
-            DecodeError::TrailingBytes => Reject::TrailingBytes,
-            DecodeError::InvertedRange => Reject::InvertedRange,
-            DecodeError::BadPosition => Reject::BadPosition,
-        }
+        Reject::Decode(err)
     }
 }
 
@@ -310,7 +290,7 @@ pub struct HintStats {
     pub accepted: u64,
     /// Hints delivered (accepted frames other than `Register`/`Unregister`).
     pub hints: u64,
-    /// Frames refused, by [`Reject`] reason (index `reason as usize`).
+    /// Frames refused, by [`Reject`] reason (index [`Reject::index`]).
     pub rejected: [u64; Reject::COUNT],
     /// Frames dropped over the frames-per-second budget.
     pub rate_limited: u64,
@@ -333,7 +313,7 @@ pub struct HintStats {
 impl HintStats {
     /// Frames refused for `reason`.
     pub fn rejected(&self, reason: Reject) -> u64 {
-        self.rejected[reason as usize]
+        self.rejected[reason.index()]
     }
 
     /// Frames refused for any reason.
@@ -529,7 +509,7 @@ impl HintServer {
     /// closed and counted.
     fn reject_datagram(&mut self, reason: Reject) {
         self.stats.frames += 1;
-        self.stats.rejected[reason as usize] += 1;
+        self.stats.rejected[reason.index()] += 1;
         self.stats.descriptors_closed += self.fds.len() as u64;
         self.fds.clear();
     }
@@ -622,7 +602,7 @@ impl HintServer {
             let frame = match item {
                 Ok(frame) => frame,
                 Err(err) => {
-                    self.stats.rejected[Reject::from(err) as usize] += 1;
+                    self.stats.rejected[Reject::Decode(err).index()] += 1;
                     continue;
                 }
             };
@@ -655,7 +635,7 @@ impl HintServer {
                     hints += 1;
                     on_hint(Hint { event, file, peer });
                 }
-                Err(reason) => self.stats.rejected[reason as usize] += 1,
+                Err(reason) => self.stats.rejected[reason.index()] += 1,
             }
         }
         let unused = fds.count();
@@ -772,12 +752,12 @@ mod tests {
     }
 
     #[test]
-    fn reject_order_matches_all() {
-        for (i, reason) in Reject::ALL.iter().enumerate() {
-            assert_eq!(*reason as usize, i);
-        }
+    fn reject_indices_cover_every_counter_once() {
+        let indices: Vec<usize> = Reject::all().map(|r| r.index()).collect();
+        assert_eq!(indices, (0..Reject::COUNT).collect::<Vec<_>>());
         for err in DecodeError::ALL {
             assert_eq!(Reject::from(err).name(), err.name());
+            assert_eq!(Reject::Decode(err).index(), err as usize);
         }
     }
 }

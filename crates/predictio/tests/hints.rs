@@ -435,25 +435,25 @@ fn predict(datagram: &[u8], registered: &mut [bool; 4], expected: &mut Expected,
         match item {
             Err(err) => {
                 decode_counts[DecodeError::ALL.iter().position(|e| *e == err).expect("known error")] += 1;
-                expected.rejected[Reject::from(err) as usize] += 1;
+                expected.rejected[Reject::from(err).index()] += 1;
             }
             Ok(frame) => {
                 decode_counts[9] += 1;
                 match frame {
-                    Frame::Register { .. } => expected.rejected[Reject::MissingDescriptor as usize] += 1,
+                    Frame::Register { .. } => expected.rejected[Reject::MissingDescriptor.index()] += 1,
                     Frame::Unregister { handle } => match slot(handle) {
                         Some(i) if registered[i] => {
                             registered[i] = false;
                             expected.accepted += 1;
                         }
-                        _ => expected.rejected[Reject::UnknownHandle as usize] += 1,
+                        _ => expected.rejected[Reject::UnknownHandle.index()] += 1,
                     },
                     other => match slot(other.handle()) {
                         Some(i) if registered[i] => {
                             expected.accepted += 1;
                             expected.hints += 1;
                         }
-                        _ => expected.rejected[Reject::UnknownHandle as usize] += 1,
+                        _ => expected.rejected[Reject::UnknownHandle.index()] += 1,
                     },
                 }
             }
@@ -534,7 +534,7 @@ fn a_million_fuzzed_frames_never_crash_and_are_all_counted() {
         stats.accepted,
         stats.rejected_total()
     );
-    for reason in Reject::ALL {
+    for reason in Reject::all() {
         println!("  rejected {:>18}: {}", reason.name(), stats.rejected(reason));
     }
     // (The client counts as dropped every send the full queue refused; the
