@@ -2,17 +2,15 @@
 //! processes. Needs `CAP_SYS_ADMIN` (root); without it each test prints why it
 //! skips, and under `CI=true` a skip is a failure.
 
-use std::io::Write as _;
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use predictio::{Event, FileId};
 use predictio_bpf::fallback::{FanotifyConfig, FanotifyObserver};
 
 mod common;
-use common::which;
+use common::{Held, which};
 
 #[track_caller]
 fn observer(mounts: Vec<PathBuf>) -> Option<FanotifyObserver> {
@@ -34,32 +32,6 @@ fn id_of(path: &std::path::Path) -> FileId {
     FileId { dev: meta.dev(), ino: meta.ino() }
 }
 
-/// Starts `sh -c 'read _ && exec "$@"'`: blocked until released.
-fn held(argv: &[&str]) -> Child {
-    Command::new("sh")
-        .arg("-c")
-        .arg("read _ && exec \"$@\"")
-        .arg("sh")
-        .args(argv)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("spawn")
-}
-
-/// Releases `child`, waits for it, and collects events until `done` holds or
-/// 5 s pass.
-fn run(mut child: Child, observer: &mut FanotifyObserver, done: impl Fn(&[Event]) -> bool) -> Vec<Event> {
-    child.stdin.take().expect("stdin").write_all(b"go\n").expect("release");
-    assert!(child.wait().expect("wait").success());
-    let mut events = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while !done(&events) && Instant::now() < deadline {
-        observer.poll(Duration::from_millis(5), &mut |e| events.push(e)).expect("poll");
-    }
-    events
-}
-
 #[test]
 fn opens_and_execs_are_reported_with_stat_identity() {
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("tempdir");
@@ -67,10 +39,10 @@ fn opens_and_execs_are_reported_with_stat_identity() {
     std::fs::write(&path, b"hello").expect("write");
     let cat = which("cat");
     let Some(mut observer) = observer(vec![dir.path().to_owned(), cat.clone()]) else { return };
-    let child = held(&["cat", path.to_str().expect("utf-8")]);
-    let pid = child.id();
+    let held = Held::spawn(&["cat", path.to_str().expect("utf-8")]);
+    let pid = held.pid();
     let (data_id, cat_id) = (id_of(&path), id_of(&cat));
-    let events = run(child, &mut observer, |events| {
+    let events = held.run_until(&mut observer, |events| {
         let opened = events.iter().any(|e| matches!(e, Event::FileOpen { file, .. } if *file == data_id));
         let execed = events.iter().any(|e| matches!(e, Event::Exec { exe, .. } if *exe == cat_id));
         opened && execed

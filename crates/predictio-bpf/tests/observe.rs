@@ -19,7 +19,7 @@ use predictio::{Event, FileId, FileRef, PAGE_SIZE};
 use predictio_bpf::{Observer, ObserverConfig};
 
 mod common;
-use common::{Held, pages_accessed, path_str, wait_for_exec, which};
+use common::{Held, forked_children, pages_accessed, path_str, wait_for_exec, which};
 
 /// Loads an observer, or says why not: `None` (skip) outside CI, a panic
 /// under `CI=true`.
@@ -122,13 +122,7 @@ fn children_of_a_followed_process_are_followed() {
     let shell = held.pid();
     observer.follow(shell).expect("follow");
     let events = held.run(&mut observer);
-    let children: Vec<u32> = events
-        .iter()
-        .filter_map(|e| match e {
-            Event::Fork { parent, child, .. } if *parent == shell => Some(*child),
-            _ => None,
-        })
-        .collect();
+    let children = forked_children(&events, shell);
     assert_eq!(children.len(), 1, "one fork of the shell: {events:?}");
     let cat = children[0];
     assert!(pages_accessed(&events, data.id(), &[AccessKind::Read], Some(cat)).is_superset(&all_pages(16)));

@@ -20,7 +20,7 @@ use predictio::{Event, FileId, FileRef, PAGE_SIZE};
 use predictio_bpf::perf::{PerfConfig, PerfObserver};
 
 mod common;
-use common::{Held, pages_accessed, path_str, wait_for_exec, which};
+use common::{Held, forked_children, pages_accessed, path_str, wait_for_exec, which};
 
 /// Skips the test with a message (a panic under `CI=true`).
 #[track_caller]
@@ -146,13 +146,7 @@ fn children_of_the_followed_process_are_followed() {
     let shell = held.pid();
     let Some(mut observer) = following(shell) else { return };
     let events = held.run(&mut observer);
-    let children: Vec<u32> = events
-        .iter()
-        .filter_map(|e| match e {
-            Event::Fork { parent, child, .. } if *parent == shell => Some(*child),
-            _ => None,
-        })
-        .collect();
+    let children = forked_children(&events, shell);
     assert_eq!(children.len(), 1, "one fork of the shell: {events:?}");
     let cat = children[0];
     let read = pages_accessed(&events, data.id(), &[AccessKind::Read], Some(cat));

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use predictio::event::AccessKind;
 use predictio::{Event, FileId};
 use predictio_bpf::Observer;
+use predictio_bpf::fallback::FanotifyObserver;
 use predictio_bpf::perf::PerfObserver;
 
 /// An observer the tests can drain into a vector.
@@ -31,6 +32,12 @@ impl Drain for Observer {
 }
 
 impl Drain for PerfObserver {
+    fn poll_events(&mut self, timeout: Duration, on_event: &mut dyn FnMut(Event)) {
+        self.poll(timeout, &mut |e| on_event(e)).expect("poll");
+    }
+}
+
+impl Drain for FanotifyObserver {
     fn poll_events(&mut self, timeout: Duration, on_event: &mut dyn FnMut(Event)) {
         self.poll(timeout, &mut |e| on_event(e)).expect("poll");
     }
@@ -88,22 +95,36 @@ impl Held {
     /// Releases the command and collects `observer`'s events until it has
     /// exited and its `Exit` record has been seen (or 10 s pass).
     #[track_caller]
-    pub fn run(mut self, observer: &mut impl Drain) -> Vec<Event> {
+    pub fn run(self, observer: &mut impl Drain) -> Vec<Event> {
         let pid = self.pid();
+        self.run_until(observer, |events| events.iter().any(|e| matches!(e, Event::Exit { pid: p, .. } if *p == pid)))
+    }
+
+    /// Releases the command and collects `observer`'s events until `done`
+    /// holds for them (or 10 s pass); then checks that the command succeeded.
+    #[track_caller]
+    pub fn run_until(mut self, observer: &mut impl Drain, done: impl Fn(&[Event]) -> bool) -> Vec<Event> {
         self.release();
         let mut events = Vec::new();
         let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
+        while !done(&events) && Instant::now() <= deadline {
             observer.drain_into(&mut events);
-            let exited = events.iter().any(|e| matches!(e, Event::Exit { pid: p, .. } if *p == pid));
-            if exited || Instant::now() > deadline {
-                break;
-            }
         }
         let status = self.child.wait().expect("wait");
         assert!(status.success(), "{status}");
         events
     }
+}
+
+/// The pids `parent` forked, by the `Fork` events among `events`.
+pub fn forked_children(events: &[Event], parent: u32) -> Vec<u32> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Fork { parent: p, child, .. } if *p == parent => Some(*child),
+            _ => None,
+        })
+        .collect()
 }
 
 /// Pages of `file` covered by access events of `kinds`, by `pid` if given.
