@@ -99,12 +99,9 @@ impl Policy for NextPage {
 
 #[test]
 fn observed_files_are_resolved_through_the_process_that_has_them_open() {
-    use std::os::unix::fs::MetadataExt;
     let (_dir, path) = disk_file(64);
     // This process has the file open, as an observed program would.
-    let held = std::fs::File::open(&path).expect("open");
-    let meta = held.metadata().expect("stat");
-    let id = predictio::FileId { dev: meta.dev(), ino: meta.ino() };
+    let (held, id) = held_file(&path);
     let file = FileRef::open(&path).expect("open");
     cache::evict(&file).expect("evict");
     let executor = Arc::new(Executor::new(ExecutorConfig::default()).expect("executor"));
@@ -115,14 +112,7 @@ fn observed_files_are_resolved_through_the_process_that_has_them_open() {
         Some(predictio::resolve::ResolverConfig::default()),
     )
     .expect("start");
-    let read = Event::PageAccess {
-        pid: std::process::id(),
-        file: id,
-        pages: PageRange::new(0, 1),
-        kind: AccessKind::Read,
-        time_ns: 0,
-    };
-    assert!(pipeline.sender().send(read, None));
+    assert!(pipeline.sender().send(own_read(id, 0), None));
     assert!(pipeline.flush(Duration::from_secs(5)));
     assert!(executor.wait_idle(Duration::from_secs(5)));
     let stats = pipeline.stats();
@@ -131,14 +121,7 @@ fn observed_files_are_resolved_through_the_process_that_has_them_open() {
     assert_eq!(up, 8);
     // Without a resolver the same event requests nothing.
     let plain = Pipeline::start(Arc::clone(&executor), vec![Box::new(NextPage)], 1024).expect("start");
-    let read = Event::PageAccess {
-        pid: std::process::id(),
-        file: id,
-        pages: PageRange::new(0, 1),
-        kind: AccessKind::Read,
-        time_ns: 0,
-    };
-    plain.sender().send(read, None);
+    plain.sender().send(own_read(id, 0), None);
     assert!(plain.flush(Duration::from_secs(5)));
     assert_eq!(plain.stats().requests, 0);
     drop(held);
