@@ -21,7 +21,7 @@ use predictio::page::ByteRange;
 use predictio::{Executor, FileRef, PAGE_SIZE, PageRange, Runtime};
 
 use crate::BenchOptions;
-use crate::harness::{BenchError, Harness, IoContext, XorShift, checksum, data_file, settle, with_read_ahead};
+use crate::harness::{BenchError, Harness, IoContext, XorShift, checksum, data_file, with_read_ahead};
 use crate::oracle::OraclePolicy;
 use crate::report::{Case, Report, median, percentile};
 
@@ -221,9 +221,9 @@ fn measure_case(
     for pair in 0..pairs {
         // A fresh pattern per pair, the same for both sides of the pair.
         let pages = pattern(run, file_pages, 0x5EED ^ (run << 8) ^ pair as u64);
-        for treatment in [false, true] {
-            resident_before = resident_before.max(h.make_cold(&[path])?);
-            settle();
+        // Both sides, in an order rotated by the pair, each from cold.
+        let seen = h.round(pair, 2, &[path], |side| {
+            let treatment = side == 1;
             let pass = if treatment { oracle_pass(path, &pages, &h.options)? } else { baseline_pass(path, &pages)? };
             let (s, p50, p95) = if treatment {
                 (&mut treat_s, &mut treat_p50, &mut treat_p95)
@@ -239,7 +239,9 @@ fn measure_case(
             }
             sums.push((pair, pass.checksum));
             h.step(format!("{name} pair {}/{pairs}", pair + 1));
-        }
+            Ok(())
+        })?;
+        resident_before = resident_before.max(seen);
     }
     // Warm: the last treatment left the pages resident.
     let last = pattern(run, file_pages, 0x5EED ^ (run << 8) ^ (pairs as u64 - 1));
