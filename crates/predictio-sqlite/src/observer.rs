@@ -29,8 +29,10 @@ const TRAVERSAL_CAPACITY: usize = 32;
 /// (a point lookup requests nothing; a confirmed scan's window doubles, 2,
 /// 4, … 64 children), the same as the daemon's, so that the adapter and the
 /// no-change mode differ only in how they see the traversal.
-/// `PREDICTIO_BTREE_GROWTH` and `PREDICTIO_BTREE_MAX_WINDOW` override the
-/// growth factor and the largest window (for experiments: on a device whose
+/// `PREDICTIO_BTREE_GROWTH`, `PREDICTIO_BTREE_MAX_WINDOW`,
+/// `PREDICTIO_BTREE_HISTORY` and `PREDICTIO_BTREE_CONFIRM` override the
+/// growth factor, the largest window, the scans remembered to size a first
+/// window and the continuations before a window opens (for experiments: on a device whose
 /// parallelism is small, faster growth mostly adds waste).
 pub fn scan_config() -> BtreeConfig {
     let defaults = BtreeConfig::default();
@@ -38,6 +40,8 @@ pub fn scan_config() -> BtreeConfig {
     BtreeConfig {
         growth_factor: env("PREDICTIO_BTREE_GROWTH", defaults.growth_factor),
         max_window: env("PREDICTIO_BTREE_MAX_WINDOW", defaults.max_window),
+        history: env("PREDICTIO_BTREE_HISTORY", defaults.history as u32) as usize,
+        confirm_after: env("PREDICTIO_BTREE_CONFIRM", defaults.confirm_after),
         ..defaults
     }
 }

@@ -241,13 +241,16 @@ impl DbPageLayout {
 /// One remembered interior page, ready to place a read of any of its
 /// children. A 4,096-bit filter of its children, built once when the page is
 /// read (a multiply and a bit per child), lets a read that is no child of it
-/// (a point lookup whose parent SQLite had cached) skip it with one bit test
-/// instead of a scan of its few hundred children; only a likely child (about
-/// one miss in ten with 450 children) scans the list.
+/// (a point lookup whose parent SQLite had cached) skip it with one bit test;
+/// only a likely child (about one miss in ten with 450 children) is looked
+/// up, by binary search in the children sorted once (a linear scan of every
+/// likely parent's children touched about 100 KiB per read, costly right
+/// after an I/O wait has let the CPU caches go cold).
 #[derive(Debug)]
 struct Remembered {
     parent: u64,
-    children: Vec<u64>,
+    /// `(child, position)`, sorted.
+    by_child: Vec<(u64, u32)>,
     filter: Box<[u64; FILTER_WORDS]>,
     /// The event's fields (first 4 KiB pages), shared by every descent from
     /// this page; `None` when a page number does not map.
@@ -271,7 +274,10 @@ impl Remembered {
         }
         let children = page.children.iter().map(|&child| layout.first_page(child)).collect::<Option<Arc<[u64]>>>();
         let event = layout.first_page(parent).zip(children);
-        Self { parent, children: page.children, filter, event }
+        let mut by_child: Vec<(u64, u32)> =
+            page.children.iter().zip(0u32..).map(|(&child, position)| (child, position)).collect();
+        by_child.sort_unstable();
+        Self { parent, by_child, filter, event }
     }
 
     /// The first position of `child` among the children.
@@ -280,7 +286,8 @@ impl Remembered {
         if self.filter[bit / 64] & (1 << (bit % 64)) == 0 {
             return None;
         }
-        self.children.iter().position(|&c| c == child).and_then(|i| u32::try_from(i).ok())
+        let first = self.by_child.partition_point(|&(c, _)| c < child);
+        self.by_child.get(first).filter(|&&(c, _)| c == child).map(|&(_, position)| position)
     }
 }
 
@@ -288,15 +295,17 @@ impl Remembered {
 /// events: remembers the last few interior pages read and, when a page read
 /// is one of their children, reports the descent. This is the part of an
 /// adapter (VFS shim, LMDB wrapper, daemon observation) that does not depend
-/// on the engine. Bounded: at most `capacity` interior pages are remembered.
+/// on the engine. Bounded: at most `capacity` interior pages are remembered;
+/// the one whose children were read least recently is forgotten first.
 #[derive(Debug)]
 pub struct Traversal {
     file: FileId,
     layout: DbPageLayout,
     capacity: usize,
-    /// Remembered interior pages, oldest first. A read is looked up in them
-    /// newest first (a child named by two remembered parents belongs to the
-    /// newer), each behind its child filter.
+    /// Remembered interior pages, least recently read or used first. A read
+    /// is looked up in them most recent first (a child named by two
+    /// remembered parents belongs to the more recent), each behind its child
+    /// filter.
     parents: VecDeque<Remembered>,
 }
 
@@ -322,9 +331,17 @@ impl Traversal {
     /// interior page, what it holds. Returns the descent it completes, if
     /// `page` is a child of a remembered interior page.
     pub fn on_read(&mut self, page: u64, parsed: Option<InteriorPage>) -> Option<Event> {
-        let event = self.parents.iter().rev().find_map(|r| {
-            let position = r.position_of(page)?;
-            let (parent, children) = r.event.as_ref()?;
+        let hit = self.parents.iter().enumerate().rev().find_map(|(i, r)| Some((i, r.position_of(page)?)));
+        let event = hit.and_then(|(i, position)| {
+            // A page whose children are being read is kept longest: an
+            // engine caches its upper pages itself (SQLite's root is read
+            // once per connection), so only their use shows they matter.
+            if i + 1 != self.parents.len()
+                && let Some(used) = self.parents.remove(i)
+            {
+                self.parents.push_back(used);
+            }
+            let (parent, children) = self.parents.back()?.event.as_ref()?;
             Some(Event::TreeChildEnter { file: self.file, parent: *parent, children: children.clone(), position })
         });
         if let Some(interior) = parsed {
@@ -492,6 +509,36 @@ mod tests {
     }
 
     #[test]
+    fn remembered_pages_place_children_by_first_position() {
+        let layout = DbPageLayout::new(Engine::Sqlite, 4096).expect("4096");
+        let children: Vec<u64> = (0..450u64).map(|i| (i * 7919) % 100_003 + 2).chain([9, 5, 9]).collect();
+        let page = InteriorPage { kind: InteriorKind::SqliteTable, children: children.clone() };
+        let remembered = Remembered::new(&layout, 1, page);
+        for (i, &child) in children.iter().enumerate() {
+            let first = children.iter().position(|&c| c == child).expect("present");
+            assert_eq!(remembered.position_of(child), Some(first as u32), "child {child} at {i}");
+        }
+        let absent = (0..200_000u64).filter(|c| !children.contains(c)).take(5000);
+        assert!(absent.into_iter().all(|c| remembered.position_of(c).is_none()));
+    }
+
+    #[test]
+    fn a_parent_in_use_is_kept_while_others_come_and_go() {
+        let file = FileId { dev: 1, ino: 2 };
+        let layout = DbPageLayout::new(Engine::Sqlite, 4096).expect("4096");
+        let mut traversal = Traversal::new(file, layout, 3);
+        let root = InteriorPage { kind: InteriorKind::SqliteTable, children: (100..200).collect() };
+        traversal.on_read(2, Some(root));
+        // The root is read once (the engine caches it); its children are
+        // read one after another, each an interior page of its own.
+        for child in 100..120u64 {
+            let interior = InteriorPage { kind: InteriorKind::SqliteTable, children: vec![child * 10] };
+            assert!(traversal.on_read(child, Some(interior)).is_some(), "descent from the root into {child}");
+        }
+        assert_eq!(traversal.remembered(), 3);
+    }
+
+    #[test]
     fn traversal_reports_descents_and_stays_bounded() {
         let file = FileId { dev: 1, ino: 2 };
         let layout = DbPageLayout::new(Engine::Sqlite, 8192).expect("8192");
@@ -510,7 +557,7 @@ mod tests {
             traversal.on_read(page, Some(interior));
         }
         assert_eq!(traversal.remembered(), 2);
-        assert!(traversal.parents.iter().map(|r| r.children.len()).sum::<usize>() <= 4);
+        assert!(traversal.parents.iter().map(|r| r.by_child.len()).sum::<usize>() <= 4);
         assert_eq!(traversal.on_read(5, None), None, "forgotten parent");
         assert!(traversal.on_read(191, None).is_some());
     }
