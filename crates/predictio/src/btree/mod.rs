@@ -249,6 +249,8 @@ impl DbPageLayout {
 #[derive(Debug)]
 struct Remembered {
     parent: u64,
+    /// [`fingerprint`] of the children in order.
+    fingerprint: u64,
     /// `(child, position)`, sorted.
     by_child: Vec<(u64, u32)>,
     filter: Box<[u64; FILTER_WORDS]>,
@@ -259,6 +261,11 @@ struct Remembered {
 
 /// Words of a [`Remembered`] page's child filter (4,096 bits).
 const FILTER_WORDS: usize = 64;
+
+/// A hash of a child list in order, to tell a page read again unchanged.
+fn fingerprint(children: &[u64]) -> u64 {
+    children.iter().fold(children.len() as u64, |h, &c| (h.rotate_left(5) ^ c).wrapping_mul(0x9E37_79B9_7F4A_7C15))
+}
 
 /// The filter bit of `child`: Fibonacci hashing onto 4,096 bits.
 fn filter_bit(child: u64) -> usize {
@@ -277,7 +284,7 @@ impl Remembered {
         let mut by_child: Vec<(u64, u32)> =
             page.children.iter().zip(0u32..).map(|(&child, position)| (child, position)).collect();
         by_child.sort_unstable();
-        Self { parent, by_child, filter, event }
+        Self { parent, fingerprint: fingerprint(&page.children), by_child, filter, event }
     }
 
     /// The first position of `child` among the children.
@@ -358,9 +365,16 @@ impl Traversal {
     }
 
     fn remember(&mut self, parent: u64, page: InteriorPage) {
-        // A page read again replaces what was remembered of it.
-        if let Some(i) = self.parents.iter().position(|r| r.parent == parent) {
-            self.parents.remove(i);
+        // A page read again replaces what was remembered of it; unchanged
+        // (the common case: the engine dropped it from its own cache and
+        // read it again), it is only moved to the recent end, not rebuilt.
+        let fingerprint = fingerprint(&page.children);
+        if let Some(i) = self.parents.iter().position(|r| r.parent == parent)
+            && let Some(old) = self.parents.remove(i)
+            && old.fingerprint == fingerprint
+        {
+            self.parents.push_back(old);
+            return;
         }
         if self.parents.len() >= self.capacity {
             self.parents.pop_front();
@@ -520,6 +534,21 @@ mod tests {
         }
         let absent = (0..200_000u64).filter(|c| !children.contains(c)).take(5000);
         assert!(absent.into_iter().all(|c| remembered.position_of(c).is_none()));
+    }
+
+    #[test]
+    fn a_page_read_again_is_kept_if_unchanged_and_replaced_if_changed() {
+        let file = FileId { dev: 1, ino: 2 };
+        let layout = DbPageLayout::new(Engine::Sqlite, 4096).expect("4096");
+        let mut traversal = Traversal::new(file, layout, 4);
+        let page = |children: Vec<u64>| Some(InteriorPage { kind: InteriorKind::SqliteTable, children });
+        traversal.on_read(2, page(vec![10, 11, 12]));
+        traversal.on_read(2, page(vec![10, 11, 12]));
+        assert_eq!(traversal.remembered(), 1);
+        assert!(matches!(traversal.on_read(12, None), Some(Event::TreeChildEnter { position: 2, .. })));
+        traversal.on_read(2, page(vec![20, 12]));
+        assert_eq!(traversal.on_read(10, None), None, "the old children are forgotten");
+        assert!(matches!(traversal.on_read(12, None), Some(Event::TreeChildEnter { position: 1, .. })));
     }
 
     #[test]

@@ -40,9 +40,12 @@
 //!   range scans gets the rest of each scan's leaves in parallel instead of
 //!   reading three leaves one by one first, while a single point lookup
 //!   among the recent scans (length 1) closes it again. Such a scan asks for
-//!   nothing past the length it is expected to have until it goes beyond
-//!   it (then the window slides and grows as usual), so a scan as long as
-//!   the shortest recent one wastes nothing. The lowest level is told apart
+//!   nothing past the longest recent one until it goes beyond it (then the
+//!   window slides and grows as usual), so a scan of a workload whose scans
+//!   have the same length wastes nothing.
+//! - **Requests come in batches.** The window is topped up once half of it
+//!   has been used (readahead's async mark), not at every child: one
+//!   request, one executor wake-up, per half window. The lowest level is told apart
 //!   from the ones above it by the descents: a parent one of whose children
 //!   was entered as a parent itself is marked upper, and its scans neither
 //!   count nor get a learned window.
@@ -249,13 +252,14 @@ impl FileState {
         }
     }
 
-    /// The length the recent scans suggest for a new one: the shortest of
-    /// the last `history`; `None` until that many are known.
-    fn learned_length(&self, history: usize) -> Option<u32> {
+    /// The lengths the recent scans suggest for a new one: the shortest
+    /// and the longest of the last `history`; `None` until that many are
+    /// known.
+    fn learned_lengths(&self, history: usize) -> Option<(u32, u32)> {
         if history == 0 || self.lengths.len() < history {
             return None;
         }
-        self.lengths.iter().min().copied()
+        Some((*self.lengths.iter().min()?, *self.lengths.iter().max()?))
     }
 
     /// Children the scan going on through `parent` is still expected to
@@ -456,12 +460,12 @@ impl BtreePolicy {
             }
             Step::Start if !upper => {
                 state.finish_run(config.history);
-                learned_length = state.learned_length(config.history);
-                state.run = Some(Run { parent, children: 1, expect: learned_length.unwrap_or(0) });
+                learned_length = state.learned_lengths(config.history);
+                state.run = Some(Run { parent, children: 1, expect: learned_length.map_or(0, |(_, longest)| longest) });
             }
             _ => {}
         }
-        let learned = learned_length.map(|length| length.saturating_sub(1));
+        let learned = learned_length.map(|(shortest, _)| shortest.saturating_sub(1));
         let remaining = if upper { None } else { state.expected_remaining(parent) };
         let (window, grow_at, issued_from, prev_entered, steps) = match step {
             Step::Continue { window, grow_at, steps } => {
@@ -493,7 +497,15 @@ impl BtreePolicy {
         // What to request: children[issued_from .. position + 1 + window],
         // no further than a scan as long as the recent ones would read.
         let ahead = window.min(remaining.unwrap_or(u32::MAX));
-        let want_end = (position as u64 + 1 + ahead as u64).min(len as u64) as u32;
+        let mut want_end = (position as u64 + 1 + ahead as u64).min(len as u64) as u32;
+        // Top up once half the lookahead is used (readahead's async mark):
+        // one request per half window rather than one per child, each
+        // waking the executor and costing a few syscalls.
+        let lookahead = issued_from.saturating_sub(position + 1);
+        let deferred = lookahead > 0 && lookahead.saturating_mul(2) >= ahead;
+        if deferred {
+            want_end = want_end.min(issued_from);
+        }
         let from = issued_from.min(want_end);
         let mut ranges = Vec::new();
         for &child in &children[from as usize..want_end as usize] {
@@ -503,7 +515,7 @@ impl BtreePolicy {
 
         // The window runs past this parent's last child: fetch the next
         // sibling parent too, so the next descent finds it resident.
-        let overflow = position as u64 + 1 + ahead as u64 > len as u64;
+        let overflow = !deferred && position as u64 + 1 + ahead as u64 > len as u64;
         if overflow
             && ahead > 0
             && let Some(gp) = grandparent
