@@ -2,9 +2,15 @@
 //! `TreeChildEnter` events to an embedded runtime out.
 //!
 //! ```text
-//!  xRead(offset, bytes) ─ DbObserver::on_read ─ Header::parse (offset 0)
-//!                                            └ parse_page ─ Traversal ─ TreeChildEnter ─ Prefetcher (Runtime + Executor, btree policy)
+//!  xRead(offset, len), before the real read ─ DbObserver::before_read ─ Traversal (page number only) ─ TreeChildEnter ─ Prefetcher
+//!  xRead(offset, bytes), after it ─ DbObserver::on_read ─ Header::parse (offset 0)
+//!                                                     └ parse_page ─ Traversal::learn (interior pages)
+//!                                                                    (or, when not announced, Traversal ─ TreeChildEnter ─ Prefetcher)
+//!  Prefetcher = Runtime + Executor, btree policy
 //! ```
+//!
+//! Reporting the descent before the read lets the prefetch of the pages
+//! after it overlap that page's own I/O.
 //!
 //! Everything here only *looks* at bytes SQLite already received; nothing is
 //! written back, and any page that does not parse is passed over.
