@@ -2,9 +2,15 @@
 //! `TreeChildEnter` events to an embedded runtime out.
 //!
 //! ```text
-//!  xRead(offset, bytes) ─ DbObserver::on_read ─ Header::parse (offset 0)
-//!                                            └ parse_page ─ Traversal ─ TreeChildEnter ─ Prefetcher (Runtime + Executor, btree policy)
+//!  xRead(offset, len), before the real read ─ DbObserver::before_read ─ Traversal (page number only) ─ TreeChildEnter ─ Prefetcher
+//!  xRead(offset, bytes), after it ─ DbObserver::on_read ─ Header::parse (offset 0)
+//!                                                     └ parse_page ─ Traversal::learn (interior pages)
+//!                                                                    (or, when not announced, Traversal ─ TreeChildEnter ─ Prefetcher)
+//!  Prefetcher = Runtime + Executor, btree policy
 //! ```
+//!
+//! Reporting the descent before the read lets the prefetch of the pages
+//! after it overlap that page's own I/O.
 //!
 //! Everything here only *looks* at bytes SQLite already received; nothing is
 //! written back, and any page that does not parse is passed over.
@@ -29,8 +35,10 @@ const TRAVERSAL_CAPACITY: usize = 32;
 /// (a point lookup requests nothing; a confirmed scan's window doubles, 2,
 /// 4, … 64 children), the same as the daemon's, so that the adapter and the
 /// no-change mode differ only in how they see the traversal.
-/// `PREDICTIO_BTREE_GROWTH` and `PREDICTIO_BTREE_MAX_WINDOW` override the
-/// growth factor and the largest window (for experiments: on a device whose
+/// `PREDICTIO_BTREE_GROWTH`, `PREDICTIO_BTREE_MAX_WINDOW`,
+/// `PREDICTIO_BTREE_HISTORY` and `PREDICTIO_BTREE_CONFIRM` override the
+/// growth factor, the largest window, the scans remembered to size a first
+/// window and the continuations before a window opens (for experiments: on a device whose
 /// parallelism is small, faster growth mostly adds waste).
 pub fn scan_config() -> BtreeConfig {
     let defaults = BtreeConfig::default();
@@ -38,6 +46,8 @@ pub fn scan_config() -> BtreeConfig {
     BtreeConfig {
         growth_factor: env("PREDICTIO_BTREE_GROWTH", defaults.growth_factor),
         max_window: env("PREDICTIO_BTREE_MAX_WINDOW", defaults.max_window),
+        history: env("PREDICTIO_BTREE_HISTORY", defaults.history as u32) as usize,
+        confirm_after: env("PREDICTIO_BTREE_CONFIRM", defaults.confirm_after),
         ..defaults
     }
 }
@@ -141,6 +151,9 @@ pub struct DbObserver {
     prefetcher: &'static Prefetcher,
     file: Option<FileRef>,
     known: Option<Known>,
+    /// The page [`Self::before_read`] placed last, whose bytes
+    /// [`Self::on_read`] will show next.
+    announced: Option<u32>,
     /// Set once opening the file for prefetch failed: never retried.
     disabled: bool,
 }
@@ -150,7 +163,7 @@ impl DbObserver {
     /// is opened (read-only, a descriptor of our own) on the first read of
     /// its header.
     pub fn new(path: impl Into<PathBuf>, prefetcher: &'static Prefetcher) -> Self {
-        Self { path: path.into(), prefetcher, file: None, known: None, disabled: false }
+        Self { path: path.into(), prefetcher, file: None, known: None, announced: None, disabled: false }
     }
 
     /// Whether the header has been seen and parsed.
@@ -158,8 +171,28 @@ impl DbObserver {
         self.known.is_some()
     }
 
+    /// Reports that SQLite is about to read `len` bytes at `offset`. Where
+    /// the page is a child of a remembered interior page, the descent is
+    /// dispatched now, so that the prefetch of the pages after it is issued
+    /// while this page's own read is in flight rather than after it (placing
+    /// a child needs its page number only). Optional: [`Self::on_read`]
+    /// alone reports the same descents, one read later.
+    pub fn before_read(&mut self, offset: u64, len: usize) {
+        self.announced = None;
+        if self.disabled {
+            return;
+        }
+        let Some(known) = self.known.as_mut() else { return };
+        let Some(page_no) = page_number(known.geometry.page_size, offset, len) else { return };
+        if let Some(event) = known.traversal.on_read(u64::from(page_no), None) {
+            self.prefetcher.dispatch(&event);
+        }
+        self.announced = Some(page_no);
+    }
+
     /// Reports that SQLite read `bytes` at `offset` and got all of them.
     pub fn on_read(&mut self, offset: u64, bytes: &[u8]) {
+        let announced = self.announced.take();
         if self.disabled {
             return;
         }
@@ -167,13 +200,14 @@ impl DbObserver {
             self.on_header(bytes);
         }
         let Some(known) = self.known.as_mut() else { return };
-        let page_size = u64::from(known.geometry.page_size);
-        if bytes.len() as u64 != page_size || !offset.is_multiple_of(page_size) {
-            return;
-        }
-        let Ok(page_no) = u32::try_from(offset / page_size + 1) else { return };
+        let Some(page_no) = page_number(known.geometry.page_size, offset, bytes.len()) else { return };
         let parsed = sqlite::parse_page(bytes, page_no, &known.geometry).ok();
-        if let Some(event) = known.traversal.on_read(u64::from(page_no), parsed) {
+        if announced == Some(page_no) {
+            // The descent into it was reported before the read.
+            if let Some(interior) = parsed {
+                known.traversal.learn(u64::from(page_no), interior);
+            }
+        } else if let Some(event) = known.traversal.on_read(u64::from(page_no), parsed) {
             self.prefetcher.dispatch(&event);
         }
     }
@@ -215,6 +249,16 @@ impl DbObserver {
         let Some(file) = self.file.as_ref() else { return };
         self.known = Some(Known { geometry, traversal: Traversal::new(file.id(), layout, TRAVERSAL_CAPACITY) });
     }
+}
+
+/// The number of the database page a read of `len` bytes at `offset` is,
+/// when it is exactly one page.
+fn page_number(page_size: u32, offset: u64, len: usize) -> Option<u32> {
+    let page_size = u64::from(page_size);
+    if len as u64 != page_size || !offset.is_multiple_of(page_size) {
+        return None;
+    }
+    u32::try_from(offset / page_size + 1).ok()
 }
 
 /// Asks the kernel to start reading the parts of the shared object holding

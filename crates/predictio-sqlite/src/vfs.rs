@@ -135,6 +135,17 @@ unsafe extern "C" fn io_close(file: *mut sqlite3_file) -> c_int {
 
 unsafe extern "C" fn io_read(file: *mut sqlite3_file, buf: *mut c_void, amt: c_int, offset: sqlite3_int64) -> c_int {
     guard(SQLITE_IOERR, || {
+        // SAFETY: the observer is ours or null and lives until `io_close`.
+        let observer = unsafe { (*file.cast::<ShimFile>()).observer };
+        if !observer.is_null() && amt > 0 && offset >= 0 {
+            // SAFETY: as above.
+            let observer = unsafe { &*observer };
+            // The descent is known from the offset alone: report it before
+            // the read, so that prefetches overlap this read's own I/O.
+            guard((), || {
+                observer.lock().unwrap_or_else(|p| p.into_inner()).before_read(offset as u64, amt as usize);
+            });
+        }
         // SAFETY: a file opened by `shim_open`; the real read gets exactly
         // SQLite's arguments.
         let rc = unsafe {

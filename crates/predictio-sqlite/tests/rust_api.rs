@@ -71,8 +71,13 @@ fn a_cold_walk_through_the_observer_issues_prefetches() {
     // SAFETY: a valid descriptor; DONTNEED only drops clean cached pages.
     assert_eq!(unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) }, 0);
     let mut buf = vec![0; PAGE];
-    for &page_no in &reads {
+    for (i, &page_no) in reads.iter().enumerate() {
         let offset = (u64::from(page_no) - 1) * PAGE as u64;
+        // As the VFS shim does: announce the read first (every other read
+        // here, so that reads reported only afterwards are covered too).
+        if i % 2 == 0 {
+            observer.before_read(offset, PAGE);
+        }
         file.read_exact_at(&mut buf, offset).expect("read page");
         observer.on_read(offset, &buf);
         let start = offset as usize;

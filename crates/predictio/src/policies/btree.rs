@@ -32,6 +32,23 @@
 //!   its level too, so upcoming interior pages are fetched as well.
 //! - **Anything else starts a new scan** (a backward or far jump, a parent
 //!   whose child list changed length) with the initial window.
+//! - **Recent scans size the first window.** Per file, the lengths (in
+//!   children, over every parent a scan carried over to) of the last
+//!   [`BtreeConfig::history`] finished scans of the lowest level are kept.
+//!   Once that many are known, a new scan opens with a window of the
+//!   shortest of them minus one, at its first child: a workload of 100-row
+//!   range scans gets the rest of each scan's leaves in parallel instead of
+//!   reading three leaves one by one first, while a single point lookup
+//!   among the recent scans (length 1) closes it again. Such a scan asks for
+//!   nothing past the longest recent one until it goes beyond it (then the
+//!   window slides and grows as usual), so a scan of a workload whose scans
+//!   have the same length wastes nothing.
+//! - **Requests come in batches.** The window is topped up once half of it
+//!   has been used (readahead's async mark), not at every child: one
+//!   request, one executor wake-up, per half window. The lowest level is told apart
+//!   from the ones above it by the descents: a parent one of whose children
+//!   was entered as a parent itself is marked upper, and its scans neither
+//!   count nor get a learned window.
 //! - **Past the end of a parent**, when the window reaches beyond its last
 //!   child, the parent's next sibling (an interior page, known from the
 //!   grandparent's enter) is requested too, so the next descent finds it
@@ -93,6 +110,13 @@ pub struct BtreeConfig {
     /// Parents tracked per file (16): enough for the levels of a few
     /// concurrent cursors.
     pub max_parents_per_file: usize,
+    /// Finished scans per file whose lengths size the first window of the
+    /// next one (4). Once this many are known, a new scan of the lowest
+    /// level opens with a window of the shortest of them minus the child
+    /// it enters, so that scans as long as the recent ones are fetched in
+    /// parallel from their first leaf, while a point lookup among them
+    /// (length 1) keeps the next first window at 0. 0 turns this off.
+    pub history: usize,
 }
 
 impl Default for BtreeConfig {
@@ -106,6 +130,7 @@ impl Default for BtreeConfig {
             recent_capacity: 4096,
             max_files: 64,
             max_parents_per_file: 16,
+            history: 4,
         }
     }
 }
@@ -129,6 +154,8 @@ pub struct BtreeStats {
     pub requested_children: u64,
     /// Children not requested because they were requested lately.
     pub suppressed_duplicates: u64,
+    /// Scans whose first window came from the lengths of recent scans.
+    pub learned_windows: u64,
 }
 
 /// How an enter relates to what the policy saw before.
@@ -175,8 +202,23 @@ struct ParentState {
     next_sibling: Option<u64>,
     /// The parent we descended from into this one, when known.
     grandparent: Option<u64>,
+    /// A descent from this parent was seen continuing into an interior page
+    /// (one of its children was a parent itself): not the lowest level, so
+    /// its scans are not leaf scans.
+    upper: bool,
     /// Logical time of last use, for eviction.
     last_used: u64,
+}
+
+/// The scan of the lowest level going on in a file: where it is, and how
+/// many children it has entered (over every parent it carried over to).
+#[derive(Clone, Copy, Debug)]
+struct Run {
+    parent: u64,
+    children: u32,
+    /// Children the recent scans suggest this one reads (0: no guess):
+    /// nothing past them is requested until the scan goes beyond.
+    expect: u32,
 }
 
 /// The parents tracked for one file.
@@ -184,6 +226,48 @@ struct ParentState {
 struct FileState {
     parents: Vec<ParentState>,
     last_used: u64,
+    /// The scan going on.
+    run: Option<Run>,
+    /// Lengths (children) of the last finished scans, oldest first.
+    lengths: VecDeque<u32>,
+}
+
+impl FileState {
+    /// Whether `parent` is known to lie above the lowest level.
+    fn is_upper(&self, parent: u64) -> bool {
+        self.parents.iter().any(|p| p.parent == parent && p.upper)
+    }
+
+    /// Ends the scan going on, remembering its length if it was a scan of
+    /// the lowest level; keeps the last `history` lengths.
+    fn finish_run(&mut self, history: usize) {
+        if let Some(run) = self.run.take()
+            && history > 0
+            && !self.is_upper(run.parent)
+        {
+            if self.lengths.len() >= history {
+                self.lengths.pop_front();
+            }
+            self.lengths.push_back(run.children);
+        }
+    }
+
+    /// The lengths the recent scans suggest for a new one: the shortest
+    /// and the longest of the last `history`; `None` until that many are
+    /// known.
+    fn learned_lengths(&self, history: usize) -> Option<(u32, u32)> {
+        if history == 0 || self.lengths.len() < history {
+            return None;
+        }
+        Some((*self.lengths.iter().min()?, *self.lengths.iter().max()?))
+    }
+
+    /// Children the scan going on through `parent` is still expected to
+    /// read after this one, while it has not gone past what was expected.
+    fn expected_remaining(&self, parent: u64) -> Option<u32> {
+        let run = self.run.filter(|r| r.parent == parent && r.expect > 0 && r.children <= r.expect)?;
+        Some(run.expect - run.children)
+    }
 }
 
 /// A bounded first-in-first-out set of `(file, page)` recently requested.
@@ -352,6 +436,37 @@ impl BtreePolicy {
                 (carried.unwrap_or(Step::Start), gp.map(|g| g.parent))
             }
         };
+        // The grandparent's child is this parent: the grandparent is above
+        // the lowest level (and a scan just started there was no leaf scan).
+        if old.is_none()
+            && let Some(gp) = grandparent
+            && let Some(g) = state.parents.iter_mut().find(|g| g.parent == gp)
+        {
+            g.upper = true;
+        }
+        let upper = old.is_some_and(|p| p.upper);
+        // The lowest level's scan: a new one ends the one going on.
+        let mut learned_length = None;
+        match step {
+            Step::Continue { .. } if !upper => {
+                let advanced = old.map_or(1, |p| position.saturating_sub(p.position).max(1));
+                match state.run.as_mut() {
+                    Some(run) => {
+                        run.parent = parent;
+                        run.children = run.children.saturating_add(advanced);
+                    }
+                    None => state.run = Some(Run { parent, children: 1 + advanced, expect: 0 }),
+                }
+            }
+            Step::Start if !upper => {
+                state.finish_run(config.history);
+                learned_length = state.learned_lengths(config.history);
+                state.run = Some(Run { parent, children: 1, expect: learned_length.map_or(0, |(_, longest)| longest) });
+            }
+            _ => {}
+        }
+        let learned = learned_length.map(|(shortest, _)| shortest.saturating_sub(1));
+        let remaining = if upper { None } else { state.expected_remaining(parent) };
         let (window, grow_at, issued_from, prev_entered, steps) = match step {
             Step::Continue { window, grow_at, steps } => {
                 self.stats.continued += 1;
@@ -370,12 +485,27 @@ impl BtreePolicy {
             Step::Repeat(p) => (p.window, p.grow_at, p.issued_until.max(position + 1), p.prev_entered, p.steps),
             Step::Start => {
                 self.stats.scans_started += 1;
-                (config.initial_window.min(config.max_window), position.saturating_add(1), position + 1, None, 0)
+                let initial = config.initial_window.max(learned.unwrap_or(0)).min(config.max_window);
+                if initial > config.initial_window {
+                    self.stats.learned_windows += 1;
+                }
+                // Grow once the scan has gone through this window.
+                (initial, position.saturating_add(initial.max(1)), position + 1, None, 0)
             }
         };
 
-        // What to request: children[issued_from .. position + 1 + window].
-        let want_end = (position as u64 + 1 + window as u64).min(len as u64) as u32;
+        // What to request: children[issued_from .. position + 1 + window],
+        // no further than a scan as long as the recent ones would read.
+        let ahead = window.min(remaining.unwrap_or(u32::MAX));
+        let mut want_end = (position as u64 + 1 + ahead as u64).min(len as u64) as u32;
+        // Top up once half the lookahead is used (readahead's async mark):
+        // one request per half window rather than one per child, each
+        // waking the executor and costing a few syscalls.
+        let lookahead = issued_from.saturating_sub(position + 1);
+        let deferred = lookahead > 0 && lookahead.saturating_mul(2) >= ahead;
+        if deferred {
+            want_end = want_end.min(issued_from);
+        }
         let from = issued_from.min(want_end);
         let mut ranges = Vec::new();
         for &child in &children[from as usize..want_end as usize] {
@@ -385,9 +515,9 @@ impl BtreePolicy {
 
         // The window runs past this parent's last child: fetch the next
         // sibling parent too, so the next descent finds it resident.
-        let overflow = position as u64 + 1 + window as u64 > len as u64;
+        let overflow = !deferred && position as u64 + 1 + ahead as u64 > len as u64;
         if overflow
-            && window > 0
+            && ahead > 0
             && let Some(gp) = grandparent
             && let Some(sibling) = self
                 .files
@@ -410,6 +540,7 @@ impl BtreePolicy {
             prev_entered,
             next_sibling,
             grandparent,
+            upper,
             last_used: clock,
         };
         let cap = config.max_parents_per_file;
@@ -810,6 +941,69 @@ mod tests {
         let (requested, _, _) = h.run(&third[third.len() - 1..]);
         assert_eq!(requested, vec![tree.leaf(13), tree.leaf(14)]);
         assert_eq!(h.policy.window(h.id(), interior), Some(2));
+    }
+
+    #[test]
+    fn recent_scan_lengths_open_the_first_window_at_the_first_leaf() {
+        let tree = Tree::new(40, 100, 12);
+        let mut h = Harness::new(BtreeConfig::default());
+        // Four scans of 12 leaves, each within one interior page (not
+        // neighbours: the root's own steps are no scan).
+        for k in 0..4 {
+            h.run(&tree.scan(h.id(), k * 300 + 20, 12));
+        }
+        assert_eq!(h.policy.stats().learned_windows, 0, "nothing learned before four scans finished");
+        // The fifth: its first leaf asks for the 11 after it, at once.
+        let first = 2000 + 40;
+        let events = tree.scan(h.id(), first, 12);
+        let (requested, covered, read) = h.run(&events);
+        assert_eq!(requested[..11], (first + 1..first + 12).map(|i| tree.leaf(i)).collect::<Vec<_>>());
+        assert_eq!((covered, read), (11, 12), "only the first leaf is a demand read");
+        // The root (an upper level) asked for no interior page on the way.
+        // Nor anything past the length the recent scans had.
+        assert_eq!(requested.len(), 11, "{requested:?}");
+        assert_eq!(h.policy.stats().learned_windows, 1);
+        // A scan longer than the recent ones: past what was expected, the
+        // window slides and grows again (one leaf waits for it).
+        let (requested, covered, read) = h.run(&tree.scan(h.id(), 3040, 50));
+        assert_eq!(read, 50);
+        assert!(covered >= 50 - 2, "{covered} of {read} leaves prefetched");
+        assert!(requested.len() <= 50 + 24, "{} requested", requested.len());
+    }
+
+    #[test]
+    fn a_point_lookup_among_recent_scans_keeps_the_first_window_closed() {
+        let tree = Tree::new(40, 100, 13);
+        let mut h = Harness::new(BtreeConfig::default());
+        for k in 0..4 {
+            h.run(&tree.scan(h.id(), k * 100 + 10, 30));
+        }
+        h.run(&tree.scan(h.id(), 2050, 1));
+        // The shortest recent scan read one leaf: a new scan starts at 0.
+        let events = tree.scan(h.id(), 3010, 2);
+        let (requested, _, _) = h.run(&events);
+        assert!(requested.is_empty(), "{requested:?}");
+        // Point lookups only: never anything.
+        let mut rng = Rng(13);
+        let mut requested = 0;
+        for _ in 0..500 {
+            requested += h.run(&tree.scan(h.id(), rng.below(4000), 1)).0.len();
+        }
+        assert!(requested <= 30, "point lookups requested {requested} pages");
+    }
+
+    #[test]
+    fn learned_windows_are_capped_and_can_be_turned_off() {
+        let tree = Tree::new(40, 400, 14);
+        for (history, expect) in [(4, 64), (0, 0)] {
+            let mut h = Harness::new(BtreeConfig { history, ..BtreeConfig::default() });
+            for k in 0..5 {
+                h.run(&tree.scan(h.id(), k * 1200 + 10, 200));
+            }
+            let events = tree.scan(h.id(), 15 * 400 + 10, 200);
+            let (requested, _, _) = h.run(&events[..2]);
+            assert_eq!(requested.len(), expect, "history {history}");
+        }
     }
 
     #[test]
