@@ -53,6 +53,15 @@
 //!   child, the parent's next sibling (an interior page, known from the
 //!   grandparent's enter) is requested too, so the next descent finds it
 //!   resident.
+//! - **The levels above the leaves are fetched whole, once.** A parent seen
+//!   to lie above the lowest level (one of its children was entered as a
+//!   parent itself) has interior pages for children, and every lookup
+//!   through it reads one of them. The next time it is entered, all its
+//!   children are requested at once (once per parent, at most
+//!   [`BtreeConfig::upper_pages`] pages per file): for SQLite's 1 M-row
+//!   table that is the ~230 pages (~1 MiB) below the root, after which a
+//!   point lookup or a scan reads one page fewer from the device. A single
+//!   lookup still costs nothing: the first descent only marks the level.
 //! - **Duplicates are suppressed**: per parent, children already requested
 //!   are not requested again while the scan goes on; across parents and
 //!   scans, a bounded recent set of `(file, page)` requested lately
@@ -117,6 +126,11 @@ pub struct BtreeConfig {
     /// parallel from their first leaf, while a point lookup among them
     /// (length 1) keeps the next first window at 0. 0 turns this off.
     pub history: usize,
+    /// Most pages per file requested as whole levels above the lowest one
+    /// (1,024 = 4 MiB of 4 KiB pages): when a parent known to lie above the
+    /// lowest level is entered again, all its children (interior pages
+    /// every lookup passes through) are requested once. 0 turns this off.
+    pub upper_pages: u32,
 }
 
 impl Default for BtreeConfig {
@@ -131,6 +145,7 @@ impl Default for BtreeConfig {
             max_files: 64,
             max_parents_per_file: 16,
             history: 4,
+            upper_pages: 1024,
         }
     }
 }
@@ -156,6 +171,8 @@ pub struct BtreeStats {
     pub suppressed_duplicates: u64,
     /// Scans whose first window came from the lengths of recent scans.
     pub learned_windows: u64,
+    /// Parents above the lowest level whose children were requested whole.
+    pub upper_levels: u64,
 }
 
 /// How an enter relates to what the policy saw before.
@@ -206,6 +223,8 @@ struct ParentState {
     /// (one of its children was a parent itself): not the lowest level, so
     /// its scans are not leaf scans.
     upper: bool,
+    /// All its children were requested (an upper parent, fetched whole).
+    fetched_whole: bool,
     /// Logical time of last use, for eviction.
     last_used: u64,
 }
@@ -230,6 +249,9 @@ struct FileState {
     run: Option<Run>,
     /// Lengths (children) of the last finished scans, oldest first.
     lengths: VecDeque<u32>,
+    /// Pages requested as whole upper levels (bounded by
+    /// [`BtreeConfig::upper_pages`]).
+    upper_requested: u32,
 }
 
 impl FileState {
@@ -528,6 +550,22 @@ impl BtreePolicy {
             self.push_child(file, sibling, &mut ranges);
         }
 
+        // A parent above the lowest level, entered again: its children are
+        // the interior pages every lookup goes through; fetch them whole,
+        // once, within the file's budget.
+        let mut fetched_whole = old.is_some_and(|p| p.fetched_whole);
+        if upper && !fetched_whole {
+            let budget = self.files.get(&file).map_or(0, |s| config.upper_pages.saturating_sub(s.upper_requested));
+            if len <= budget {
+                for &child in children {
+                    self.push_child(file, child, &mut ranges);
+                }
+                fetched_whole = true;
+                self.stats.upper_levels += 1;
+                self.file_state(file).upper_requested += len;
+            }
+        }
+
         let new_state = ParentState {
             parent,
             len,
@@ -541,6 +579,7 @@ impl BtreePolicy {
             next_sibling,
             grandparent,
             upper,
+            fetched_whole,
             last_used: clock,
         };
         let cap = config.max_parents_per_file;
@@ -792,6 +831,43 @@ mod tests {
         let mut h = Harness::new(BtreeConfig { initial_window: 1, ..BtreeConfig::default() });
         let (pages, _, _) = h.run(&tree.scan(h.id(), 1234, 1));
         assert_eq!(pages.len(), 2, "one child ahead at the root and one at the interior");
+    }
+
+    #[test]
+    fn the_level_above_the_leaves_is_fetched_whole_once_from_the_second_lookup() {
+        let tree = Tree::new(50, 100, 13);
+        let mut h = Harness::new(BtreeConfig::default());
+        // The first lookup only learns that the root lies above the leaves.
+        let (first, _, _) = h.run(&tree.scan(h.id(), 1234, 1));
+        assert!(first.is_empty(), "{first:?}");
+        // The second asks for every child of the root, once.
+        let (second, _, _) = h.run(&tree.scan(h.id(), 3210, 1));
+        let mut fetched = second.clone();
+        fetched.sort_unstable();
+        let mut interiors: Vec<u64> = tree.root_children().to_vec();
+        interiors.sort_unstable();
+        assert_eq!(fetched, interiors);
+        assert_eq!(h.policy.stats().upper_levels, 1);
+        // Later lookups ask for nothing more.
+        for leaf in [17, 2500, 4999] {
+            let (more, _, _) = h.run(&tree.scan(h.id(), leaf, 1));
+            assert!(more.is_empty(), "{more:?}");
+        }
+    }
+
+    #[test]
+    fn whole_level_fetches_stay_within_the_budget() {
+        let tree = Tree::new(50, 100, 14);
+        let mut h = Harness::new(BtreeConfig { upper_pages: 49, ..BtreeConfig::default() });
+        for leaf in [10, 2000, 4000] {
+            let (pages, _, _) = h.run(&tree.scan(h.id(), leaf, 1));
+            assert!(pages.is_empty(), "50 children exceed a budget of 49: {pages:?}");
+        }
+        let mut off = Harness::new(BtreeConfig { upper_pages: 0, ..BtreeConfig::default() });
+        for leaf in [10, 2000, 4000] {
+            assert!(off.run(&tree.scan(off.id(), leaf, 1)).0.is_empty());
+        }
+        assert_eq!(off.policy.stats().upper_levels, 0);
     }
 
     #[test]
