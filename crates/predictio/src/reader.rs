@@ -4,7 +4,10 @@
 //!
 //! [`PrefetchingReader`] wraps a [`File`] that a server reads with
 //! positioned reads ([`PrefetchingReader::read_at`]). Each read is handed,
-//! before it runs, to a private [`Runtime`] as a `StreamRead` event:
+//! once it is done, to a private [`Runtime`] as a `StreamRead` event (so
+//! the I/O it starts neither competes with the read for the device nor with
+//! its copy for the CPU; a window kept ahead is still ahead of the next
+//! read):
 //!
 //! - the speculative policy ([`Speculation`]: `stream` by default, or
 //!   `learned`, or none) finds sequential or strided readers and keeps a
@@ -82,16 +85,20 @@ pub struct ReaderConfig {
 }
 
 impl Default for ReaderConfig {
-    /// `stream` tuned for a server's batch reader: a stream is confirmed
-    /// after two continuations (a handle given out for batches is a reader
-    /// of its own, so little proof is needed), with a window of up to
-    /// 64 MiB; the default `readplan` bounds; residency checked; an
+    /// `stream` tuned for a server's batch reader: a sequential stream is
+    /// confirmed by its first continuation once its run has read 256 KiB
+    /// (as much as the first window asks for: a handle given out for
+    /// batches is a reader of its own, so the run's length is the proof, and
+    /// runs of a few pages at random places get nothing; a stride must
+    /// repeat), with a window of up to 64 MiB; the default `readplan`
+    /// bounds; residency checked; an
     /// executor that tracks hits and issues I/Os of up to 2 MiB (a batch
     /// reader's windows are long runs).
     fn default() -> Self {
         Self {
             speculation: Speculation::Stream(StreamConfig {
-                confirm_after: 2,
+                confirm_after: 1,
+                min_run_pages: 64,
                 max_window_pages: 16384,
                 ..StreamConfig::default()
             }),
@@ -318,17 +325,19 @@ impl PrefetchingReader {
         } else {
             None
         };
-        // The policies see the read before it runs, so the next window is on
-        // its way while this read waits for its own pages.
         self.settle_passed(offset);
-        if len > 0 {
-            self.runtime.dispatch(&Event::StreamRead { file: self.file.id(), offset, len });
-        }
         let n = read(self.file.file(), buf, offset).map_err(|source| ReaderError::Io { offset, source })?;
         let n64 = n as u64;
         let read_pages = PageRange::covering_bytes(offset, n64);
         if !read_pages.is_empty() {
             self.executor.note_access(self.file.id(), read_pages);
+        }
+        // The policies see the read once it is done: the next window's I/O
+        // then neither competes with this read for the device nor with its
+        // copy for the CPU, and a window kept ahead of the reader is still
+        // ahead of its next read.
+        if len > 0 {
+            self.runtime.dispatch(&Event::StreamRead { file: self.file.id(), offset, len });
         }
         self.last_end = Some(offset.saturating_add(n64));
         self.consume_plan(offset, offset.saturating_add(n64));

@@ -144,7 +144,7 @@ pub fn run(options: &BenchOptions) -> Result<Report, BenchError> {
             "file_bytes": size, "read_bytes": READ, "pairs": pairs, "read_ahead_kb": settings,
             "default_read_ahead_kb": default_ra,
             "sides": ["baseline", "stream", "learned"],
-            "stream": "PrefetchingReader, ReaderConfig::default() (stream: confirm after 2, window 256 KiB..64 MiB, 2 MiB I/Os)",
+            "stream": "PrefetchingReader, ReaderConfig::default() (stream: confirmed by a continuation once its run has read 256 KiB, window 256 KiB..64 MiB, 2 MiB I/Os)",
             "learned": "PrefetchingReader with LearnedConfig::default()",
         }),
         cold_method: h.cold.describe().into(),

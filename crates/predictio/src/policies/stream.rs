@@ -18,6 +18,13 @@
 //!   read (ignored), or *breaks* the pattern. Only after
 //!   [`StreamConfig::confirm_after`] consecutive continuations of one pattern
 //!   does the stream get its first request, so random readers get none.
+//! - **Proof by consumption.** A sequential run must also have read
+//!   [`StreamConfig::min_run_pages`] pages before its first window opens:
+//!   however many reads it took, a run shorter than that is not a stream
+//!   yet: a scan that reads a few neighbouring pages at one random place
+//!   after another gets nothing. With `min_run_pages` at least
+//!   [`StreamConfig::initial_window_pages`], a first window of the initial
+//!   size is never more than the run has already read.
 //! - **Adaptive confirmation** (seed 002's lesson: a fixed trigger either
 //!   waits too long or fires on noise). A confirmed stream that jumps away
 //!   while its first window is still unread — a short run that only looked
@@ -83,6 +90,12 @@ pub struct StreamConfig {
     /// Consecutive continuations of one pattern (sequential, or one stride)
     /// before a stream gets its first request.
     pub confirm_after: u32,
+    /// Pages a sequential run must have read (from its first read's start
+    /// to its last read's end) before it is confirmed, whatever
+    /// `confirm_after` says; 0 leaves confirmation to `confirm_after` alone.
+    /// Strided runs are not held to it (equal strides are rare by chance),
+    /// but always need two continuations, whatever `confirm_after` says.
+    pub min_run_pages: u64,
     /// The window a newly confirmed stream starts with, in pages.
     pub initial_window_pages: u64,
     /// The largest window, in pages.
@@ -95,12 +108,13 @@ pub struct StreamConfig {
 }
 
 impl Default for StreamConfig {
-    /// 64 streams, three continuations, a window from 256 KiB to 32 MiB,
-    /// strides up to 64 MiB, 256 records per request.
+    /// 64 streams, three continuations (no run length asked), a window from
+    /// 256 KiB to 32 MiB, strides up to 64 MiB, 256 records per request.
     fn default() -> Self {
         Self {
             max_streams: 64,
             confirm_after: 3,
+            min_run_pages: 0,
             initial_window_pages: 64,
             max_window_pages: 8192,
             max_stride_pages: 16384,
@@ -248,6 +262,8 @@ struct Stream {
     pattern: Option<Pattern>,
     /// Consecutive continuations of `pattern`.
     run: u32,
+    /// The first page of the current run (its first read's start).
+    run_start: u64,
     /// The largest read of the current run: a strided stream's record length.
     record_pages: u64,
     /// Whether the stream has earned requests.
@@ -271,6 +287,7 @@ impl Stream {
             last: access,
             pattern: None,
             run: 0,
+            run_start: access.start,
             record_pages: access.len(),
             confirmed: false,
             confirm_needed,
@@ -395,16 +412,18 @@ impl StreamPolicy {
             Step::Follows(pattern) => {
                 stream.pattern = Some(pattern);
                 stream.run = 1;
+                stream.run_start = stream.last.start;
                 stream.record_pages = stream.last.len().max(access.len());
             }
             Step::Breaks | Step::Repeat => {
                 stream.pattern = None;
                 stream.run = 0;
+                stream.run_start = access.start;
                 stream.record_pages = access.len();
             }
         }
         stream.last = access;
-        if stream.run >= stream.confirm_needed {
+        if stream.run >= stream.confirm_needed && proven(stream, config) {
             stream.confirmed = true;
             stream.batches = 0;
             stream.requested_to = match stream.pattern {
@@ -440,6 +459,17 @@ impl StreamPolicy {
             }
             keep
         });
+    }
+}
+
+/// Whether a run has shown enough to be followed: a sequential run must
+/// have covered [`StreamConfig::min_run_pages`]; a stride must have been
+/// seen twice (any forward jump is a stride once).
+fn proven(stream: &Stream, config: &StreamConfig) -> bool {
+    match stream.pattern {
+        Some(Pattern::Sequential) => stream.last.end.saturating_sub(stream.run_start) >= config.min_run_pages,
+        Some(Pattern::Strided { .. }) => stream.run >= 2,
+        None => false,
     }
 }
 
@@ -858,6 +888,85 @@ mod tests {
         let stream = bench.policy.streams.values().next().expect("stream");
         assert!(stream.confirmed);
         assert_eq!(stream.confirm_needed, StreamConfig::default().confirm_after);
+    }
+
+    /// The batch reader's settings (`ReaderConfig::default()`): one
+    /// continuation and 64 pages of run.
+    fn proof_by_consumption() -> StreamConfig {
+        match crate::reader::ReaderConfig::default().speculation {
+            crate::reader::Speculation::Stream(config) => config,
+            other => panic!("the reader's default speculation is {other:?}"),
+        }
+    }
+
+    #[test]
+    fn short_runs_at_random_places_get_nothing_when_runs_must_be_consumed() {
+        // no-structure's jumpy scan: runs of 1 to 4 consecutive pages, each
+        // at a random page of a 1 GiB file. Without a run length three reads
+        // confirm a stream; with one, nothing is ever requested.
+        let trace = |bench: &mut Bench| {
+            let mut rng = 0x9E37_79B9_7F4A_7C15u64;
+            let mut next = move || {
+                rng ^= rng << 13;
+                rng ^= rng >> 7;
+                rng ^= rng << 17;
+                rng
+            };
+            let mut requested = 0;
+            for _ in 0..5_000 {
+                let run = 1 + next() % 4;
+                let start = next() % (262_144 - run);
+                for p in start..start + run {
+                    requested += bench.read(PageRange::new(p, p + 1)).iter().map(Request::pages).sum::<u64>();
+                }
+            }
+            requested
+        };
+        let counted = StreamConfig { confirm_after: 2, ..StreamConfig::default() };
+        assert!(trace(&mut Bench::new(counted)) > 0, "continuations alone confirm a run of three reads");
+        let mut bench = Bench::new(proof_by_consumption());
+        assert_eq!(trace(&mut bench), 0);
+        assert_eq!(bench.policy.stats().streams_detected, 0);
+    }
+
+    #[test]
+    fn a_run_is_confirmed_once_it_has_read_min_run_pages() {
+        // 4 KiB reads: the request comes with the read that completes 64
+        // pages, not one read earlier, and starts right after it.
+        let mut bench = Bench::new(proof_by_consumption());
+        for p in 0..63 {
+            assert!(bench.read(PageRange::new(p, p + 1)).is_empty(), "read {p}");
+        }
+        let out = bench.read(PageRange::new(63, 64));
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].ranges[0].start, 64);
+        // The first window is no larger than what the run has read.
+        assert!(out[0].pages() <= 64);
+        // 64 KiB reads (seq-read): the fourth read proves 64 pages.
+        let mut bench = Bench::new(proof_by_consumption());
+        let firsts: Vec<usize> = (0..8u64).map(|i| bench.read(PageRange::new(i * 16, (i + 1) * 16)).len()).collect();
+        assert_eq!(firsts[..3], [0, 0, 0]);
+        assert_eq!(firsts[3], 1);
+        // 14 MiB batches: one read is longer than the run asked for, so the
+        // first continuation confirms: the second batch asks for what
+        // follows it.
+        let mut bench = Bench::new(proof_by_consumption());
+        assert!(bench.read(PageRange::new(0, 3584)).is_empty());
+        let out = bench.read(PageRange::new(3584, 2 * 3584));
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].ranges[0].start, 2 * 3584);
+    }
+
+    #[test]
+    fn a_stride_must_repeat_even_with_one_continuation() {
+        // With confirm_after 1 a single forward jump would be a stride: it
+        // needs a second equal one.
+        let mut bench = Bench::new(proof_by_consumption());
+        assert!(bench.read(PageRange::new(0, 1)).is_empty());
+        assert!(bench.read(PageRange::new(100, 101)).is_empty(), "one jump is no stride");
+        let out = bench.read(PageRange::new(200, 201));
+        assert_eq!(out.len(), 1, "the stride repeated");
+        assert_eq!(out[0].ranges[0], PageRange::new(300, 301));
     }
 
     #[test]
