@@ -88,6 +88,22 @@ fn programs(dir: &Path, quick: bool) -> Result<(Vec<Program>, Vec<String>), Benc
     let small_c = dir.join("launch-small.c");
     std::fs::write(&small_c, "#include <stdio.h>\n#include <stdlib.h>\n#include <string.h>\n\nint main(int argc, char **argv) {\n    char buf[64];\n    snprintf(buf, sizeof buf, \"%d\", argc);\n    puts(buf);\n    return (int)strlen(argv[0]) > 1000 ? EXIT_FAILURE : EXIT_SUCCESS;\n}\n")
         .doing(|| format!("writing {}", small_c.display()))?;
+    // A local page for headless Chromium: styles, a table and a script that
+    // rewrites the DOM, so the dumped DOM shows the page was laid out and run.
+    let page = dir.join("launch-page.html");
+    let rows: String = (1..=40).map(|i| format!("<tr><td>{i}</td><td>{}</td></tr>", i * i)).collect();
+    std::fs::write(
+        &page,
+        format!(
+            "<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>predictio launch</title>\
+             <style>body{{font-family:sans-serif}} td{{padding:2px 8px;border:1px solid #999}}</style></head>\
+             <body><h1 id=\"t\">squares</h1><table>{rows}</table>\
+             <script>const n=document.querySelectorAll('td').length;\
+             document.getElementById('t').textContent='squares: '+n+' cells, sum '+\
+             [...Array(41).keys()].reduce((a,b)=>a+b*b,0);</script></body></html>\n"
+        ),
+    )
+    .doing(|| format!("writing {}", page.display()))?;
     let path = |p: &Path| p.display().to_string();
     let mut all = vec![
         Program { name: "rustc --version", argv: vec![s("rustc"), s("--version")] },
@@ -104,6 +120,21 @@ fn programs(dir: &Path, quick: bool) -> Result<(Vec<Program>, Vec<String>), Benc
         Program {
             name: "gdb --batch",
             argv: vec![s("gdb"), s("--batch"), s("-ex"), s("info functions ^main$"), s("/bin/ls")],
+        },
+        // Debian's launcher script execs the browser, which forks its zygote
+        // and renderer; the user data directory is the bench's own (made by
+        // the first training run, like a user's browser profile).
+        Program {
+            name: "chromium --headless --dump-dom",
+            argv: vec![
+                s("chromium"),
+                s("--headless"),
+                s("--no-sandbox"),
+                s("--disable-gpu"),
+                format!("--user-data-dir={}", path(&dir.join("launch-chromium-profile"))),
+                s("--dump-dom"),
+                format!("file://{}", path(&page)),
+            ],
         },
     ];
     if quick {
