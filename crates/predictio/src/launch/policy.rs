@@ -18,7 +18,7 @@ use crate::event::{Event, EventKind, EventKinds};
 use crate::file::{FileId, FileRef};
 use crate::page::PageRange;
 use crate::policy::{Policy, PolicyContext};
-use crate::request::Urgency;
+use crate::request::{MetaDir, Urgency};
 
 /// One file's share of a replay.
 #[derive(Clone, Debug)]
@@ -40,6 +40,9 @@ pub struct Replay {
     pub changed: Vec<String>,
     /// Files of the profile left out because they are gone or unreadable.
     pub missing: Vec<String>,
+    /// The directories the launch searched, held open, listed by the
+    /// executor's metadata threads at exec.
+    pub dirs: Vec<MetaDir>,
 }
 
 impl Replay {
@@ -76,6 +79,7 @@ impl Replay {
                 replay.at_exec.push(f);
             }
         }
+        replay.dirs = profile.dirs.iter().filter_map(|d| MetaDir::open(d).ok()).collect();
         for (on, files) in plan.on_trigger {
             let trigger = profile.files[on].identity.id();
             let opened: Vec<ReplayFile> = files.into_iter().filter_map(|(i, r)| open_one(i, r, &mut replay)).collect();
@@ -283,6 +287,7 @@ impl Policy for LaunchPolicy {
                 }
                 self.last_exec.insert(*exe, *time_ns);
                 self.replays += 1;
+                ctx.request_metadata(replay.dirs.clone());
                 Self::emit(&replay.at_exec, ctx);
                 self.pending.retain(|_, (at, _)| time_ns.saturating_sub(*at) < TRIGGER_TTL_NS);
                 for (trigger, _) in &replay.on_trigger {
