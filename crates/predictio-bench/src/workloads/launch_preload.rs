@@ -64,7 +64,13 @@ impl Learned {
 
     /// One line for the notes.
     pub fn describe(&self) -> String {
-        format!("{} executables ({}), {} mapped regions, {} Markov chains", self.exes.len(), self.exes.join(", "), self.maps, self.markovs)
+        format!(
+            "{} executables ({}), {} mapped regions, {} Markov chains",
+            self.exes.len(),
+            self.exes.join(", "),
+            self.maps,
+            self.markovs
+        )
     }
 }
 
@@ -86,9 +92,7 @@ impl Running {
     pub fn read_bytes(&self) -> u64 {
         std::fs::read_to_string(format!("/proc/{}/io", self.child.id()))
             .ok()
-            .and_then(|io| {
-                io.lines().find_map(|l| l.strip_prefix("read_bytes:").and_then(|v| v.trim().parse().ok()))
-            })
+            .and_then(|io| io.lines().find_map(|l| l.strip_prefix("read_bytes:").and_then(|v| v.trim().parse().ok())))
             .unwrap_or(0)
     }
 
