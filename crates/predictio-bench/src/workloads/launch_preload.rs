@@ -177,7 +177,7 @@ impl Preload {
         let mut round = 0usize;
         while started.elapsed() < budget || launches.iter().any(|&n| n < TRAIN_MIN_LAUNCHES) {
             for (i, argv) in programs.iter().enumerate() {
-                if round % 2 == 0 {
+                if round.is_multiple_of(2) {
                     h.make_cold(&[])?;
                 }
                 Command::new(&argv[0])
@@ -206,7 +206,7 @@ impl Preload {
             let mut fields = line.split('\t');
             match fields.next() {
                 Some("EXE") => {
-                    if let Some(uri) = fields.last() {
+                    if let Some(uri) = fields.next_back() {
                         learned.exes.push(uri.trim_start_matches("file://").to_owned());
                     }
                 }
