@@ -86,6 +86,14 @@ counters! {
     hit_pages,
     /// Prefetched pages evicted or timed out before any access.
     wasted_pages,
+    /// Directories named by metadata requests.
+    meta_dirs_requested,
+    /// Directories a metadata thread listed.
+    meta_dirs_listed,
+    /// Of `meta_dirs_requested`, those dropped: the metadata queue was full.
+    meta_dirs_dropped,
+    /// Directory entries the metadata threads read.
+    meta_entries,
 }
 
 /// Counters of one origin, by name.

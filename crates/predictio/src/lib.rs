@@ -42,5 +42,5 @@ pub use executor::{Executor, ExecutorConfig};
 pub use file::{FileId, FileRef};
 pub use page::{PAGE_SIZE, PageRange};
 pub use policy::{Policy, PolicyId};
-pub use request::{Request, Urgency};
+pub use request::{MetaDir, MetaRequest, Request, Urgency};
 pub use runtime::Runtime;

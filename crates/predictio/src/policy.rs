@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use crate::event::{Event, EventKinds};
 use crate::file::{FileId, FileRef};
 use crate::page::PageRange;
-use crate::request::{Request, Urgency};
+use crate::request::{MetaDir, MetaRequest, Request, Urgency};
 
 /// Identifies the origin of a request (a policy, or a tool like the CLI) in
 /// the executor's accounting. Assigned by
@@ -77,13 +77,14 @@ impl FileTable {
 pub struct PolicyContext<'a> {
     files: &'a FileTable,
     out: &'a mut Vec<Request>,
+    meta: Vec<MetaRequest>,
     origin: PolicyId,
 }
 
 impl<'a> PolicyContext<'a> {
     /// A context writing requests into `out` on behalf of `origin`.
     pub fn new(files: &'a FileTable, out: &'a mut Vec<Request>, origin: PolicyId) -> Self {
-        Self { files, out, origin }
+        Self { files, out, meta: Vec::new(), origin }
     }
 
     /// The descriptor the runtime holds for `id`. A policy can only request
@@ -111,6 +112,20 @@ impl<'a> PolicyContext<'a> {
         if !ranges.is_empty() {
             self.out.push(Request::new(file.clone(), ranges, self.origin).with_urgency(urgency));
         }
+    }
+
+    /// Emits a metadata request: directories the policy was handed by its
+    /// owner (the `launch` policy's replays), to be listed by the executor's
+    /// metadata threads.
+    pub fn request_metadata(&mut self, dirs: Vec<MetaDir>) {
+        if !dirs.is_empty() {
+            self.meta.push(MetaRequest { dirs, origin: self.origin });
+        }
+    }
+
+    /// The metadata requests emitted so far (the runtime hands them on).
+    pub fn take_metadata(&mut self) -> Vec<MetaRequest> {
+        std::mem::take(&mut self.meta)
     }
 
     /// The id requests from this context are accounted under.

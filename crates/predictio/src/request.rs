@@ -48,3 +48,47 @@ impl Request {
         self.ranges.iter().map(PageRange::len).sum()
     }
 }
+
+/// A directory whose entries a launch looked up, held open by whoever
+/// prepared the replay (so a metadata prefetch never resolves a path: it
+/// lists the directory the descriptor names).
+#[derive(Clone, Debug)]
+pub struct MetaDir {
+    dir: std::sync::Arc<std::fs::File>,
+    path: std::sync::Arc<str>,
+}
+
+impl MetaDir {
+    /// Opens the directory at `path`; fails unless it is a directory.
+    pub fn open(path: impl AsRef<std::path::Path>) -> std::io::Result<Self> {
+        let path = path.as_ref();
+        let dir = std::fs::File::open(path)?;
+        if !dir.metadata()?.is_dir() {
+            return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a directory"));
+        }
+        Ok(Self { dir: std::sync::Arc::new(dir), path: path.to_string_lossy().into() })
+    }
+
+    /// The path it was opened at (for display).
+    pub fn path(&self) -> &str {
+        &self.path
+    }
+
+    /// The held descriptor.
+    pub fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        use std::os::fd::AsFd;
+        self.dir.as_fd()
+    }
+}
+
+/// A metadata prediction: these directories will be searched (names looked
+/// up, some that do not exist; entries listed). The executor's metadata
+/// threads list each one (`getdents64`), which brings its blocks into the
+/// cache; nothing is returned to anyone.
+#[derive(Clone, Debug)]
+pub struct MetaRequest {
+    /// The directories, in the order they are expected to be searched.
+    pub dirs: Vec<MetaDir>,
+    /// The policy that made the prediction (for accounting).
+    pub origin: PolicyId,
+}

@@ -27,6 +27,8 @@ pub struct RuntimeStats {
     pub deliveries: u64,
     /// Requests handed to the sink.
     pub requests: u64,
+    /// Metadata requests handed to the sink.
+    pub meta_requests: u64,
     /// Requests the sink refused (full, nonsense).
     pub refused: u64,
 }
@@ -125,7 +127,14 @@ impl Runtime {
             let slot = &mut self.slots[index];
             let mut ctx = PolicyContext::new(&self.files, &mut self.out, slot.origin);
             slot.policy.on_event(event, &mut ctx);
+            let meta = ctx.take_metadata();
             self.stats.deliveries += 1;
+            for request in meta {
+                self.stats.meta_requests += 1;
+                if self.sink.submit_meta(request).is_err() {
+                    self.stats.refused += 1;
+                }
+            }
         }
         for request in self.out.drain(..) {
             self.stats.requests += 1;

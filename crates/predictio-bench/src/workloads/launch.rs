@@ -36,6 +36,7 @@ use predictio::launch::{LaunchPolicy, Profile, Replay, ReplayBook, Store, WalkLi
 use predictio::page::PageRange;
 use predictio::{Event, Executor, FileId, FileRef, Request, Runtime, Urgency};
 
+use super::launch_preload::{Learned, PREDICT_WAIT, Preload, TRAIN_BUDGET};
 use crate::BenchOptions;
 use crate::harness::{BenchError, Harness, IoContext, median_u64, settle};
 use crate::report::{Case, Report, median};
@@ -45,9 +46,8 @@ enum Side {
     Baseline,
     Predictio,
     WholeFile,
+    Preload,
 }
-
-const SIDES: [Side; 3] = [Side::Baseline, Side::Predictio, Side::WholeFile];
 
 impl Side {
     fn name(self) -> &'static str {
@@ -55,6 +55,7 @@ impl Side {
             Side::Baseline => "baseline",
             Side::Predictio => "predictio",
             Side::WholeFile => "whole_file",
+            Side::Preload => "preload",
         }
     }
 }
@@ -88,6 +89,22 @@ fn programs(dir: &Path, quick: bool) -> Result<(Vec<Program>, Vec<String>), Benc
     let small_c = dir.join("launch-small.c");
     std::fs::write(&small_c, "#include <stdio.h>\n#include <stdlib.h>\n#include <string.h>\n\nint main(int argc, char **argv) {\n    char buf[64];\n    snprintf(buf, sizeof buf, \"%d\", argc);\n    puts(buf);\n    return (int)strlen(argv[0]) > 1000 ? EXIT_FAILURE : EXIT_SUCCESS;\n}\n")
         .doing(|| format!("writing {}", small_c.display()))?;
+    // A local page for headless Chromium: styles, a table and a script that
+    // rewrites the DOM, so the dumped DOM shows the page was laid out and run.
+    let page = dir.join("launch-page.html");
+    let rows: String = (1..=40).map(|i| format!("<tr><td>{i}</td><td>{}</td></tr>", i * i)).collect();
+    std::fs::write(
+        &page,
+        format!(
+            "<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>predictio launch</title>\
+             <style>body{{font-family:sans-serif}} td{{padding:2px 8px;border:1px solid #999}}</style></head>\
+             <body><h1 id=\"t\">squares</h1><table>{rows}</table>\
+             <script>const n=document.querySelectorAll('td').length;\
+             document.getElementById('t').textContent='squares: '+n+' cells, sum '+\
+             [...Array(41).keys()].reduce((a,b)=>a+b*b,0);</script></body></html>\n"
+        ),
+    )
+    .doing(|| format!("writing {}", page.display()))?;
     let path = |p: &Path| p.display().to_string();
     let mut all = vec![
         Program { name: "rustc --version", argv: vec![s("rustc"), s("--version")] },
@@ -104,6 +121,21 @@ fn programs(dir: &Path, quick: bool) -> Result<(Vec<Program>, Vec<String>), Benc
         Program {
             name: "gdb --batch",
             argv: vec![s("gdb"), s("--batch"), s("-ex"), s("info functions ^main$"), s("/bin/ls")],
+        },
+        // Debian's launcher script execs the browser, which forks its zygote
+        // and renderer; the user data directory is the bench's own (made by
+        // the first training run, like a user's browser profile).
+        Program {
+            name: "chromium --headless --dump-dom",
+            argv: vec![
+                s("chromium"),
+                s("--headless"),
+                s("--no-sandbox"),
+                s("--disable-gpu"),
+                format!("--user-data-dir={}", path(&dir.join("launch-chromium-profile"))),
+                s("--dump-dom"),
+                format!("file://{}", path(&page)),
+            ],
         },
     ];
     if quick {
@@ -152,6 +184,7 @@ struct Prepared {
     whole_pages: u64,
     files: Vec<FileRef>,
     changed: usize,
+    dirs: usize,
 }
 
 /// Drops caches and returns the resident fraction of the pages the replay
@@ -194,18 +227,35 @@ fn prepare(profile: &Profile, exe: FileId) -> Result<Prepared, BenchError> {
         }
     }
     let changed = replay.changed.len() + replay.missing.len();
+    let dirs = replay.dirs.len();
     let book = ReplayBook::default();
     book.insert(exe, replay);
     let mut runtime = Runtime::new(Arc::clone(&executor));
     runtime.add_policy(Box::new(LaunchPolicy::new(book)));
-    Ok(Prepared { exe, runtime, executor, whole, replay_pages, whole_pages, files, changed })
+    Ok(Prepared { exe, runtime, executor, whole, replay_pages, whole_pages, files, changed, dirs })
 }
 
-fn pass(p: &mut Prepared, argv: &[String], side: Side, time_ns: u64) -> Result<(Pass, u64), BenchError> {
+fn pass(
+    p: &mut Prepared,
+    argv: &[String],
+    side: Side,
+    time_ns: u64,
+    preload: Option<&Preload>,
+) -> Result<(Pass, u64), BenchError> {
+    // preload is a background daemon: it is started on its state and given
+    // more than a cycle to read ahead what it predicts before the launch.
+    let daemon = match (side, preload) {
+        (Side::Preload, Some(preload)) => {
+            let running = preload.start()?;
+            std::thread::sleep(PREDICT_WAIT);
+            Some(running)
+        }
+        _ => None,
+    };
     let before = p.executor.stats().total.issued_bytes;
     let start = Instant::now();
     match side {
-        Side::Baseline => {}
+        Side::Baseline | Side::Preload => {}
         // The daemon's path: the exec event reaches the policy, which emits
         // the profile's requests to the executor.
         Side::Predictio => p.runtime.dispatch(&Event::Exec { pid: 0, exe: p.exe, time_ns }),
@@ -218,6 +268,11 @@ fn pass(p: &mut Prepared, argv: &[String], side: Side, time_ns: u64) -> Result<(
     let mut run = spawn_and_wait(argv)?;
     run.seconds = start.elapsed().as_secs_f64();
     p.executor.wait_idle(Duration::from_secs(10));
+    if let Some(running) = daemon {
+        let read = running.read_bytes();
+        running.stop()?;
+        return Ok((run, read));
+    }
     Ok((run, p.executor.stats().total.issued_bytes - before))
 }
 
@@ -297,7 +352,15 @@ fn program_key(argv0: &str) -> Result<predictio::launch::FileIdentity, BenchErro
     predictio::launch::FileIdentity::of_path(&path).doing(|| format!("stat {}", path.display()))
 }
 
-fn measure(h: &Harness, store_dir: &Path, prog: &Program, pairs: usize, train_runs: usize) -> Result<Case, BenchError> {
+fn measure(
+    h: &Harness,
+    store_dir: &Path,
+    prog: &Program,
+    pairs: usize,
+    train_runs: usize,
+    sides: &[Side],
+    preload: Option<(&Preload, &Learned)>,
+) -> Result<Case, BenchError> {
     let argv = &prog.argv;
     h.say(format!("{}: training ({train_runs} recorded runs)", prog.name));
     let training_s = train(h, store_dir, argv, train_runs)?;
@@ -310,28 +373,28 @@ fn measure(h: &Harness, store_dir: &Path, prog: &Program, pairs: usize, train_ru
     let profile = profile.ok_or_else(|| BenchError::Options(format!("no profile learned for {}", key.path)))?;
     let mut p = prepare(&profile, key.id())?;
 
-    let mut secs: Vec<Vec<f64>> = vec![Vec::new(); SIDES.len()];
-    let mut issued: Vec<Vec<u64>> = vec![Vec::new(); SIDES.len()];
+    let mut secs: Vec<Vec<f64>> = vec![Vec::new(); sides.len()];
+    let mut issued: Vec<Vec<u64>> = vec![Vec::new(); sides.len()];
     let mut reference: Option<(Vec<u8>, Option<i32>)> = None;
     let mut identical = true;
     let mut resident_before: f64 = 0.0;
     let mut clock = 0u64;
     for pair in 0..pairs {
-        for k in 0..SIDES.len() {
-            let s = (k + pair) % SIDES.len();
+        for k in 0..sides.len() {
+            let s = (k + pair) % sides.len();
             resident_before = resident_before.max(make_cold(h, &p)?);
             settle();
             // Exec times far enough apart that the policy's repeat guard never
             // suppresses a measured replay.
             clock += 10_000_000_000;
-            let (run, bytes) = pass(&mut p, argv, SIDES[s], clock)?;
+            let (run, bytes) = pass(&mut p, argv, sides[s], clock, preload.map(|x| x.0))?;
             match &reference {
                 None => reference = Some((run.stdout.clone(), run.status)),
                 Some((out, status)) => identical &= *out == run.stdout && *status == run.status,
             }
             secs[s].push(run.seconds);
             issued[s].push(bytes);
-            h.step(format!("{} pair {}/{pairs}: {}", prog.name, pair + 1, SIDES[s].name()));
+            h.step(format!("{} pair {}/{pairs}: {}", prog.name, pair + 1, sides[s].name()));
         }
     }
     spawn_and_wait(argv)?;
@@ -386,7 +449,18 @@ fn measure(h: &Harness, store_dir: &Path, prog: &Program, pairs: usize, train_ru
     e.insert("training_runs".into(), train_runs.into());
     e.insert("training_wall_s".into(), training_s.into());
     e.insert("learned_window_ms".into(), profile.learned_ms.into());
-    e.insert("preload_s".into(), serde_json::Value::Null);
+    e.insert("replay_dirs".into(), p.dirs.into());
+    if let (Some(i), Some((_, learned))) = (sides.iter().position(|s| *s == Side::Preload), preload) {
+        e.insert("preload_s".into(), secs[i].clone().into());
+        e.insert("preload_median_s".into(), median(&secs[i]).into());
+        e.insert("preload_ratio_median".into(), ratio(&secs[0], &secs[i]).into());
+        e.insert("predictio_vs_preload_ratio_median".into(), ratio(&secs[i], &secs[1]).into());
+        e.insert("preload_read_bytes".into(), (median_u64(issued[i].iter().copied()) as u64).into());
+        let name = Path::new(&argv[0]).file_name().map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+        e.insert("preload_learned_exe".into(), learned.knows(&name).into());
+    } else {
+        e.insert("preload_s".into(), serde_json::Value::Null);
+    }
     Ok(case)
 }
 
@@ -396,14 +470,44 @@ pub fn run(options: &BenchOptions) -> Result<Report, BenchError> {
     let train_runs = 3;
     std::fs::create_dir_all(&options.dir).doing(|| format!("creating {}", options.dir.display()))?;
     let (progs, mut notes) = programs(&options.dir, options.quick)?;
-    let h = Harness::new(options, (progs.len() * (pairs * SIDES.len() + 1)) as u64)?;
+    let preload = Preload::setup(&options.dir)?;
+    let mut sides = vec![Side::Baseline, Side::Predictio, Side::WholeFile];
+    if preload.is_some() {
+        sides.push(Side::Preload);
+    }
+    let h = Harness::new(options, (progs.len() * (pairs * sides.len() + 1)) as u64)?;
     let store_dir = options.dir.join("launch-store");
     let _ = std::fs::remove_dir_all(&store_dir);
+    // preload's own training, on the whole set, before anything is measured.
+    let trained = match &preload {
+        Some(preload) => {
+            h.say("preload: training (its daemon running while the programs launch)");
+            let argvs: Vec<Vec<String>> = progs.iter().map(|p| p.argv.clone()).collect();
+            let (wall_s, launches, learned) =
+                preload.train(&h, &argvs, if options.quick { Duration::from_secs(10) } else { TRAIN_BUDGET })?;
+            notes.push(format!(
+                "preload: trained for {wall_s:.0} s (cycle {} s; launches per program: {}) with its daemon running; its \
+                 state file then held {}",
+                super::launch_preload::CYCLE_S,
+                progs.iter().zip(&launches).map(|(p, n)| format!("{} {n}", p.name)).collect::<Vec<_>>().join(", "),
+                learned.describe()
+            ));
+            Some(learned)
+        }
+        None => {
+            notes.push("preload (Debian's package) is not installed: no preload column (scripts/bench-deps.sh)".into());
+            None
+        }
+    };
     let mut cases = Vec::new();
     for prog in &progs {
-        cases.push(measure(&h, &store_dir, prog, pairs, train_runs)?);
+        let peer = preload.as_ref().zip(trained.as_ref());
+        cases.push(measure(&h, &store_dir, prog, pairs, train_runs, &sides, peer)?);
     }
     h.finish();
+    if let Some(preload) = &preload {
+        notes.push(format!("preload: after the measured passes its state file held {}", preload.learned().describe()));
+    }
     let reductions: Vec<f64> =
         cases.iter().filter_map(|c| c.extra.get("reduction_pct").and_then(|v| v.as_f64())).collect();
     let mean = reductions.iter().sum::<f64>() / reductions.len().max(1) as f64;
@@ -459,6 +563,25 @@ pub fn run(options: &BenchOptions) -> Result<Report, BenchError> {
                 c.resident_before * 100.0
             ));
         }
+        if c.extra.get("preload_median_s").is_some_and(|v| v.is_number()) {
+            notes.push(format!(
+                "{}: preload {:.0} ms ({:.2}x of baseline; predictio {:.2}x faster than preload); preload read {:.1} MiB \
+                 in its pass; its state {} this program's executable",
+                c.name,
+                get("preload_median_s") * 1e3,
+                get("preload_ratio_median"),
+                get("predictio_vs_preload_ratio_median"),
+                get("preload_read_bytes") / 1048576.0,
+                if c.extra.get("preload_learned_exe").and_then(|v| v.as_bool()) == Some(true) {
+                    "holds"
+                } else {
+                    "does not hold"
+                },
+            ));
+            if get("predictio_vs_preload_ratio_median") < 1.0 {
+                notes.push(format!("{}: preload beat predictio", c.name));
+            }
+        }
         if get("predictio_vs_whole_file_ratio_median") < 1.0 {
             notes.push(format!(
                 "{}: whole-file prefetch beat predictio ({:.2}x of predictio's time)",
@@ -468,13 +591,10 @@ pub fn run(options: &BenchOptions) -> Result<Report, BenchError> {
         }
     }
     notes.push(
-        "preload (Debian's package) is not a column: it needs minutes to hours of background training per program and \
-         was not run in this benchmark"
-            .into(),
-    );
-    notes.push(
-        "as in the daemon, the replay's descriptors are opened before the passes and held across them (so those \
-         files' inodes stay cached across drop_caches); the whole-file peer uses the same descriptors"
+        "as in the daemon, the replay's descriptors (files, and the directories on their paths) are opened before the \
+         passes and held across them (so those inodes and dentries stay cached across drop_caches, but not the \
+         directories' blocks: the replay's metadata request lists the directories at exec, on the executor's \
+         metadata threads); the whole-file peer uses the same file descriptors and no metadata request"
             .into(),
     );
     if options.quick {
@@ -486,7 +606,7 @@ pub fn run(options: &BenchOptions) -> Result<Report, BenchError> {
         created: crate::report::now_rfc3339(),
         machine: h.machine.clone(),
         settings: serde_json::json!({
-            "pairs": pairs, "training_runs": train_runs, "sides": ["baseline", "predictio", "whole_file"],
+            "pairs": pairs, "training_runs": train_runs, "sides": sides.iter().map(|s| s.name()).collect::<Vec<_>>(),
             "executor": "fadvise backend, default limits", "walk": format!("{:?}", WalkLimits::default()),
             "window": "exec until the tree exits or 500 ms without a page-cache miss, cap 10 s",
         }),

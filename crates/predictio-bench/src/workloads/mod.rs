@@ -6,6 +6,7 @@ pub mod control_path;
 pub mod event_path;
 pub mod large_read;
 pub mod launch;
+pub mod launch_preload;
 pub mod llm_load;
 pub mod lmdb_scan;
 pub mod no_structure;

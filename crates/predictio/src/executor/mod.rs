@@ -16,6 +16,7 @@ pub mod backend;
 pub mod engine;
 pub mod inflight;
 pub mod kernel;
+pub mod meta;
 pub mod plan;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering, fence};
@@ -34,7 +35,7 @@ use crate::file::FileId;
 use crate::page::{PAGE_SIZE, PageRange};
 use crate::policy::PolicyId;
 use crate::pressure::{PressureConfig, PressureGuard};
-use crate::request::Request;
+use crate::request::{MetaRequest, Request};
 
 /// Largest page index a request may name: the last page of the largest file
 /// offset Linux allows (`i64::MAX`).
@@ -59,6 +60,11 @@ pub struct ExecutorConfig {
     /// How long a prefetched page may stay untouched before it counts as
     /// waste (with hit tracking on).
     pub hit_timeout: Duration,
+    /// Threads listing the directories of metadata requests (0: metadata
+    /// requests are dropped, counted).
+    pub meta_threads: usize,
+    /// Directories waiting for a metadata thread; more are dropped.
+    pub meta_queue_capacity: usize,
 }
 
 impl Default for ExecutorConfig {
@@ -71,6 +77,8 @@ impl Default for ExecutorConfig {
             io_depth: 64,
             pressure: PressureConfig::default(),
             hit_timeout: Duration::from_secs(30),
+            meta_threads: 4,
+            meta_queue_capacity: 4096,
         }
     }
 }
@@ -128,6 +136,9 @@ pub enum SubmitError {
     /// The executor is shutting down.
     #[error("executor is shutting down")]
     ShuttingDown,
+    /// This sink does not take metadata requests.
+    #[error("metadata requests are not supported here")]
+    Unsupported,
 }
 
 /// Why [`Executor::fetch_and_wait`] did not bring every page in.
@@ -153,6 +164,13 @@ pub enum FetchError {
 pub trait RequestSink: Send + Sync {
     /// Hands over one request without blocking.
     fn submit(&self, request: Request) -> Result<(), SubmitError>;
+
+    /// Hands over one metadata request without blocking. Sinks that cannot
+    /// list directories refuse it.
+    fn submit_meta(&self, request: MetaRequest) -> Result<(), SubmitError> {
+        let _ = request;
+        Err(SubmitError::Unsupported)
+    }
 }
 
 struct Shared {
@@ -172,6 +190,7 @@ struct Shared {
 /// `Arc`; `submit` may be called from any thread.
 pub struct Executor {
     shared: Arc<Shared>,
+    meta: meta::MetaPool,
     worker: Option<JoinHandle<()>>,
     worker_thread: Thread,
     backend: BackendKind,
@@ -238,7 +257,9 @@ impl Executor {
             .spawn(move || worker_loop(worker_shared, engine, track_hits, hit_timeout))
             .map_err(ExecutorError::Spawn)?;
         let worker_thread = worker.thread().clone();
-        Ok(Self { shared, worker: Some(worker), worker_thread, backend: kind, fallback })
+        let meta = meta::MetaPool::new(config.meta_threads, config.meta_queue_capacity, Arc::clone(&shared.accounting))
+            .map_err(ExecutorError::Spawn)?;
+        Ok(Self { shared, meta, worker: Some(worker), worker_thread, backend: kind, fallback })
     }
 
     /// The backend in use.
@@ -306,6 +327,30 @@ impl Executor {
     fn is_idle(&self) -> bool {
         self.shared.processed.load(Ordering::SeqCst) == self.shared.submitted.load(Ordering::SeqCst)
             && self.shared.inflight_ios.load(Ordering::SeqCst) == 0
+            && self.meta.is_idle()
+    }
+
+    /// Queues the directories of a metadata request for the metadata
+    /// threads; never blocks. Directories beyond the queue's room are
+    /// dropped, counted ([`Counters::meta_dirs_dropped`]); an empty request
+    /// is refused.
+    pub fn submit_meta(&self, request: MetaRequest) -> Result<(), SubmitError> {
+        if request.dirs.is_empty() {
+            return Err(SubmitError::Empty);
+        }
+        if self.shared.stop.load(Ordering::Relaxed) {
+            return Err(SubmitError::ShuttingDown);
+        }
+        let wanted = request.dirs.len();
+        if self.meta.submit(request) == 0 {
+            return Err(SubmitError::QueueFull { capacity: wanted });
+        }
+        Ok(())
+    }
+
+    /// Threads listing directories for metadata requests.
+    pub fn meta_threads(&self) -> usize {
+        self.meta.threads()
     }
 
     /// Submits `ranges` of `file` as imminent and waits until every page is
@@ -377,6 +422,10 @@ impl Executor {
 impl RequestSink for Executor {
     fn submit(&self, request: Request) -> Result<(), SubmitError> {
         Executor::submit(self, request)
+    }
+
+    fn submit_meta(&self, request: MetaRequest) -> Result<(), SubmitError> {
+        Executor::submit_meta(self, request)
     }
 }
 

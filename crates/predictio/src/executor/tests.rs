@@ -352,3 +352,53 @@ fn far_apart_segments_are_probed_separately() {
     engine(&cache, &backend, Limits::default(), calm()).execute(req(&ranges));
     assert_eq!(cache.0.lock().unwrap().probes, 10);
 }
+
+/// Rule: a metadata request's directories are listed by the metadata
+/// threads (all of each, counted); the executor is idle only after.
+#[test]
+fn metadata_requests_list_their_directories() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    for i in 0..25 {
+        std::fs::write(dir.path().join(format!("f{i}")), b"x").expect("write");
+    }
+    std::fs::create_dir(dir.path().join("sub")).expect("mkdir");
+    let exec = Executor::with_parts(
+        ExecutorConfig::default(),
+        Box::new(FakeCache::default()),
+        Box::new(FakeBackend::default()),
+        calm(),
+        None,
+    )
+    .expect("starts");
+    let origin = exec.register_origin("t");
+    let dirs = vec![
+        crate::request::MetaDir::open(dir.path()).expect("dir opens"),
+        crate::request::MetaDir::open(dir.path().join("sub")).expect("dir opens"),
+    ];
+    exec.submit_meta(MetaRequest { dirs, origin }).expect("accepted");
+    assert!(exec.wait_idle(Duration::from_secs(5)));
+    let c = exec.stats().total;
+    assert_eq!((c.meta_dirs_requested, c.meta_dirs_listed, c.meta_dirs_dropped), (2, 2, 0));
+    // 25 files and `sub` in the first, nothing in the second (`.` and `..`
+    // are not entries).
+    assert_eq!(c.meta_entries, 26);
+    assert!(crate::request::MetaDir::open(dir.path().join("f0")).is_err(), "a file is not a directory");
+    assert_eq!(exec.submit_meta(MetaRequest { dirs: Vec::new(), origin }), Err(SubmitError::Empty));
+}
+
+/// Rule: metadata beyond the queue's room is dropped and counted, never
+/// waited for.
+#[test]
+fn metadata_beyond_the_queue_is_dropped_and_counted() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = ExecutorConfig { meta_threads: 0, ..ExecutorConfig::default() };
+    let exec =
+        Executor::with_parts(config, Box::new(FakeCache::default()), Box::new(FakeBackend::default()), calm(), None)
+            .expect("starts");
+    let origin = exec.register_origin("t");
+    let dirs = vec![crate::request::MetaDir::open(dir.path()).expect("dir opens"); 3];
+    assert!(exec.submit_meta(MetaRequest { dirs, origin }).is_err());
+    assert!(exec.wait_idle(Duration::from_secs(1)));
+    let c = exec.stats().total;
+    assert_eq!((c.meta_dirs_requested, c.meta_dirs_dropped, c.meta_dirs_listed), (3, 3, 0));
+}

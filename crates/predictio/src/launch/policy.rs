@@ -18,7 +18,7 @@ use crate::event::{Event, EventKind, EventKinds};
 use crate::file::{FileId, FileRef};
 use crate::page::PageRange;
 use crate::policy::{Policy, PolicyContext};
-use crate::request::Urgency;
+use crate::request::{MetaDir, Urgency};
 
 /// One file's share of a replay.
 #[derive(Clone, Debug)]
@@ -40,6 +40,9 @@ pub struct Replay {
     pub changed: Vec<String>,
     /// Files of the profile left out because they are gone or unreadable.
     pub missing: Vec<String>,
+    /// The directories the launch searched, held open, listed by the
+    /// executor's metadata threads at exec.
+    pub dirs: Vec<MetaDir>,
 }
 
 impl Replay {
@@ -76,6 +79,7 @@ impl Replay {
                 replay.at_exec.push(f);
             }
         }
+        replay.dirs = profile.dirs.iter().filter_map(|d| MetaDir::open(d).ok()).collect();
         for (on, files) in plan.on_trigger {
             let trigger = profile.files[on].identity.id();
             let opened: Vec<ReplayFile> = files.into_iter().filter_map(|(i, r)| open_one(i, r, &mut replay)).collect();
@@ -283,6 +287,7 @@ impl Policy for LaunchPolicy {
                 }
                 self.last_exec.insert(*exe, *time_ns);
                 self.replays += 1;
+                ctx.request_metadata(replay.dirs.clone());
                 Self::emit(&replay.at_exec, ctx);
                 self.pending.retain(|_, (at, _)| time_ns.saturating_sub(*at) < TRIGGER_TTL_NS);
                 for (trigger, _) in &replay.on_trigger {
@@ -376,6 +381,50 @@ mod tests {
         assert!(!rt.wants_files_of(EventKind::PageAccess), "launch requests only files it was handed");
         rt.add_policy(crate::policies::by_name("stream").expect("stream policy"));
         assert!(rt.wants_files_of(EventKind::PageAccess), "stream requests the files it observes");
+    }
+
+    #[test]
+    fn exec_hands_the_held_directories_over_as_one_metadata_request() {
+        let book = ReplayBook::default();
+        let exe = FileId { dev: 1, ino: 1 };
+        let dir = tempfile::tempdir().unwrap();
+        let dirs = vec![MetaDir::open(dir.path()).unwrap(), MetaDir::open("/").unwrap()];
+        book.insert(exe, Replay { dirs, ..Replay::default() });
+        let mut policy = LaunchPolicy::new(book);
+        let files = crate::policy::FileTable::default();
+        let mut out = Vec::new();
+        let mut ctx = PolicyContext::new(&files, &mut out, crate::policy::PolicyId(3));
+        policy.on_event(&Event::Exec { pid: 5, exe, time_ns: 0 }, &mut ctx);
+        let meta = ctx.take_metadata();
+        assert_eq!(meta.len(), 1);
+        assert_eq!(meta[0].origin, crate::policy::PolicyId(3));
+        assert_eq!(meta[0].dirs.iter().map(MetaDir::path).collect::<Vec<_>>(), vec![dir.path().to_str().unwrap(), "/"]);
+        assert!(out.is_empty(), "no page lists in this replay");
+    }
+
+    #[test]
+    fn replay_open_holds_the_profile_directories_that_exist() {
+        let dir = tempfile::tempdir().unwrap();
+        let lib = dir.path().join("lib");
+        std::fs::create_dir(&lib).unwrap();
+        let file = lib.join("a.so");
+        std::fs::write(&file, vec![1u8; 8192]).unwrap();
+        let ident = crate::launch::FileIdentity::of_path(&file).unwrap();
+        let mut profile = Profile::new(ident.clone());
+        let run = crate::launch::LaunchRun {
+            files: vec![crate::launch::profile::RunFile {
+                identity: ident,
+                first_touch_ms: 0.0,
+                accesses: vec![PageRange::page(0)],
+            }],
+            window_ms: 1.0,
+        };
+        profile.merge(&run, &crate::launch::LearnLimits::default());
+        profile.dirs.push("/nonexistent-predictio-dir".into());
+        let replay = Replay::open(&profile, &WalkLimits::default());
+        let held: Vec<&str> = replay.dirs.iter().map(MetaDir::path).collect();
+        assert!(held.contains(&lib.to_str().unwrap()) && held.contains(&"/"), "{held:?}");
+        assert!(!held.contains(&"/nonexistent-predictio-dir"));
     }
 
     #[test]

@@ -18,8 +18,12 @@ use super::model::{ModelLimits, PageModel, WalkLimits};
 use crate::file::FileId;
 use crate::page::PageRange;
 
-/// Version of the profile format; a store refuses other versions.
-pub const PROFILE_VERSION: u32 = 1;
+/// Version of the profile format. Version 1 (no [`Profile::dirs`]) is
+/// migrated on load ([`Profile::migrate`]); a store refuses other versions.
+pub const PROFILE_VERSION: u32 = 2;
+
+/// Directories a profile keeps at most.
+pub const MAX_DIRS: usize = 1024;
 
 /// Who a file is: where it was, and what it was when learned.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -162,6 +166,13 @@ pub struct Profile {
     pub files: Vec<FileProfile>,
     /// Later phases.
     pub triggers: Vec<Trigger>,
+    /// The directories the launch searched: every directory on the paths of
+    /// the files it opened, in order of first touch, at most [`MAX_DIRS`].
+    /// Replayed as a metadata request (listed by the executor's metadata
+    /// threads), so its name lookups — including those of names that do
+    /// not exist — find the directory blocks cached.
+    #[serde(default)]
+    pub dirs: Vec<String>,
 }
 
 /// Page lists of some files: `(index into Profile::files, ranges)`.
@@ -200,6 +211,22 @@ impl Profile {
             learned_ms: 0.0,
             files: Vec::new(),
             triggers: Vec::new(),
+            dirs: Vec::new(),
+        }
+    }
+
+    /// Brings a profile of an older format up to [`PROFILE_VERSION`]:
+    /// version 1 had no directories, which are derived from its files'
+    /// paths. Returns false for a version it cannot read.
+    pub fn migrate(&mut self) -> bool {
+        match self.version {
+            PROFILE_VERSION => true,
+            1 => {
+                self.dirs = dirs_of(&self.files);
+                self.version = PROFILE_VERSION;
+                true
+            }
+            _ => false,
         }
     }
 
@@ -246,6 +273,7 @@ impl Profile {
         self.files.retain(|f| !f.model.nodes.is_empty());
         self.files.sort_by(|a, b| a.first_touch_ms.total_cmp(&b.first_touch_ms));
         self.triggers = phases(&self.files, limits.phase_gap_ms);
+        self.dirs = dirs_of(&self.files);
     }
 
     /// Pages the models cover.
@@ -273,6 +301,31 @@ impl Profile {
             .collect();
         plan
     }
+}
+
+/// Every directory on the paths of `files` (which the launch opened, so it
+/// searched each), ancestors first, in order of the files' first touch, at
+/// most [`MAX_DIRS`].
+fn dirs_of(files: &[FileProfile]) -> Vec<String> {
+    let mut seen = std::collections::HashSet::new();
+    let mut dirs = Vec::new();
+    for f in files {
+        let mut chain: Vec<&Path> = Path::new(&f.identity.path).ancestors().skip(1).collect();
+        chain.reverse();
+        for dir in chain {
+            let dir = dir.to_string_lossy();
+            if dir.is_empty() || !dir.starts_with('/') {
+                continue;
+            }
+            if dirs.len() >= MAX_DIRS {
+                return dirs;
+            }
+            if seen.insert(dir.to_string()) {
+                dirs.push(dir.into_owned());
+            }
+        }
+    }
+    dirs
 }
 
 /// Splits files (sorted by first touch) into phases at pauses of at least
@@ -366,6 +419,36 @@ mod tests {
             p.merge(&LaunchRun { files: vec![file("/new", 6, 1.0, &[1])], window_ms: 1.0 }, &limits);
         }
         assert_eq!(p.files.iter().map(|f| f.identity.path.as_str()).collect::<Vec<_>>(), vec!["/new"]);
+    }
+
+    #[test]
+    fn dirs_are_the_searched_directories_in_order() {
+        let mut p = Profile::new(ident("/bin/x", 1));
+        let run = LaunchRun {
+            files: vec![
+                file("/usr/lib/a.so", 2, 0.0, &[0]),
+                file("/usr/lib/py/m/b.py", 3, 1.0, &[0]),
+                file("/usr/lib/c.so", 4, 2.0, &[0]),
+            ],
+            window_ms: 3.0,
+        };
+        p.merge(&run, &LearnLimits::default());
+        assert_eq!(p.dirs, vec!["/", "/usr", "/usr/lib", "/usr/lib/py", "/usr/lib/py/m"]);
+    }
+
+    #[test]
+    fn version_1_profiles_migrate() {
+        let mut p = Profile::new(ident("/bin/x", 1));
+        p.merge(&LaunchRun { files: vec![file("/opt/a/b", 2, 0.0, &[0])], window_ms: 1.0 }, &LearnLimits::default());
+        let mut v1 = serde_json::to_value(&p).unwrap();
+        v1["version"] = 1.into();
+        v1.as_object_mut().unwrap().remove("dirs");
+        let mut old: Profile = serde_json::from_value(v1).unwrap();
+        assert!(old.dirs.is_empty());
+        assert!(old.migrate());
+        assert_eq!(old, p);
+        old.version = 7;
+        assert!(!old.migrate());
     }
 
     #[test]

@@ -5,8 +5,9 @@
 //! all, so a `kill -9` in the middle of a write leaves the previous committed
 //! state, which the next open repairs to. The format is versioned (a `meta`
 //! table holds [`STORE_VERSION`]; each profile carries
-//! [`PROFILE_VERSION`](super::profile::PROFILE_VERSION)); an other version is
-//! a typed error, never a misread. The store is size-capped: after a write
+//! [`PROFILE_VERSION`](super::profile::PROFILE_VERSION)); a profile of an
+//! older version is migrated when read, an other version is a typed error,
+//! never a misread. The store is size-capped: after a write
 //! the least recently used profiles are evicted until the values fit
 //! [`Store::cap_bytes`]. The database file is locked while open, so holders
 //! keep it open only for one operation.
@@ -151,9 +152,9 @@ impl Store {
     }
 
     fn decode(exe: &str, bytes: &[u8]) -> Result<Profile, StoreError> {
-        let profile: Profile = serde_json::from_slice(bytes)
+        let mut profile: Profile = serde_json::from_slice(bytes)
             .map_err(|e| StoreError::Profile { exe: exe.to_owned(), reason: e.to_string() })?;
-        if profile.version != PROFILE_VERSION {
+        if !profile.migrate() {
             return Err(StoreError::Profile {
                 exe: exe.to_owned(),
                 reason: format!("profile version {}, expected {PROFILE_VERSION}", profile.version),

@@ -317,3 +317,19 @@ pub fn open_by_inode(mount: BorrowedFd<'_>, ino: u64) -> io::Result<File> {
     // SAFETY: a fresh descriptor from the syscall above, owned by us alone.
     Ok(unsafe { File::from_raw_fd(fd as i32) })
 }
+
+/// Lists the directory `fd` names (a fresh directory stream through
+/// `/proc/self/fd`, so concurrent listings never share an offset), reading at
+/// most `max_entries` entries, and returns how many were read. Only the
+/// directory's own blocks are read: entries are not stat'ed.
+pub fn list_dir(fd: BorrowedFd<'_>, max_entries: u64) -> io::Result<u64> {
+    let mut n = 0;
+    for entry in std::fs::read_dir(format!("/proc/self/fd/{}", fd.as_raw_fd()))? {
+        entry?;
+        n += 1;
+        if n >= max_entries {
+            break;
+        }
+    }
+    Ok(n)
+}

@@ -1,0 +1,142 @@
+//! Metadata prefetch: directories listed by a small pool of executor
+//! threads, in parallel.
+//!
+//! A cold launch does not only read file pages: it looks names up — many
+//! that do not exist (an interpreter's module search, a loader's library
+//! path) — and lists directories. After `drop_caches` each of those reads a
+//! directory block synchronously, one at a time. A [`MetaRequest`] names the
+//! directories a launch searched (held open by whoever prepared the replay);
+//! each is one job on a bounded queue, taken by one of
+//! [`MetaPool::threads`] threads that lists it (`getdents64` through the
+//! held descriptor, at most [`MAX_ENTRIES`] entries), which brings its blocks
+//! into the cache so the program's lookups find them there. A full queue
+//! drops the directory, counted; nothing is returned to anyone.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering, fence};
+use std::thread::{self, JoinHandle, Thread};
+use std::time::Duration;
+
+use crossbeam_queue::ArrayQueue;
+
+use crate::accounting::{Accounting, Counters};
+use crate::policy::PolicyId;
+use crate::request::{MetaDir, MetaRequest};
+
+/// Entries listed per directory at most.
+pub const MAX_ENTRIES: u64 = 1 << 16;
+
+struct Shared {
+    queue: ArrayQueue<(MetaDir, PolicyId)>,
+    accounting: Arc<Accounting>,
+    stop: AtomicBool,
+    submitted: AtomicU64,
+    processed: AtomicU64,
+}
+
+/// The metadata threads (see the module docs).
+pub struct MetaPool {
+    shared: Arc<Shared>,
+    workers: Vec<(JoinHandle<()>, Thread)>,
+}
+
+impl std::fmt::Debug for MetaPool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MetaPool").field("threads", &self.workers.len()).finish()
+    }
+}
+
+impl MetaPool {
+    /// Starts `threads` threads over a queue of `capacity` directories.
+    pub fn new(threads: usize, capacity: usize, accounting: Arc<Accounting>) -> std::io::Result<Self> {
+        let shared = Arc::new(Shared {
+            queue: ArrayQueue::new(capacity.max(1)),
+            accounting,
+            stop: AtomicBool::new(false),
+            submitted: AtomicU64::new(0),
+            processed: AtomicU64::new(0),
+        });
+        let mut workers = Vec::new();
+        for i in 0..threads {
+            let shared = Arc::clone(&shared);
+            let handle = thread::Builder::new().name(format!("predictio-meta{i}")).spawn(move || worker(&shared))?;
+            let t = handle.thread().clone();
+            workers.push((handle, t));
+        }
+        Ok(Self { shared, workers })
+    }
+
+    /// Threads listing directories.
+    pub fn threads(&self) -> usize {
+        self.workers.len()
+    }
+
+    /// Queues every directory of `request`; never blocks. Directories beyond
+    /// the queue's room are dropped and counted. Returns the directories
+    /// queued.
+    pub fn submit(&self, request: MetaRequest) -> usize {
+        let origin = request.origin;
+        let mut queued = 0;
+        let mut dropped = 0;
+        if self.workers.is_empty() {
+            dropped = request.dirs.len() as u64;
+        } else {
+            for dir in request.dirs {
+                if self.shared.queue.push((dir, origin)).is_ok() {
+                    queued += 1;
+                } else {
+                    dropped += 1;
+                }
+            }
+        }
+        let d = Counters {
+            meta_dirs_requested: queued as u64 + dropped,
+            meta_dirs_dropped: dropped,
+            ..Counters::default()
+        };
+        self.shared.accounting.record(origin, None, &d);
+        self.shared.submitted.fetch_add(queued as u64, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
+        for (_, t) in self.workers.iter().take(queued) {
+            t.unpark();
+        }
+        queued
+    }
+
+    /// True when every queued directory was listed.
+    pub fn is_idle(&self) -> bool {
+        self.shared.processed.load(Ordering::SeqCst) == self.shared.submitted.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for MetaPool {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::SeqCst);
+        for (handle, t) in self.workers.drain(..) {
+            t.unpark();
+            if handle.join().is_err() {
+                tracing::error!("metadata thread panicked");
+            }
+        }
+    }
+}
+
+fn worker(shared: &Shared) {
+    loop {
+        while let Some((dir, origin)) = shared.queue.pop() {
+            let d = match crate::sys::list_dir(dir.as_fd(), MAX_ENTRIES) {
+                Ok(entries) => Counters { meta_dirs_listed: 1, meta_entries: entries, ..Counters::default() },
+                Err(err) => {
+                    tracing::debug!(dir = dir.path(), %err, "listing a directory failed");
+                    Counters { errors: 1, ..Counters::default() }
+                }
+            };
+            shared.accounting.record(origin, None, &d);
+            shared.processed.fetch_add(1, Ordering::SeqCst);
+        }
+        if shared.stop.load(Ordering::SeqCst) {
+            return;
+        }
+        thread::park_timeout(Duration::from_millis(250));
+    }
+}
