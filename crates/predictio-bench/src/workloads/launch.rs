@@ -22,8 +22,11 @@
 //!    are wasted bytes; the same for the whole-file peer.
 //!
 //! As in the daemon, the replay's descriptors are opened (and checked
-//! against the profile) before the measured passes and held across them;
-//! the whole-file peer uses the same held descriptors.
+//! against the profile) outside the timed region and held: they are the
+//! daemon's standing state. The whole-file peer uses the same held
+//! descriptors. Before a baseline or preload pass they are closed, so those
+//! passes start with cold inodes and directories too (a held descriptor
+//! keeps its inode and dentries cached across drop_caches).
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -236,7 +239,7 @@ fn prepare(profile: &Profile, exe: FileId) -> Result<Prepared, BenchError> {
 }
 
 fn pass(
-    p: &mut Prepared,
+    mut p: Option<&mut Prepared>,
     argv: &[String],
     side: Side,
     time_ns: u64,
@@ -252,28 +255,31 @@ fn pass(
         }
         _ => None,
     };
-    let before = p.executor.stats().total.issued_bytes;
+    let issued = |p: &Option<&mut Prepared>| p.as_ref().map_or(0, |p| p.executor.stats().total.issued_bytes);
+    let before = issued(&p);
     let start = Instant::now();
-    match side {
-        Side::Baseline | Side::Preload => {}
+    match (side, p.as_deref_mut()) {
         // The daemon's path: the exec event reaches the policy, which emits
         // the profile's requests to the executor.
-        Side::Predictio => p.runtime.dispatch(&Event::Exec { pid: 0, exe: p.exe, time_ns }),
-        Side::WholeFile => {
+        (Side::Predictio, Some(p)) => p.runtime.dispatch(&Event::Exec { pid: 0, exe: p.exe, time_ns }),
+        (Side::WholeFile, Some(p)) => {
             for r in &p.whole {
                 let _ = p.executor.submit(r.clone());
             }
         }
+        _ => {}
     }
     let mut run = spawn_and_wait(argv)?;
     run.seconds = start.elapsed().as_secs_f64();
-    p.executor.wait_idle(Duration::from_secs(10));
+    if let Some(p) = p.as_deref() {
+        p.executor.wait_idle(Duration::from_secs(10));
+    }
     if let Some(running) = daemon {
         let read = running.read_bytes();
         running.stop()?;
         return Ok((run, read));
     }
-    Ok((run, p.executor.stats().total.issued_bytes - before))
+    Ok((run, issued(&p) - before))
 }
 
 /// Pages the launch touched (one observed cold predictio pass), by file.
@@ -371,7 +377,13 @@ fn measure(
         store.get(&key.path).map_err(|e| BenchError::Options(e.to_string()))?
     };
     let profile = profile.ok_or_else(|| BenchError::Options(format!("no profile learned for {}", key.path)))?;
-    let mut p = prepare(&profile, key.id())?;
+    // The replay's descriptors (files, and the directories on their paths)
+    // are the daemon's standing state: held, they keep those inodes and
+    // dentries cached across drop_caches. So they are held only for the
+    // sides that have a daemon (predictio, and whole-file, which uses them
+    // too); before a baseline or preload pass they are closed, so that
+    // those passes start with cold metadata as well as cold data.
+    let mut held: Option<Prepared> = None;
 
     let mut secs: Vec<Vec<f64>> = vec![Vec::new(); sides.len()];
     let mut issued: Vec<Vec<u64>> = vec![Vec::new(); sides.len()];
@@ -382,12 +394,28 @@ fn measure(
     for pair in 0..pairs {
         for k in 0..sides.len() {
             let s = (k + pair) % sides.len();
-            resident_before = resident_before.max(make_cold(h, &p)?);
+            let p = match sides[s] {
+                Side::Predictio | Side::WholeFile => {
+                    let p = match held.take() {
+                        Some(p) => p,
+                        None => prepare(&profile, key.id())?,
+                    };
+                    resident_before = resident_before.max(make_cold(h, &p)?);
+                    Some(held.insert(p))
+                }
+                Side::Baseline | Side::Preload => {
+                    // Nothing of the workload is held open (checking the
+                    // replay's pages here would open, and cache, their inodes).
+                    held = None;
+                    h.make_cold(&[])?;
+                    None
+                }
+            };
             settle();
             // Exec times far enough apart that the policy's repeat guard never
             // suppresses a measured replay.
             clock += 10_000_000_000;
-            let (run, bytes) = pass(&mut p, argv, sides[s], clock, preload.map(|x| x.0))?;
+            let (run, bytes) = pass(p, argv, sides[s], clock, preload.map(|x| x.0))?;
             match &reference {
                 None => reference = Some((run.stdout.clone(), run.status)),
                 Some((out, status)) => identical &= *out == run.stdout && *status == run.status,
@@ -401,6 +429,10 @@ fn measure(
     let warm = spawn_and_wait(argv)?;
     h.step(format!("{} warm", prog.name));
 
+    let mut p = match held.take() {
+        Some(p) => p,
+        None => prepare(&profile, key.id())?,
+    };
     let touched = touched_pages(&mut p, argv, h)?;
     let mut replay_pages = 0u64;
     let mut replay_wasted = 0u64;
@@ -591,10 +623,13 @@ pub fn run(options: &BenchOptions) -> Result<Report, BenchError> {
         }
     }
     notes.push(
-        "as in the daemon, the replay's descriptors (files, and the directories on their paths) are opened before the \
-         passes and held across them (so those inodes and dentries stay cached across drop_caches, but not the \
-         directories' blocks: the replay's metadata request lists the directories at exec, on the executor's \
-         metadata threads); the whole-file peer uses the same file descriptors and no metadata request"
+        "as in the daemon, the replay's descriptors (files, and the directories on their paths) are held by the \
+         predictio side: opened outside the timed region (the daemon's standing state) and kept across its passes, \
+         so those inodes and dentries stay cached across drop_caches, but not the directories' blocks (the replay's \
+         metadata request lists the directories at exec, on the executor's metadata threads); the whole-file peer \
+         uses the same held descriptors and no metadata request; before every baseline and preload pass they are \
+         closed, so those passes start with cold metadata too (their resident-before check is drop_caches alone: \
+         opening the files to check them would cache their inodes)"
             .into(),
     );
     if options.quick {
