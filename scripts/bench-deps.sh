@@ -11,13 +11,8 @@ command -v chromium >/dev/null || need+=(chromium)
 [ -x /usr/sbin/preload ] || need+=(preload)
 command -v gdb >/dev/null || need+=(gdb)
 command -v clang >/dev/null || need+=(clang)
-[ ${#need[@]} -eq 0 ] && exit 0
-if [ "$(id -u)" -ne 0 ]; then
-  echo "predictio: the launch bench is missing: ${need[*]} (run as root to install them)" >&2
-  exit 0
-fi
-apt-get update -qq
-DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}"
+. "$(dirname "$0")/apt-install.sh"
+apt_install "the launch bench: programs" "${need[@]}"
 # Debian starts preload as a service on install where there is an init
 # system; the bench runs its own instance with its own state file.
 if command -v systemctl >/dev/null && systemctl is-active --quiet preload 2>/dev/null; then

@@ -18,10 +18,5 @@ command -v sqlite3 >/dev/null || need+=(sqlite3)
 # The launch tests record a real interpreter's start (Debian's python3).
 [ -x /usr/bin/python3 ] || need+=(python3)
 [ -f /usr/include/rocksdb/c.h ] || need+=(librocksdb-dev)
-[ ${#need[@]} -eq 0 ] && exit 0
-if [ "$(id -u)" -ne 0 ]; then
-  echo "predictio: missing system packages: ${need[*]} (run as root to install them)" >&2
-  exit 0
-fi
-apt-get update -qq
-DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}"
+. "$(dirname "$0")/apt-install.sh"
+apt_install "system packages" "${need[@]}"
