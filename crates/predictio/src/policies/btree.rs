@@ -84,7 +84,8 @@
 //! tracked (least recently used evicted first), each in a few words (no child
 //! list is kept: every event carries its own), and the recent set holds at
 //! most [`BtreeConfig::recent_capacity`] pages. One event requests at most
-//! `max_window + 1` children. Pure logic: no I/O, no syscalls, no blocking.
+//! `max_window + 1` children, plus, once per parent above the lowest level,
+//! its children within [`BtreeConfig::upper_pages`] per file. Pure logic: no I/O, no syscalls, no blocking.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 
@@ -999,7 +1000,7 @@ mod tests {
             let (tracked_files, parents, recent) = policy.footprint();
             assert!(tracked_files <= 4 && parents <= 12 && recent <= 50);
             for request in out.drain(..) {
-                assert!(request.ranges.len() as u32 <= config.max_window + 1);
+                assert!(request.ranges.len() as u32 <= config.max_window + 1 + config.upper_pages);
             }
         }
     }
