@@ -209,6 +209,14 @@ fn make_cold(h: &Harness, p: &Prepared) -> Result<f64, BenchError> {
     Ok(resident as f64 / total.max(1) as f64)
 }
 
+/// The replay's descriptors held in `held`, opened first if they are not.
+fn hold<'a>(held: &'a mut Option<Prepared>, profile: &Profile, exe: FileId) -> Result<&'a mut Prepared, BenchError> {
+    Ok(match held {
+        Some(p) => p,
+        None => held.insert(prepare(profile, exe)?),
+    })
+}
+
 fn prepare(profile: &Profile, exe: FileId) -> Result<Prepared, BenchError> {
     let executor = Arc::new(Executor::new(ExecutorConfig::default()).map_err(BenchError::Executor)?);
     let replay = Replay::open(profile, &WalkLimits::default());
@@ -396,12 +404,9 @@ fn measure(
             let s = (k + pair) % sides.len();
             let p = match sides[s] {
                 Side::Predictio | Side::WholeFile => {
-                    let p = match held.take() {
-                        Some(p) => p,
-                        None => prepare(&profile, key.id())?,
-                    };
-                    resident_before = resident_before.max(make_cold(h, &p)?);
-                    Some(held.insert(p))
+                    let p = hold(&mut held, &profile, key.id())?;
+                    resident_before = resident_before.max(make_cold(h, p)?);
+                    Some(p)
                 }
                 Side::Baseline | Side::Preload => {
                     // Nothing of the workload is held open (checking the
@@ -429,11 +434,8 @@ fn measure(
     let warm = spawn_and_wait(argv)?;
     h.step(format!("{} warm", prog.name));
 
-    let mut p = match held.take() {
-        Some(p) => p,
-        None => prepare(&profile, key.id())?,
-    };
-    let touched = touched_pages(&mut p, argv, h)?;
+    let p = hold(&mut held, &profile, key.id())?;
+    let touched = touched_pages(p, argv, h)?;
     let mut replay_pages = 0u64;
     let mut replay_wasted = 0u64;
     for (file, ranges) in &p.replay_pages {
