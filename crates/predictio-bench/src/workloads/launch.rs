@@ -34,7 +34,7 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use predictio::executor::ExecutorConfig;
+use predictio::executor::{ExecutorConfig, Limits};
 use predictio::launch::{LaunchPolicy, Profile, Replay, ReplayBook, Store, WalkLimits};
 use predictio::page::PageRange;
 use predictio::{Event, Executor, FileId, FileRef, Request, Runtime, Urgency};
@@ -218,7 +218,12 @@ fn hold<'a>(held: &'a mut Option<Prepared>, profile: &Profile, exe: FileId) -> R
 }
 
 fn prepare(profile: &Profile, exe: FileId) -> Result<Prepared, BenchError> {
-    let executor = Arc::new(Executor::new(ExecutorConfig::default()).map_err(BenchError::Executor)?);
+    // The executor as `predictio run` and the daemon set it up for replays.
+    let config = ExecutorConfig {
+        limits: Limits { max_unsettled_pages: predictio::launch::REPLAY_MAX_UNSETTLED_PAGES, ..Limits::default() },
+        ..ExecutorConfig::default()
+    };
+    let executor = Arc::new(Executor::new(config).map_err(BenchError::Executor)?);
     let replay = Replay::open(profile, &WalkLimits::default());
     let mut replay_pages: HashMap<FileId, Vec<PageRange>> = HashMap::new();
     let mut files: Vec<FileRef> = Vec::new();
@@ -656,7 +661,7 @@ pub fn run(options: &BenchOptions) -> Result<Report, BenchError> {
         machine: h.machine.clone(),
         settings: serde_json::json!({
             "pairs": pairs, "training_runs": train_runs, "sides": sides.iter().map(|s| s.name()).collect::<Vec<_>>(),
-            "executor": "fadvise backend, default limits", "walk": format!("{:?}", WalkLimits::default()),
+            "executor": format!("fadvise backend, default limits but max_unsettled_pages {}", predictio::launch::REPLAY_MAX_UNSETTLED_PAGES), "walk": format!("{:?}", WalkLimits::default()),
             "window": "exec until the tree exits or 500 ms without a page-cache miss, cap 10 s",
         }),
         cold_method: h.cold.describe().into(),

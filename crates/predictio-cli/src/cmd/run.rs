@@ -63,8 +63,12 @@ pub fn run(args: Args) -> Result<()> {
             eprintln!("predictio run: {replay_note} ({exe})");
         }
     }
-    let config =
-        ExecutorConfig { limits: Limits { track_hits: true, ..Limits::default() }, ..ExecutorConfig::default() };
+    // A replay paces its fadvise I/O (see REPLAY_MAX_UNSETTLED_PAGES).
+    let max_unsettled_pages = if replay.is_some() { predictio::launch::REPLAY_MAX_UNSETTLED_PAGES } else { 0 };
+    let config = ExecutorConfig {
+        limits: Limits { track_hits: true, max_unsettled_pages, ..Limits::default() },
+        ..ExecutorConfig::default()
+    };
     let executor = Arc::new(Executor::new(config).context("starting the executor")?);
     let resolve = Some(predictio::resolve::ResolverConfig::default());
     let pipeline = Pipeline::start_with(Arc::clone(&executor), policies, 1 << 16, resolve)?;
