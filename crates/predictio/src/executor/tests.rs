@@ -266,7 +266,8 @@ fn unsettled_window_paces_backends_without_completions() {
 
     let unbounded = cache_of(10_000, []);
     unbounded.0.lock().unwrap().unsettled_answers = u64::MAX;
-    let d = engine(&unbounded, &backend, Limits { max_io_pages: 8, ..Limits::default() }, calm()).execute(req(&[(0, 64)]));
+    let d =
+        engine(&unbounded, &backend, Limits { max_io_pages: 8, ..Limits::default() }, calm()).execute(req(&[(0, 64)]));
     assert_eq!((d.issued_ios, d.paced_waits), (8, 0), "no window: no probe");
     assert_eq!(unbounded.0.lock().unwrap().settle_probes, 0);
 }
