@@ -94,6 +94,9 @@ counters! {
     meta_dirs_dropped,
     /// Directory entries the metadata threads read.
     meta_entries,
+    /// Times the executor found the oldest unsettled I/O still in flight
+    /// and waited before issuing more (`Limits::max_unsettled_pages`).
+    paced_waits,
 }
 
 /// Counters of one origin, by name.

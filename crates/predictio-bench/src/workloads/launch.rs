@@ -10,12 +10,12 @@
 //!    every pass (drop_caches, the resident fraction of the profile's files
 //!    checked): **baseline** (the program alone); **predictio** (the
 //!    `launch` policy gets the program's exec and hands the profile's page
-//!    lists to the executor, at the moment the program is spawned — what the
-//!    daemon does on exec); **whole-file** (every file the profile names
+//!    lists to the executor once the program has exec'd — when the daemon's
+//!    exec event fires); **whole-file** (every file the profile names
 //!    prefetched whole through the same executor at the same moment: the
-//!    naive peer, like `vmtouch -t`). Time is from just before the replay to
-//!    the program's exit. stdout and exit status must be the same as the
-//!    first baseline pass's.
+//!    naive peer, like `vmtouch -t`). Time is from just before the spawn to
+//!    the program's exit, its exec included. stdout and exit status must be
+//!    the same as the first baseline pass's.
 //! 3. **Warm** (the limit): the program run twice, the second timed.
 //! 4. **Waste** (not timed): one more cold predictio pass under eBPF
 //!    observation; pages the replay asked for that the launch never touched
@@ -34,7 +34,7 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use predictio::executor::ExecutorConfig;
+use predictio::executor::{ExecutorConfig, Limits};
 use predictio::launch::{LaunchPolicy, Profile, Replay, ReplayBook, Store, WalkLimits};
 use predictio::page::PageRange;
 use predictio::{Event, Executor, FileId, FileRef, Request, Runtime, Urgency};
@@ -218,7 +218,12 @@ fn hold<'a>(held: &'a mut Option<Prepared>, profile: &Profile, exe: FileId) -> R
 }
 
 fn prepare(profile: &Profile, exe: FileId) -> Result<Prepared, BenchError> {
-    let executor = Arc::new(Executor::new(ExecutorConfig::default()).map_err(BenchError::Executor)?);
+    // The executor as `predictio run` and the daemon set it up for replays.
+    let config = ExecutorConfig {
+        limits: Limits { max_unsettled_pages: predictio::launch::REPLAY_MAX_UNSETTLED_PAGES, ..Limits::default() },
+        ..ExecutorConfig::default()
+    };
+    let executor = Arc::new(Executor::new(config).map_err(BenchError::Executor)?);
     let replay = Replay::open(profile, &WalkLimits::default());
     let mut replay_pages: HashMap<FileId, Vec<PageRange>> = HashMap::new();
     let mut files: Vec<FileRef> = Vec::new();
@@ -266,10 +271,21 @@ fn pass(
     let issued = |p: &Option<&mut Prepared>| p.as_ref().map_or(0, |p| p.executor.stats().total.issued_bytes);
     let before = issued(&p);
     let start = Instant::now();
+    // `spawn` returns once the child has exec'd (the program's own exec:
+    // its path lookups and ELF headers), the moment the daemon's exec event
+    // fires; the replay starts then, as in the daemon. The time counts from
+    // before the spawn, the exec included.
+    let child = Command::new(&argv[0])
+        .args(&argv[1..])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .doing(|| format!("running {}", argv.join(" ")))?;
     match (side, p.as_deref_mut()) {
         // The daemon's path: the exec event reaches the policy, which emits
         // the profile's requests to the executor.
-        (Side::Predictio, Some(p)) => p.runtime.dispatch(&Event::Exec { pid: 0, exe: p.exe, time_ns }),
+        (Side::Predictio, Some(p)) => p.runtime.dispatch(&Event::Exec { pid: child.id(), exe: p.exe, time_ns }),
         (Side::WholeFile, Some(p)) => {
             for r in &p.whole {
                 let _ = p.executor.submit(r.clone());
@@ -277,8 +293,8 @@ fn pass(
         }
         _ => {}
     }
-    let mut run = spawn_and_wait(argv)?;
-    run.seconds = start.elapsed().as_secs_f64();
+    let out = child.wait_with_output().doing(|| format!("waiting for {}", argv.join(" ")))?;
+    let run = Pass { seconds: start.elapsed().as_secs_f64(), stdout: out.stdout, status: out.status.code() };
     if let Some(p) = p.as_deref() {
         p.executor.wait_idle(Duration::from_secs(10));
     }
@@ -298,7 +314,6 @@ fn touched_pages(p: &mut Prepared, argv: &[String], h: &Harness) -> Result<HashM
     let mut observer = Observer::load(ObserverConfig::default())
         .map_err(|e| BenchError::Options(format!("the waste pass needs eBPF observation: {e}")))?;
     let me = std::process::id();
-    p.runtime.dispatch(&Event::Exec { pid: 0, exe: p.exe, time_ns: u64::MAX / 2 });
     observer.follow(me).map_err(|e| BenchError::Options(format!("following: {e}")))?;
     let child = Command::new(&argv[0])
         .args(&argv[1..])
@@ -308,6 +323,8 @@ fn touched_pages(p: &mut Prepared, argv: &[String], h: &Harness) -> Result<HashM
         .spawn();
     let _ = observer.unfollow(me);
     let mut child = child.doing(|| format!("running {}", argv.join(" ")))?;
+    // As in the timed passes: the replay starts once the child has exec'd.
+    p.runtime.dispatch(&Event::Exec { pid: child.id(), exe: p.exe, time_ns: u64::MAX / 2 });
     let mut touched: HashMap<FileId, HashSet<u64>> = HashMap::new();
     let mut on_event = |e: Event| {
         if let Event::PageAccess { pid, file, pages, .. } = e
@@ -644,7 +661,7 @@ pub fn run(options: &BenchOptions) -> Result<Report, BenchError> {
         machine: h.machine.clone(),
         settings: serde_json::json!({
             "pairs": pairs, "training_runs": train_runs, "sides": sides.iter().map(|s| s.name()).collect::<Vec<_>>(),
-            "executor": "fadvise backend, default limits", "walk": format!("{:?}", WalkLimits::default()),
+            "executor": format!("fadvise backend, default limits but max_unsettled_pages {}", predictio::launch::REPLAY_MAX_UNSETTLED_PAGES), "walk": format!("{:?}", WalkLimits::default()),
             "window": "exec until the tree exits or 500 ms without a page-cache miss, cap 10 s",
         }),
         cold_method: h.cold.describe().into(),

@@ -63,8 +63,12 @@ pub fn run(args: Args) -> Result<()> {
             eprintln!("predictio run: {replay_note} ({exe})");
         }
     }
-    let config =
-        ExecutorConfig { limits: Limits { track_hits: true, ..Limits::default() }, ..ExecutorConfig::default() };
+    // A replay paces its fadvise I/O (see REPLAY_MAX_UNSETTLED_PAGES).
+    let max_unsettled_pages = if replay.is_some() { predictio::launch::REPLAY_MAX_UNSETTLED_PAGES } else { 0 };
+    let config = ExecutorConfig {
+        limits: Limits { track_hits: true, max_unsettled_pages, ..Limits::default() },
+        ..ExecutorConfig::default()
+    };
     let executor = Arc::new(Executor::new(config).context("starting the executor")?);
     let resolve = Some(predictio::resolve::ResolverConfig::default());
     let pipeline = Pipeline::start_with(Arc::clone(&executor), policies, 1 << 16, resolve)?;
@@ -77,10 +81,6 @@ pub fn run(args: Args) -> Result<()> {
     let (mut observer, note) = observer_or_note(false);
     let me = std::process::id();
     let start = Instant::now();
-    if let Some((exe, _, _)) = &replay {
-        // The launch starts now: replay at once, before the exec.
-        sender.send(predictio::Event::Exec { pid: me, exe: *exe, time_ns: predictio_bpf::monotonic_now_ns() }, None);
-    }
     let mut cmd = Command::new(&args.command[0]);
     cmd.args(&args.command[1..]).env("PREDICTIO_HINT_SOCK", &socket);
     let spawned = match observer.as_mut() {
@@ -95,6 +95,17 @@ pub fn run(args: Args) -> Result<()> {
         None => cmd.spawn(),
     };
     let mut child = spawned.with_context(|| format!("starting {}", args.command[0]))?;
+    if let Some((exe, _, _)) = &replay {
+        // `spawn` returns once the command has exec'd: replay now, as the
+        // daemon does on the exec event. Not before: the exec's own reads
+        // (the directories on its path, its inode, its ELF headers) would
+        // queue behind the replay's tens of MiB (measured: 40-150 ms more
+        // per launch on the bench's programs, see docs/DESIGN.md).
+        sender.send(
+            predictio::Event::Exec { pid: child.id(), exe: *exe, time_ns: predictio_bpf::monotonic_now_ns() },
+            None,
+        );
+    }
     let mut forward = |event: predictio::Event| {
         if !is_own(&event, me) {
             sender.send(event, None);

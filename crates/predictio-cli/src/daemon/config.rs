@@ -71,6 +71,11 @@ pub struct ExecutorSection {
     /// Seconds an untouched prefetched page may wait before it counts as
     /// waste.
     pub hit_timeout_secs: u64,
+    /// KiB of fadvise/readahead I/O that may be in flight unconfirmed before
+    /// the executor waits for the oldest to settle (0: unbounded). The
+    /// default is the launch replay's window, which keeps a program's own
+    /// reads from queueing behind a replay.
+    pub max_unsettled_kib: u64,
 }
 
 impl Default for ExecutorSection {
@@ -85,6 +90,7 @@ impl Default for ExecutorSection {
             max_pages_per_request: d.limits.max_pages_per_request,
             track_hits: true,
             hit_timeout_secs: d.hit_timeout.as_secs(),
+            max_unsettled_kib: predictio::launch::REPLAY_MAX_UNSETTLED_PAGES * 4,
         }
     }
 }
@@ -293,6 +299,7 @@ impl Config {
                 max_io_pages: e.max_io_kib / 4,
                 max_inflight_pages: e.max_inflight_pages,
                 track_hits: e.track_hits,
+                max_unsettled_pages: e.max_unsettled_kib / 4,
                 ..Limits::default()
             },
             pressure: PressureConfig {

@@ -6,7 +6,7 @@
 //! executor's worker thread; benchmarks and tests drive it directly with a
 //! fake [`PageCache`] or a counting [`Backend`].
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -36,6 +36,20 @@ pub struct Limits {
     pub track_hits: bool,
     /// How long a file's size and hole map are trusted.
     pub size_ttl: Duration,
+    /// Pages issued through a backend that reports no completion (`fadvise`,
+    /// `readahead`) that may still be in flight; over it the engine waits
+    /// until the oldest such I/O settles (its last page probed without
+    /// waiting, see [`PageCache::read_settled`]) before issuing more. The
+    /// kernel queues such reads as deep as the block layer lets it (hundreds
+    /// of requests, tens of MiB), and a program's own read — a directory
+    /// block on its exec path, a page no profile predicted — waits behind
+    /// all of it; a window of a few MiB keeps the device busy and that wait
+    /// short. 0: unbounded.
+    pub max_unsettled_pages: u64,
+    /// How long one unsettled I/O is waited for at most before it leaves
+    /// the window regardless (a read that never settles never stalls the
+    /// executor).
+    pub settle_timeout: Duration,
 }
 
 impl Default for Limits {
@@ -46,6 +60,8 @@ impl Default for Limits {
             max_inflight_pages: 1 << 14,
             track_hits: false,
             size_ttl: Duration::from_millis(50),
+            max_unsettled_pages: 0,
+            settle_timeout: Duration::from_millis(200),
         }
     }
 }
@@ -68,6 +84,9 @@ struct PendingIo {
 /// `cachestat` call costs about as much as walking this many resident pages.
 pub const GROUP_GAP_PAGES: u64 = 128;
 
+/// How long the engine sleeps between probes of an unsettled I/O.
+const PACE_SLEEP: Duration = Duration::from_micros(200);
+
 /// Files whose size is cached before the cache is cleared.
 const MAX_FILE_STATES: usize = 4096;
 
@@ -80,6 +99,10 @@ pub struct Engine {
     accounting: Arc<Accounting>,
     inflight: InFlight,
     pending: HashMap<u64, PendingIo>,
+    /// I/Os issued through a backend without completions, oldest first:
+    /// the file, the I/O's last page, its pages, when it was issued.
+    unsettled: VecDeque<(FileRef, u64, u64, Instant)>,
+    unsettled_pages: u64,
     files: HashMap<FileId, FileState>,
     next_token: u64,
     // Scratch space reused across requests.
@@ -129,6 +152,8 @@ impl Engine {
             accounting,
             inflight: InFlight::default(),
             pending: HashMap::new(),
+            unsettled: VecDeque::new(),
+            unsettled_pages: 0,
             files: HashMap::new(),
             next_token: 1,
             segments: Vec::new(),
@@ -267,6 +292,7 @@ impl Engine {
         let chunks = std::mem::take(&mut self.chunks);
         for &chunk in &chunks {
             self.make_room(chunk.len());
+            d.paced_waits += self.pace(chunk.len());
             let token = self.next_token;
             self.next_token = self.next_token.wrapping_add(1);
             match self.backend.issue(&file, chunk, token) {
@@ -280,7 +306,13 @@ impl Engine {
                         self.accounting.note_issued(id, chunk, request.origin, now);
                     }
                     match issued {
-                        Issued::Done => d.completed_pages += chunk.len(),
+                        Issued::Done => {
+                            d.completed_pages += chunk.len();
+                            if self.limits.max_unsettled_pages > 0 {
+                                self.unsettled.push_back((file.clone(), chunk.end - 1, chunk.len(), Instant::now()));
+                                self.unsettled_pages += chunk.len();
+                            }
+                        }
                         Issued::Pending => {
                             self.inflight.insert(id, chunk);
                             self.pending
@@ -360,6 +392,27 @@ impl Engine {
             }
         }
         self.stack = stack;
+    }
+
+    /// Waits until an I/O of `pages` more pages fits the window of
+    /// [`Limits::max_unsettled_pages`]: settled I/Os leave it oldest first;
+    /// one that has not settled within [`Limits::settle_timeout`] leaves it
+    /// anyway. Returns the probes that found the oldest I/O still in flight
+    /// (each followed by a short sleep).
+    fn pace(&mut self, pages: u64) -> u64 {
+        let limit = self.limits.max_unsettled_pages;
+        let mut waits = 0;
+        while limit > 0 && self.unsettled_pages + pages > limit {
+            let Some((file, last, len, issued)) = self.unsettled.front() else { break };
+            if issued.elapsed() >= self.limits.settle_timeout || self.cache.read_settled(file, *last) {
+                self.unsettled_pages -= *len;
+                self.unsettled.pop_front();
+            } else {
+                waits += 1;
+                std::thread::sleep(PACE_SLEEP);
+            }
+        }
+        waits
     }
 
     /// Waits for completions until the backend can take another I/O of

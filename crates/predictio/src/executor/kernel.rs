@@ -31,6 +31,15 @@ pub trait PageCache: Send {
     /// One byte per page of `range` (bit 0 = resident) into `out`. `size` is
     /// the file size in bytes.
     fn residency(&mut self, file: &FileRef, size: u64, range: PageRange, out: &mut Vec<u8>) -> io::Result<()>;
+
+    /// Whether a read of `page` issued earlier is no longer in flight: the
+    /// page is cached and up to date, or not cached at all (never added, or
+    /// evicted). Never reads an absent page in and never waits. The engine
+    /// paces backends that report no completion with it.
+    fn read_settled(&mut self, file: &FileRef, page: u64) -> bool {
+        let _ = (file, page);
+        true
+    }
 }
 
 /// Mappings kept for `mincore` before the oldest are dropped.
@@ -97,6 +106,17 @@ pub fn probe_cachestat() -> bool {
 }
 
 impl PageCache for LinuxPageCache {
+    fn read_settled(&mut self, file: &FileRef, page: u64) -> bool {
+        let mut byte = [0u8; 1];
+        match sys::pread_resident(file.as_fd(), &mut byte, page * PAGE_SIZE) {
+            // Cached and up to date (or the file ends there).
+            Ok(Some(_)) => true,
+            // Not readable without waiting: still being read if it is cached.
+            Ok(None) => sys::cachestat(file.as_fd(), page * PAGE_SIZE, PAGE_SIZE).map_or(true, |c| c.nr_cache == 0),
+            Err(_) => true,
+        }
+    }
+
     fn size(&mut self, file: &FileRef) -> io::Result<u64> {
         Ok(file.file().metadata()?.len())
     }

@@ -19,6 +19,10 @@ struct FakeState {
     resident: BTreeSet<u64>,
     holes: Vec<PageRange>,
     probes: u64,
+    /// `read_settled` answers "still in flight" this many more times.
+    unsettled_answers: u64,
+    /// `read_settled` calls.
+    settle_probes: u64,
 }
 
 #[derive(Clone, Default)]
@@ -61,6 +65,16 @@ impl PageCache for FakeCache {
         out.clear();
         out.extend((range.start..range.end).map(|p| state.resident.contains(&p) as u8));
         Ok(())
+    }
+    fn read_settled(&mut self, _: &FileRef, _: u64) -> bool {
+        let mut state = self.0.lock().unwrap();
+        state.settle_probes += 1;
+        if state.unsettled_answers > 0 {
+            state.unsettled_answers -= 1;
+            false
+        } else {
+            true
+        }
     }
 }
 
@@ -236,6 +250,44 @@ fn in_flight_page_bound_is_kept() {
     let mut e = engine(&cache, &backend, limits, calm());
     e.execute(req(&[(0, 1000)]));
     assert!(backend.io.lock().unwrap().max_seen_in_flight <= 4, "32 pages / 8 per I/O");
+}
+
+#[test]
+fn unsettled_window_paces_backends_without_completions() {
+    let cache = cache_of(10_000, []);
+    cache.0.lock().unwrap().unsettled_answers = 3;
+    let backend = FakeBackend::default(); // completes nothing: like fadvise
+    let limits = Limits { max_io_pages: 8, max_unsettled_pages: 16, ..Limits::default() };
+    let d = engine(&cache, &backend, limits, calm()).execute(req(&[(0, 64)]));
+    assert_eq!(d.issued_ios, 8, "every I/O is issued, paced");
+    assert_eq!(d.paced_waits, 3, "the oldest I/O was found in flight three times");
+    // Two I/Os fit the window; each later one waits for the oldest to settle.
+    assert_eq!(cache.0.lock().unwrap().settle_probes, 3 + 6);
+
+    let unbounded = cache_of(10_000, []);
+    unbounded.0.lock().unwrap().unsettled_answers = u64::MAX;
+    let d =
+        engine(&unbounded, &backend, Limits { max_io_pages: 8, ..Limits::default() }, calm()).execute(req(&[(0, 64)]));
+    assert_eq!((d.issued_ios, d.paced_waits), (8, 0), "no window: no probe");
+    assert_eq!(unbounded.0.lock().unwrap().settle_probes, 0);
+}
+
+#[test]
+fn an_io_that_never_settles_leaves_the_window_after_the_timeout() {
+    let cache = cache_of(10_000, []);
+    cache.0.lock().unwrap().unsettled_answers = u64::MAX;
+    let backend = FakeBackend::default();
+    let limits = Limits {
+        max_io_pages: 8,
+        max_unsettled_pages: 8,
+        settle_timeout: Duration::from_millis(2),
+        ..Limits::default()
+    };
+    let started = std::time::Instant::now();
+    let d = engine(&cache, &backend, limits, calm()).execute(req(&[(0, 32)]));
+    assert_eq!(d.issued_ios, 4);
+    assert!(d.paced_waits > 0);
+    assert!(started.elapsed() < Duration::from_secs(1), "bounded by the timeout per I/O");
 }
 
 #[test]

@@ -21,6 +21,17 @@ pub mod profile;
 pub mod recorder;
 pub mod store;
 
+/// The executor's unsettled window ([`crate::executor::Limits::max_unsettled_pages`])
+/// for launch replays, in pages (16 MiB). A replay hands tens to hundreds of
+/// MiB to `fadvise` at once; unpaced, the block layer queues it all and
+/// every read of the program's own that is not in the profile — a
+/// directory block or inode on the path of an exec it runs, a page no
+/// profile predicted — waits behind it (measured on the launch bench: a
+/// single directory lookup waited 80–150 ms). 16 MiB keeps the device at
+/// full speed (it reaches its best bandwidth at 4 × 1 MiB in flight) while
+/// such a read waits for at most about that much.
+pub const REPLAY_MAX_UNSETTLED_PAGES: u64 = 4096;
+
 pub use model::{ModelLimits, PageModel, WalkLimits};
 pub use policy::{LaunchPolicy, Replay, ReplayBook};
 pub use profile::{FileIdentity, Freshness, LaunchRun, LearnLimits, Profile};
