@@ -36,10 +36,12 @@ const TRAVERSAL_CAPACITY: usize = 32;
 /// 4, … 64 children), the same as the daemon's, so that the adapter and the
 /// no-change mode differ only in how they see the traversal.
 /// `PREDICTIO_BTREE_GROWTH`, `PREDICTIO_BTREE_MAX_WINDOW`,
-/// `PREDICTIO_BTREE_HISTORY` and `PREDICTIO_BTREE_CONFIRM` override the
-/// growth factor, the largest window, the scans remembered to size a first
-/// window and the continuations before a window opens (for experiments: on a device whose
-/// parallelism is small, faster growth mostly adds waste).
+/// `PREDICTIO_BTREE_HISTORY`, `PREDICTIO_BTREE_CONFIRM`,
+/// `PREDICTIO_BTREE_UPPER_PAGES` and `PREDICTIO_BTREE_UPPER_PAYBACK` override
+/// the growth factor, the largest window, the scans remembered to size a
+/// first window, the continuations before a window opens, the budget of
+/// whole upper levels and the lookups that pay for one (for experiments: on
+/// a device whose parallelism is small, faster growth mostly adds waste).
 pub fn scan_config() -> BtreeConfig {
     let defaults = BtreeConfig::default();
     let env = |name: &str, default: u32| std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default);
@@ -48,6 +50,9 @@ pub fn scan_config() -> BtreeConfig {
         max_window: env("PREDICTIO_BTREE_MAX_WINDOW", defaults.max_window),
         history: env("PREDICTIO_BTREE_HISTORY", defaults.history as u32) as usize,
         confirm_after: env("PREDICTIO_BTREE_CONFIRM", defaults.confirm_after),
+        upper_pages: env("PREDICTIO_BTREE_UPPER_PAGES", defaults.upper_pages),
+        upper_payback: env("PREDICTIO_BTREE_UPPER_PAYBACK", defaults.upper_payback),
+        top_up_divisor: env("PREDICTIO_BTREE_TOP_UP", defaults.top_up_divisor),
         ..defaults
     }
 }
