@@ -125,6 +125,8 @@ fn a_read_plan_is_fetched_in_order_within_its_bound() {
         max_ahead_pages_per_file: 256,
         max_ahead_pages_total: 256,
         chunk_pages: 128,
+        // The whole window at once: this test is about the bound.
+        opening_segments: 0,
         ..ReadPlanConfig::default()
     };
     let policy = ReadPlanPolicy::new(config).expect("config");

@@ -344,7 +344,8 @@ pub fn run(options: &BenchOptions) -> Result<Report, BenchError> {
         "total = the batch reads only (the pauses are excluded); hits are checked with mincore before each read; \
          the stream reader is confirmed by its second batch (one read is no stream), so its first two batches \
          find their pages absent; the readplan reader's plan covers the first batch but the read starts at once \
-         (Riffle's window starts at the first read)"
+         (Riffle's window starts at the first read); until that read the readplan policy requests only the first \
+         batch, so its read does not queue behind the rest of the window"
             .into(),
     );
     notes.push(format!(
@@ -374,7 +375,7 @@ pub fn run(options: &BenchOptions) -> Result<Report, BenchError> {
             "sides": ["baseline", "riffle", "stream", "readplan"],
             "riffle": "fadvise(WILLNEED) 4 batches at the first read, 2 more when a read reaches the window's last batch; one call per batch",
             "stream": "PrefetchingReader, ReaderConfig::default() (stream: confirmed by a continuation once its run has read 256 KiB, window 256 KiB..64 MiB, 2 MiB I/Os)",
-            "readplan": "PrefetchingReader, speculation off, every batch planned at the start (readplan: 64 MiB ahead)",
+            "readplan": "PrefetchingReader, speculation off, every batch planned at the start (readplan: 64 MiB ahead; only the first batch until the first read)",
         }),
         cold_method: h.cold.describe().into(),
         cases: out,

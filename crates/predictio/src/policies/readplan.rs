@@ -12,7 +12,13 @@
 //! segment planned before it (the reader goes in plan order, so those are
 //! done, read or skipped).
 //!
-//! Two bounds keep read-plan work from crowding out demand reads:
+//! Three bounds keep read-plan work from crowding out demand reads. Until
+//! the reader first reads inside its plan, only the plan's first
+//! [`ReadPlanConfig::opening_segments`] segments are requested: a plan
+//! announced as a file is opened is followed at once by the read of its
+//! first segment, which would otherwise wait behind the whole window queued
+//! on the device with it (the window's later I/O goes out when that read is
+//! done, while the reader works on what it read).
 //! [`ReadPlanConfig::max_ahead_pages_per_file`] of requested-but-unread pages
 //! per file, and [`ReadPlanConfig::max_ahead_pages_total`] over every file and
 //! client (Riffle's semaphore). A file held back by the shared bound waits in
@@ -58,11 +64,15 @@ pub struct ReadPlanConfig {
     /// Events without activity after which a file's unread pages may be
     /// reclaimed for a file that waits.
     pub stale_after_events: u64,
+    /// Planned segments requested before the reader's first read inside the
+    /// plan (0: the whole window at once).
+    pub opening_segments: u64,
 }
 
 impl Default for ReadPlanConfig {
     /// 64 MiB ahead per file, 256 MiB in all, 4 MiB chunks, 256 files of up
-    /// to 4,096 chunks, staleness after 65,536 events.
+    /// to 4,096 chunks, staleness after 65,536 events, one segment requested
+    /// before the first read.
     fn default() -> Self {
         Self {
             max_ahead_pages_per_file: 16384,
@@ -71,6 +81,7 @@ impl Default for ReadPlanConfig {
             max_files: 256,
             max_segments_per_file: 4096,
             stale_after_events: 1 << 16,
+            opening_segments: 1,
         }
     }
 }
@@ -198,6 +209,11 @@ struct PlannedFile {
     active: u64,
     /// Whether the file is in the queue for the shared bound.
     waiting: bool,
+    /// Whether the reader has read inside the plan.
+    reading: bool,
+    /// Before the first read, chunks from this sequence number on are held
+    /// back (the opening segments end here).
+    opening_end: Option<u64>,
 }
 
 impl PlannedFile {
@@ -303,13 +319,18 @@ impl ReadPlanPolicy {
         }
         let tick = self.tick;
         let (chunk, max_segments) = (self.config.chunk_pages, self.config.max_segments_per_file);
+        let opening = self.config.opening_segments;
         let stats = &mut self.stats;
         let planned = self.files.entry(file).or_default();
         planned.active = tick;
+        let mut kept_segments = 0;
         for segment in pages {
             let segment = PageRange::new(segment.start.min(MAX_PAGE), segment.end.min(MAX_PAGE));
             if segment.is_empty() {
                 continue;
+            }
+            if !planned.reading && planned.opening_end.is_none() && opening > 0 && kept_segments == opening {
+                planned.opening_end = Some(planned.next_seq);
             }
             let gaps = planned.uncovered(segment);
             let new: u64 = gaps.iter().map(PageRange::len).sum();
@@ -330,6 +351,7 @@ impl ReadPlanPolicy {
                     start = end;
                 }
             }
+            kept_segments += 1;
         }
         self.release_in_turn(file, ctx);
     }
@@ -339,6 +361,7 @@ impl ReadPlanPolicy {
         let Some(planned) = self.files.get_mut(&file) else { return };
         planned.active = tick;
         let Some(newest) = planned.newest_touched(pages) else { return };
+        planned.reading = true;
         let stats = &mut self.stats;
         // Everything planned before the chunk read is done: read or skipped.
         while let Some(front) = planned.requested.front().copied() {
@@ -441,6 +464,9 @@ impl ReadPlanPolicy {
         let mut pages = 0;
         let mut outcome = Release::Done;
         while let Some(next) = planned.held.front().copied() {
+            if !planned.reading && planned.opening_end.is_some_and(|end| next.seq >= end) {
+                break;
+            }
             let unread = next.unread();
             if planned.ahead + unread > per_file {
                 break;
@@ -549,6 +575,7 @@ mod tests {
             max_files: 8,
             max_segments_per_file: 1000,
             stale_after_events: 1000,
+            opening_segments: 0,
         }
     }
 
@@ -660,6 +687,29 @@ mod tests {
         let stats = bench.policy.stats();
         assert_eq!((stats.pages_requested, stats.pages_consumed, stats.skipped_pages), (200, 200, 0));
         assert_eq!((stats.ahead_pages, stats.overtaken_pages), (0, 0));
+    }
+
+    #[test]
+    fn before_the_first_read_only_the_opening_segments_are_requested() {
+        let mut bench = Bench::new(ReadPlanConfig { opening_segments: 1, ..small() });
+        // Two 20-page segments: the first (chunks of 16 and 4) is requested
+        // at once; the second waits for the reader.
+        assert_eq!(bench.plan(0, &[(100, 20), (200, 20)]), vec![PageRange::new(100, 116), PageRange::new(116, 120)]);
+        assert_eq!(bench.policy.ahead_pages(bench.ids[0]), 20);
+        // A plan announced again before the read adds nothing to the opening.
+        assert!(bench.plan(0, &[(300, 16)]).is_empty());
+        assert!(bench.read(0, PageRange::new(0, 8)).is_empty(), "a read outside the plan is not the reader's start");
+        // The first read inside the plan releases the rest, up to the bound.
+        assert_eq!(
+            bench.read(0, PageRange::new(100, 104)),
+            vec![PageRange::new(200, 216), PageRange::new(216, 220), PageRange::new(300, 316)]
+        );
+        bench.check_bounds();
+        // Once reading, a new plan goes out at once (within the bound: 52
+        // pages are ahead).
+        assert_eq!(bench.plan(0, &[(400, 8)]), vec![PageRange::new(400, 408)]);
+        let mut opening_two = Bench::new(ReadPlanConfig { opening_segments: 2, ..small() });
+        assert_eq!(opening_two.plan(0, &[(0, 16), (50, 16), (100, 16)]).len(), 2);
     }
 
     #[test]
