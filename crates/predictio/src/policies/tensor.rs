@@ -557,7 +557,7 @@ impl TensorPolicy {
             self.stats.pages_requested += ranges.iter().map(PageRange::len).sum::<u64>();
             // The descriptor was checked above and the context does not
             // change while one event is handled.
-            ctx.request(file, ranges, Urgency::Imminent);
+            ctx.request_streamed(file, ranges, Urgency::Imminent);
         }
         held
     }
@@ -730,6 +730,7 @@ mod tests {
     fn ranges_of(requests: Vec<Request>) -> Vec<PageRange> {
         for request in &requests {
             assert_eq!(request.urgency, Urgency::Imminent);
+            assert!(request.sequential, "tensors are streamed");
             assert_eq!(request.origin, PolicyId(5));
         }
         requests.into_iter().flat_map(|r| r.ranges).collect()
