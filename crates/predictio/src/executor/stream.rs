@@ -8,10 +8,12 @@
 //! descriptor in normal readahead mode ramps the kernel's readahead up to
 //! large folios (up to 2 MiB here), which a program then maps with a fraction
 //! of the faults and copies from at about twice the speed: on this machine a
-//! 2 GiB model cached by `fadvise` loads under llama.cpp in 1.6–2.6 s
-//! (mmap) and 4–5 s (no mmap), cached by one sequential read in 1.1–1.3 s
-//! and 2.2–2.9 s. Bulk data a program will map or read whole (model
-//! tensors) is therefore streamed: one thread walks each run with
+//! 2 GiB model cached by `fadvise` loads under llama.cpp in a median 2.1 s
+//! (mmap) and 4–5 s (no mmap), cached by one sequential read in a median
+//! 1.4 s and 2.2–2.9 s (docs/DESIGN.md, "Large folios"). Bulk data a program will map or read whole (model
+//! tensors, with `TensorConfig::stream`; off by default, as a whole
+//! `llm-load` run with it was slower than with `fadvise`) can therefore be
+//! streamed: one thread walks each run with
 //! `sendfile(2)` to `/dev/null` — a read through the page cache that copies
 //! nothing — on its own open file description of the file (reopened through
 //! `/proc/self/fd`), in steps of [`STREAM_STEP`] bytes, while the kernel's
