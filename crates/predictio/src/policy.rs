@@ -104,6 +104,17 @@ impl<'a> PolicyContext<'a> {
         true
     }
 
+    /// Like [`PolicyContext::request`], for bulk data the program will map
+    /// or read whole: the executor streams it (see [`Request::sequential`]).
+    pub fn request_streamed(&mut self, id: FileId, ranges: Vec<PageRange>, urgency: Urgency) -> bool {
+        let Some(file) = self.files.get(id) else { return false };
+        if ranges.is_empty() {
+            return true;
+        }
+        self.out.push(Request::new(file.clone(), ranges, self.origin).with_urgency(urgency).streamed());
+        true
+    }
+
     /// Emits a request for a descriptor the policy was handed by its owner
     /// (the `launch` policy's replays: files the daemon or `predictio run`
     /// opened and checked itself, from profiles it learned by observation —

@@ -29,12 +29,24 @@ pub struct Request {
     pub origin: PolicyId,
     /// How sure and how soon.
     pub urgency: Urgency,
+    /// Bulk data the program will map or read whole (model tensors): the
+    /// executor streams its runs front to back through the kernel's own
+    /// readahead, which caches them in large folios (see
+    /// [`crate::executor::stream`]), instead of issuing them through its
+    /// backend.
+    pub sequential: bool,
 }
 
 impl Request {
     /// A speculative request.
     pub fn new(file: FileRef, ranges: Vec<PageRange>, origin: PolicyId) -> Self {
-        Self { file, ranges, origin, urgency: Urgency::Speculative }
+        Self { file, ranges, origin, urgency: Urgency::Speculative, sequential: false }
+    }
+
+    /// The same request, marked to be streamed (see [`Request::sequential`]).
+    pub fn streamed(mut self) -> Self {
+        self.sequential = true;
+        self
     }
 
     /// The same request with another urgency.

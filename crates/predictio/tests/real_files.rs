@@ -92,6 +92,37 @@ fn evict_then_prefetch_makes_file_resident_with_every_backend() {
     }
 }
 
+/// Streamed requests (bulk data such as model tensors) are read by the
+/// stream thread through the kernel's own readahead: the pages become
+/// resident, only the absent ones are issued, and the bytes read afterwards
+/// are the file's.
+#[test]
+fn streamed_requests_make_ranges_resident() {
+    let _lock = cache_lock();
+    let dir = disk_dir();
+    let (path, data) = data_file(dir.path(), "streamed", 6144, 7);
+    let file = FileRef::open(&path).expect("open");
+    cache::evict(&file).expect("evict");
+    // A quarter already resident: skipped, not streamed again.
+    let mut warm = vec![0u8; (1024 * PAGE_SIZE) as usize];
+    file.file().read_exact_at(&mut warm, 1024 * PAGE_SIZE).expect("read");
+    let exec = executor(BackendKind::Fadvise);
+    let origin = exec.register_origin("test");
+    let ranges = vec![PageRange::new(4096, 6144), PageRange::new(0, 3000)];
+    let request = Request::new(file.clone(), ranges.clone(), origin).with_urgency(Urgency::Imminent).streamed();
+    assert!(request.sequential);
+    exec.submit(request).expect("accepted");
+    assert!(exec.wait_idle(Duration::from_secs(120)), "stream thread did not go idle");
+    let up = cache::wait_resident(&file, &ranges, Duration::from_secs(120)).expect("mincore");
+    assert_eq!(up, 2048 + 3000, "every streamed page resident");
+    let c = exec.stats().total;
+    assert_eq!(c.skipped_resident_pages, 1024, "{c:?}");
+    assert_eq!(c.issued_pages, 2048 + 3000 - 1024, "{c:?}");
+    assert_eq!(c.issued_ios, 3, "runs 4096..6144, 0..1024, 2048..3000: {c:?}");
+    assert_eq!(c.errors, 0, "{c:?}");
+    assert_eq!(std::fs::read(&path).expect("read"), data, "prefetching changed no byte");
+}
+
 #[test]
 fn resident_pages_cause_no_io() {
     let _lock = cache_lock();

@@ -14,6 +14,7 @@ use super::backend::{Backend, Issued};
 use super::inflight::InFlight;
 use super::kernel::PageCache;
 use super::plan::{Coalescer, absent_runs, clamp_to_eof};
+use super::stream::Streamer;
 use crate::accounting::{Accounting, Counters};
 use crate::file::{FileId, FileRef};
 use crate::page::{PAGE_SIZE, PageRange};
@@ -50,6 +51,11 @@ pub struct Limits {
     /// the window regardless (a read that never settles never stalls the
     /// executor).
     pub settle_timeout: Duration,
+    /// Pages of streamed requests waiting for the stream thread; more is
+    /// dropped and counted.
+    pub max_stream_queued_pages: u64,
+    /// Largest run handed to the stream thread at once, in pages.
+    pub max_stream_run_pages: u64,
 }
 
 impl Default for Limits {
@@ -62,6 +68,8 @@ impl Default for Limits {
             size_ttl: Duration::from_millis(50),
             max_unsettled_pages: 0,
             settle_timeout: Duration::from_millis(200),
+            max_stream_queued_pages: 1 << 18,
+            max_stream_run_pages: 1 << 12,
         }
     }
 }
@@ -97,6 +105,7 @@ pub struct Engine {
     backend: Box<dyn Backend>,
     pressure: PressureGuard,
     accounting: Arc<Accounting>,
+    streamer: Option<Arc<Streamer>>,
     inflight: InFlight,
     pending: HashMap<u64, PendingIo>,
     /// I/Os issued through a backend without completions, oldest first:
@@ -150,6 +159,7 @@ impl Engine {
             backend,
             pressure,
             accounting,
+            streamer: None,
             inflight: InFlight::default(),
             pending: HashMap::new(),
             unsettled: VecDeque::new(),
@@ -166,6 +176,18 @@ impl Engine {
             order: Vec::new(),
             stack: Vec::new(),
         }
+    }
+
+    /// Streams requests marked [`Request::sequential`] through `streamer`
+    /// (without one they go through the backend like any other).
+    pub fn with_streamer(mut self, streamer: Arc<Streamer>) -> Self {
+        self.streamer = Some(streamer);
+        self
+    }
+
+    /// True when the stream thread has nothing queued or running.
+    pub fn stream_idle(&self) -> bool {
+        self.streamer.as_ref().is_none_or(|s| s.is_idle())
     }
 
     /// The backend in use.
@@ -259,8 +281,12 @@ impl Engine {
         let segments = std::mem::take(&mut self.segments);
         self.classify(&file, &segments, &mut d);
 
-        // 3. Absent pages, minus those in flight, coalesced in order of need.
-        let mut coalescer = Coalescer::new(self.limits.max_io_pages);
+        // 3. Absent pages, minus those in flight, coalesced in order of need
+        //    (streamed runs in longer pieces: the stream thread reads them
+        //    front to back).
+        let streamed = request.sequential && self.streamer.is_some();
+        let max_io = if streamed { self.limits.max_stream_run_pages.max(1) } else { self.limits.max_io_pages };
+        let mut coalescer = Coalescer::new(max_io);
         self.chunks.clear();
         for (i, &segment) in segments.iter().enumerate() {
             self.absent.clear();
@@ -290,6 +316,24 @@ impl Engine {
         coalescer.finish(&mut self.chunks);
 
         let chunks = std::mem::take(&mut self.chunks);
+        if streamed && let Some(streamer) = &self.streamer {
+            for &chunk in &chunks {
+                if streamer.push(&file, chunk, request.origin) {
+                    d.issued_pages += chunk.len();
+                    d.issued_bytes += chunk.byte_len();
+                    d.issued_ios += 1;
+                    d.completed_pages += chunk.len();
+                    if self.limits.track_hits {
+                        self.accounting.note_issued(id, chunk, request.origin, now);
+                    }
+                } else {
+                    d.dropped_pages += chunk.len();
+                }
+            }
+            self.chunks = chunks;
+            self.accounting.record(request.origin, Some(id), &d);
+            return d;
+        }
         for &chunk in &chunks {
             self.make_room(chunk.len());
             d.paced_waits += self.pace(chunk.len());

@@ -18,6 +18,7 @@ pub mod inflight;
 pub mod kernel;
 pub mod meta;
 pub mod plan;
+pub mod stream;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering, fence};
 use std::sync::{Arc, Condvar, Mutex};
@@ -195,6 +196,8 @@ pub struct Executor {
     worker_thread: Thread,
     backend: BackendKind,
     fallback: Option<String>,
+    /// The stream thread (shared with the engine), for `is_idle`.
+    streamer: Option<Arc<stream::Streamer>>,
 }
 
 impl std::fmt::Debug for Executor {
@@ -214,7 +217,7 @@ impl Executor {
         }
         let (backend, fallback) = backend::open_backend(config.backend, config.io_depth, config.limits.max_io_pages);
         let pressure = PressureGuard::new(config.pressure.clone());
-        Self::with_parts(config, Box::new(LinuxPageCache::new()), backend, pressure, fallback)
+        Self::start(config, Box::new(LinuxPageCache::new()), backend, pressure, fallback, true)
     }
 
     /// Starts an executor over the given parts (tests, benchmarks).
@@ -224,6 +227,19 @@ impl Executor {
         backend: Box<dyn Backend>,
         pressure: PressureGuard,
         fallback: Option<String>,
+    ) -> Result<Self, ExecutorError> {
+        Self::start(config, cache, backend, pressure, fallback, false)
+    }
+
+    /// Starts the worker over the given parts, with the stream thread for
+    /// sequential requests when `stream` is set.
+    fn start(
+        config: ExecutorConfig,
+        cache: Box<dyn PageCache>,
+        backend: Box<dyn Backend>,
+        pressure: PressureGuard,
+        fallback: Option<String>,
+        stream: bool,
     ) -> Result<Self, ExecutorError> {
         if config.queue_capacity == 0 {
             return Err(ExecutorError::Config("queue_capacity must be at least 1"));
@@ -248,7 +264,16 @@ impl Executor {
             max_ranges: config.max_ranges_per_request,
         });
         let kind = backend.kind();
-        let engine = Engine::new(config.limits.clone(), cache, backend, pressure, accounting);
+        let mut engine = Engine::new(config.limits.clone(), cache, backend, pressure, Arc::clone(&accounting));
+        let streamer = if stream {
+            let streamer = stream::Streamer::new(config.limits.max_stream_queued_pages, Arc::clone(&accounting))
+                .map_err(ExecutorError::Spawn)?;
+            let streamer = Arc::new(streamer);
+            engine = engine.with_streamer(Arc::clone(&streamer));
+            Some(streamer)
+        } else {
+            None
+        };
         let worker_shared = Arc::clone(&shared);
         let track_hits = config.limits.track_hits;
         let hit_timeout = config.hit_timeout;
@@ -259,7 +284,7 @@ impl Executor {
         let worker_thread = worker.thread().clone();
         let meta = meta::MetaPool::new(config.meta_threads, config.meta_queue_capacity, Arc::clone(&shared.accounting))
             .map_err(ExecutorError::Spawn)?;
-        Ok(Self { shared, meta, worker: Some(worker), worker_thread, backend: kind, fallback })
+        Ok(Self { shared, meta, worker: Some(worker), worker_thread, backend: kind, fallback, streamer })
     }
 
     /// The backend in use.
@@ -328,6 +353,7 @@ impl Executor {
         self.shared.processed.load(Ordering::SeqCst) == self.shared.submitted.load(Ordering::SeqCst)
             && self.shared.inflight_ios.load(Ordering::SeqCst) == 0
             && self.meta.is_idle()
+            && self.streamer.as_ref().is_none_or(|s| s.is_idle())
     }
 
     /// Queues the directories of a metadata request for the metadata

@@ -82,6 +82,12 @@ pub struct TensorConfig {
     /// Events on planned files after which a file with no event of its own
     /// may lose its plan to a file held back by the budget.
     pub stale_after_events: u64,
+    /// Mark requests [`Request::sequential`](crate::request::Request::sequential):
+    /// the executor's stream thread reads them through the kernel's own
+    /// readahead, which caches them in large folios, instead of `fadvise`.
+    /// Off by default: in `llm-load` it was slower than `fadvise` (see
+    /// docs/DESIGN.md, "Large folios").
+    pub stream: bool,
 }
 
 impl Default for TensorConfig {
@@ -96,6 +102,7 @@ impl Default for TensorConfig {
             max_files: 16,
             max_pieces_per_file: 1 << 15,
             stale_after_events: 1 << 14,
+            stream: false,
         }
     }
 }
@@ -557,7 +564,11 @@ impl TensorPolicy {
             self.stats.pages_requested += ranges.iter().map(PageRange::len).sum::<u64>();
             // The descriptor was checked above and the context does not
             // change while one event is handled.
-            ctx.request(file, ranges, Urgency::Imminent);
+            if self.config.stream {
+                ctx.request_streamed(file, ranges, Urgency::Imminent);
+            } else {
+                ctx.request(file, ranges, Urgency::Imminent);
+            }
         }
         held
     }
@@ -663,6 +674,7 @@ mod tests {
             max_files: 8,
             max_pieces_per_file: 1000,
             stale_after_events: 1000,
+            stream: false,
         }
     }
 
@@ -764,6 +776,7 @@ mod tests {
         assert!(crate::policies::DEFAULT.contains(&"tensor"));
         let defaults = TensorConfig::default();
         assert_eq!((defaults.ahead_bytes, defaults.max_outstanding_bytes), (256 << 20, 1 << 30));
+        assert!(!defaults.stream, "streaming measured slower in llm-load: off by default");
         assert!(defaults.validate().is_ok());
     }
 
@@ -789,6 +802,18 @@ mod tests {
                 limit: 1 << 20
             })
         );
+    }
+
+    #[test]
+    fn requests_are_streamed_only_when_configured() {
+        let tensors: Vec<(u64, u64)> = (0..4).map(|i| (4 * i, 4)).collect();
+        for stream in [false, true] {
+            let mut bench = Bench::new(TensorConfig { stream, ..small() });
+            let ranges: Vec<ByteRange> = tensors.iter().map(|&(p, n)| ByteRange::new(pg(p), pg(n))).collect();
+            let out = bench.feed(Event::TensorLayout { file: bench.ids[0], ranges: ranges.into() });
+            assert!(!out.is_empty());
+            assert!(out.iter().all(|r| r.sequential == stream), "stream = {stream}");
+        }
     }
 
     #[test]
@@ -1174,6 +1199,7 @@ mod tests {
                 max_files: 4,
                 max_pieces_per_file: 1000,
                 stale_after_events: 1000,
+                stream: false,
             }
         }
 

@@ -81,6 +81,18 @@ pub fn fadvise(fd: BorrowedFd<'_>, offset: u64, len: u64, advice: Advice) -> io:
     if rc != 0 { Err(io::Error::from_raw_os_error(rc)) } else { Ok(()) }
 }
 
+/// `sendfile(2)` of up to `len` bytes at `offset` of `input` to `output`,
+/// without moving `input`'s file offset. Returns the bytes sent (0 at end of
+/// file). With `/dev/null` as `output` this is a read through the page cache
+/// that copies nothing: the kernel's own readahead brings the pages in.
+pub fn sendfile_at(output: BorrowedFd<'_>, input: BorrowedFd<'_>, offset: u64, len: usize) -> io::Result<usize> {
+    let mut offset = i64::try_from(offset).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    // SAFETY: both descriptors are borrowed (hence open); `offset` is a live
+    // local the kernel reads and updates for the duration of the call only.
+    let rc = unsafe { libc::sendfile(output.as_raw_fd(), input.as_raw_fd(), &mut offset, len) };
+    if rc < 0 { Err(io::Error::last_os_error()) } else { Ok(rc as usize) }
+}
+
 /// `readahead(2)`: synchronous submission of reads of the range.
 pub fn readahead(fd: BorrowedFd<'_>, offset: u64, len: u64) -> io::Result<()> {
     let offset = i64::try_from(offset).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
