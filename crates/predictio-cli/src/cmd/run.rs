@@ -126,6 +126,8 @@ pub fn run(args: Args) -> Result<()> {
         }
     };
     let elapsed = start.elapsed();
+    // The command's last hints may still be queued on the socket.
+    let hint_stats = hints.finish();
     pipeline.flush(Duration::from_secs(2));
     executor.wait_idle(Duration::from_secs(5));
 
@@ -141,7 +143,7 @@ pub fn run(args: Args) -> Result<()> {
             policies: names,
             executor: executor.stats(),
             pipeline: pipeline.stats(),
-            hints: hints.stats_json(),
+            hints: hint_stats,
             observer: observer.as_ref().map_or(serde_json::Value::Null, |o| {
                 serde_json::to_value(crate::daemon::sources::observer_stats_json(&o.stats())).unwrap_or_default()
             }),
@@ -155,7 +157,6 @@ pub fn run(args: Args) -> Result<()> {
             super::stat::write_text(&mut err, &report, 5)?;
         }
     }
-    drop(hints);
     match status.code() {
         Some(0) => Ok(()),
         Some(code) => std::process::exit(code),

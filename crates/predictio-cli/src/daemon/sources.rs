@@ -24,6 +24,10 @@ pub struct HintSource {
     thread: Option<JoinHandle<()>>,
 }
 
+/// Receive calls a stopping hint server makes at most to handle what is
+/// still queued on its socket.
+pub const DRAIN_ROUNDS: usize = 64;
+
 impl HintSource {
     /// Serves `config`, sending every hint (with its file) to `sender`.
     pub fn start(config: HintConfig, sender: EventSender) -> Result<Self> {
@@ -43,6 +47,16 @@ impl HintSource {
                 }
                 *shared.lock().unwrap_or_else(|e| e.into_inner()) = server.stats();
             }
+            // Stopping: what clients sent before the stop is still handled
+            // (a command's last hints arrive just before it exits), within
+            // a bound so that a flooding client cannot hold the stop.
+            for _ in 0..DRAIN_ROUNDS {
+                let before = server.stats().datagrams;
+                if server.recv(Some(Duration::ZERO), &mut forward).is_err() || server.stats().datagrams == before {
+                    break;
+                }
+            }
+            *shared.lock().unwrap_or_else(|e| e.into_inner()) = server.stats();
         })?;
         Ok(Self { stats, stop, thread: Some(thread) })
     }
@@ -53,6 +67,21 @@ impl HintSource {
         Self::start(HintConfig::at(path).unlimited(), sender)
     }
 
+    /// Stops the server once the datagrams already queued on its socket are
+    /// handled (at most [`DRAIN_ROUNDS`] receive calls) and their hints
+    /// sent on; returns its final counters as JSON.
+    pub fn finish(mut self) -> serde_json::Value {
+        self.stop_and_join();
+        self.stats_json()
+    }
+
+    fn stop_and_join(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+
     /// The server's counters as JSON.
     pub fn stats_json(&self) -> serde_json::Value {
         hint_stats_json(&self.stats.lock().unwrap_or_else(|e| e.into_inner()))
@@ -61,10 +90,7 @@ impl HintSource {
 
 impl Drop for HintSource {
     fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
+        self.stop_and_join();
     }
 }
 
