@@ -96,22 +96,23 @@ impl<'a> PolicyContext<'a> {
     /// Emits a request for `ranges` of the held file `id`. Returns false (and
     /// emits nothing) when the runtime holds no descriptor for it.
     pub fn request(&mut self, id: FileId, ranges: Vec<PageRange>, urgency: Urgency) -> bool {
-        let Some(file) = self.files.get(id) else { return false };
-        if ranges.is_empty() {
-            return true;
-        }
-        self.out.push(Request::new(file.clone(), ranges, self.origin).with_urgency(urgency));
-        true
+        self.request_held(id, ranges, urgency, false)
     }
 
     /// Like [`PolicyContext::request`], for bulk data the program will map
     /// or read whole: the executor streams it (see [`Request::sequential`]).
     pub fn request_streamed(&mut self, id: FileId, ranges: Vec<PageRange>, urgency: Urgency) -> bool {
+        self.request_held(id, ranges, urgency, true)
+    }
+
+    fn request_held(&mut self, id: FileId, ranges: Vec<PageRange>, urgency: Urgency, sequential: bool) -> bool {
         let Some(file) = self.files.get(id) else { return false };
         if ranges.is_empty() {
             return true;
         }
-        self.out.push(Request::new(file.clone(), ranges, self.origin).with_urgency(urgency).streamed());
+        let mut request = Request::new(file.clone(), ranges, self.origin).with_urgency(urgency);
+        request.sequential = sequential;
+        self.out.push(request);
         true
     }
 

@@ -168,12 +168,23 @@ struct Pass {
 
 fn spawn_and_wait(argv: &[String]) -> Result<Pass, BenchError> {
     let start = Instant::now();
-    let out = Command::new(&argv[0])
+    wait(spawn(argv)?, argv, start)
+}
+
+/// Starts the program with its stdout captured; returns once it has exec'd.
+fn spawn(argv: &[String]) -> Result<std::process::Child, BenchError> {
+    Command::new(&argv[0])
         .args(&argv[1..])
         .stdin(Stdio::null())
+        .stdout(Stdio::piped())
         .stderr(Stdio::null())
-        .output()
-        .doing(|| format!("running {}", argv.join(" ")))?;
+        .spawn()
+        .doing(|| format!("running {}", argv.join(" ")))
+}
+
+/// Waits for the program started at `start`: its time, stdout and status.
+fn wait(child: std::process::Child, argv: &[String], start: Instant) -> Result<Pass, BenchError> {
+    let out = child.wait_with_output().doing(|| format!("waiting for {}", argv.join(" ")))?;
     Ok(Pass { seconds: start.elapsed().as_secs_f64(), stdout: out.stdout, status: out.status.code() })
 }
 
@@ -275,13 +286,7 @@ fn pass(
     // its path lookups and ELF headers), the moment the daemon's exec event
     // fires; the replay starts then, as in the daemon. The time counts from
     // before the spawn, the exec included.
-    let child = Command::new(&argv[0])
-        .args(&argv[1..])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .doing(|| format!("running {}", argv.join(" ")))?;
+    let child = spawn(argv)?;
     match (side, p.as_deref_mut()) {
         // The daemon's path: the exec event reaches the policy, which emits
         // the profile's requests to the executor.
@@ -293,8 +298,7 @@ fn pass(
         }
         _ => {}
     }
-    let out = child.wait_with_output().doing(|| format!("waiting for {}", argv.join(" ")))?;
-    let run = Pass { seconds: start.elapsed().as_secs_f64(), stdout: out.stdout, status: out.status.code() };
+    let run = wait(child, argv, start)?;
     if let Some(p) = p.as_deref() {
         p.executor.wait_idle(Duration::from_secs(10));
     }

@@ -185,11 +185,6 @@ impl Engine {
         self
     }
 
-    /// True when the stream thread has nothing queued or running.
-    pub fn stream_idle(&self) -> bool {
-        self.streamer.as_ref().is_none_or(|s| s.is_idle())
-    }
-
     /// The backend in use.
     pub fn backend(&self) -> &dyn Backend {
         self.backend.as_ref()
@@ -319,13 +314,8 @@ impl Engine {
         if streamed && let Some(streamer) = &self.streamer {
             for &chunk in &chunks {
                 if streamer.push(&file, chunk, request.origin) {
-                    d.issued_pages += chunk.len();
-                    d.issued_bytes += chunk.byte_len();
-                    d.issued_ios += 1;
+                    self.count_issued(&mut d, id, chunk, request.origin, now);
                     d.completed_pages += chunk.len();
-                    if self.limits.track_hits {
-                        self.accounting.note_issued(id, chunk, request.origin, now);
-                    }
                 } else {
                     d.dropped_pages += chunk.len();
                 }
@@ -341,14 +331,7 @@ impl Engine {
             self.next_token = self.next_token.wrapping_add(1);
             match self.backend.issue(&file, chunk, token) {
                 Ok(issued) => {
-                    d.issued_pages += chunk.len();
-                    d.issued_bytes += chunk.byte_len();
-                    d.issued_ios += 1;
-                    // Remembered at issue time, so that an access while the
-                    // read is still in flight counts as a (late) hit.
-                    if self.limits.track_hits {
-                        self.accounting.note_issued(id, chunk, request.origin, now);
-                    }
+                    self.count_issued(&mut d, id, chunk, request.origin, now);
                     match issued {
                         Issued::Done => {
                             d.completed_pages += chunk.len();
@@ -436,6 +419,18 @@ impl Engine {
             }
         }
         self.stack = stack;
+    }
+
+    /// Counts `chunk` as one issued I/O and, with hit tracking, remembers it
+    /// at issue time, so that an access while the read is still in flight
+    /// counts as a (late) hit.
+    fn count_issued(&self, d: &mut Counters, id: FileId, chunk: PageRange, origin: PolicyId, now: Instant) {
+        d.issued_pages += chunk.len();
+        d.issued_bytes += chunk.byte_len();
+        d.issued_ios += 1;
+        if self.limits.track_hits {
+            self.accounting.note_issued(id, chunk, origin, now);
+        }
     }
 
     /// Waits until an I/O of `pages` more pages fits the window of

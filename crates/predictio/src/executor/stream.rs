@@ -28,7 +28,7 @@
 
 use std::collections::HashMap;
 use std::fs::File;
-use std::os::fd::{AsFd, AsRawFd};
+use std::os::fd::AsFd;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering, fence};
 use std::thread::{self, JoinHandle, Thread};
@@ -175,8 +175,7 @@ fn stream_run(run: &Run, null: Option<&File>, open: &mut HashMap<FileId, Option<
         }
         // A description of our own in normal readahead mode: the held one is
         // marked random (see `FileRef::open`) or belongs to the program.
-        let path = format!("/proc/self/fd/{}", run.file.as_fd().as_raw_fd());
-        let reopened = File::open(&path)
+        let reopened = File::open(crate::sys::fd_path(run.file.as_fd()))
             .inspect_err(|err| tracing::debug!(file = %id, %err, "cannot reopen for streaming; using fadvise"))
             .ok();
         open.insert(id, reopened);

@@ -55,8 +55,7 @@ impl Namer {
         let mount = self.mounts.entry(file.dev).or_insert_with(|| mount_of(file.dev)).as_ref()?;
         use std::os::fd::AsFd;
         let opened = crate::sys::open_by_inode(mount.as_fd(), file.ino).ok()?;
-        use std::os::fd::AsRawFd;
-        let target = std::fs::read_link(format!("/proc/self/fd/{}", opened.as_raw_fd())).ok()?;
+        let target = std::fs::read_link(crate::sys::fd_path(opened.as_fd())).ok()?;
         checked(&target.to_string_lossy(), file)
     }
 }

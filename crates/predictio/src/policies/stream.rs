@@ -905,17 +905,11 @@ mod tests {
         // at a random page of a 1 GiB file. Without a run length three reads
         // confirm a stream; with one, nothing is ever requested.
         let trace = |bench: &mut Bench| {
-            let mut rng = 0x9E37_79B9_7F4A_7C15u64;
-            let mut next = move || {
-                rng ^= rng << 13;
-                rng ^= rng >> 7;
-                rng ^= rng << 17;
-                rng
-            };
+            let mut rng = crate::testing::Rng(0x9E37_79B9_7F4A_7C15);
             let mut requested = 0;
             for _ in 0..5_000 {
-                let run = 1 + next() % 4;
-                let start = next() % (262_144 - run);
+                let run = 1 + rng.below(4u64);
+                let start = rng.below(262_144 - run);
                 for p in start..start + run {
                     requested += bench.read(PageRange::new(p, p + 1)).iter().map(Request::pages).sum::<u64>();
                 }

@@ -330,13 +330,20 @@ pub fn open_by_inode(mount: BorrowedFd<'_>, ino: u64) -> io::Result<File> {
     Ok(unsafe { File::from_raw_fd(fd as i32) })
 }
 
+/// The `/proc/self/fd` path of `fd`: opening it gives a new open file
+/// description of the same file (its own offset and readahead state);
+/// reading it as a link gives the file's path.
+pub fn fd_path(fd: BorrowedFd<'_>) -> String {
+    format!("/proc/self/fd/{}", fd.as_raw_fd())
+}
+
 /// Lists the directory `fd` names (a fresh directory stream through
-/// `/proc/self/fd`, so concurrent listings never share an offset), reading at
+/// [`fd_path`], so concurrent listings never share an offset), reading at
 /// most `max_entries` entries, and returns how many were read. Only the
 /// directory's own blocks are read: entries are not stat'ed.
 pub fn list_dir(fd: BorrowedFd<'_>, max_entries: u64) -> io::Result<u64> {
     let mut n = 0;
-    for entry in std::fs::read_dir(format!("/proc/self/fd/{}", fd.as_raw_fd()))? {
+    for entry in std::fs::read_dir(fd_path(fd))? {
         entry?;
         n += 1;
         if n >= max_entries {
