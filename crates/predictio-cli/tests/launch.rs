@@ -82,6 +82,11 @@ fn record_then_profile_commands_and_bad_input() {
     assert!(launch["counters"]["requested_pages"].as_u64().expect("requested") > 0, "{launch}");
     let show = ok(&predictio(&store, &["profile", "show", PYTHON]));
     assert!(show.contains("decimal"), "the decimal module's files are in the profile:\n{show}");
+    // A path with no profile names the stored executables of the same name.
+    let name = Path::new(&exe).file_name().expect("file name").to_str().expect("utf8");
+    let elsewhere = format!("/opt/nowhere/{name}");
+    fails_with(&predictio(&store, &["profile", "show", &elsewhere]), &format!("profiles of that name: {exe}"));
+    fails_with(&predictio(&store, &["profile", "forget", &elsewhere]), &format!("profiles of that name: {exe}"));
     let export = dir.path().join("export.json");
     ok(&predictio(&store, &["profile", "export", export.to_str().expect("utf8")]));
     ok(&predictio(&store, &["profile", "forget", PYTHON]));

@@ -59,6 +59,32 @@ fn key(exe: &str) -> String {
     program_path(exe).map_or_else(|_| exe.to_owned(), |p| p.display().to_string())
 }
 
+/// The stored executables whose file name is `exe`'s: what the user may have
+/// meant when `exe` (a name looked up on PATH, or a path) has no profile —
+/// `python3.11` on PATH may be a pyenv shim while the profile is of
+/// `/usr/bin/python3.11`.
+fn same_name(store: &predictio::launch::Store, exe: &str) -> Result<Vec<String>> {
+    let name = std::path::Path::new(exe).file_name().map(|n| n.to_os_string());
+    let mut found: Vec<String> = store
+        .list()?
+        .into_iter()
+        .map(|s| s.exe)
+        .filter(|path| name.is_some() && std::path::Path::new(path).file_name().map(|n| n.to_os_string()) == name)
+        .collect();
+    found.sort();
+    Ok(found)
+}
+
+/// "no profile for K", naming the stored executables of the same name.
+fn no_profile(store: &predictio::launch::Store, exe: &str, k: &str) -> anyhow::Error {
+    match same_name(store, exe) {
+        Ok(found) if !found.is_empty() => {
+            anyhow::anyhow!("no profile for {k}; profiles of that name: {} (give the path)", found.join(", "))
+        }
+        _ => anyhow::anyhow!("no profile for {k} (see `predictio profile list`)"),
+    }
+}
+
 /// Runs `profile`.
 pub fn run(args: Args) -> Result<()> {
     let store = open_store(&args.store)?;
@@ -86,7 +112,7 @@ pub fn run(args: Args) -> Result<()> {
         }
         Action::Show { exe, json } => {
             let k = key(&exe);
-            let Some(p) = store.get(&k)? else { bail!("no profile for {k} (see `predictio profile list`)") };
+            let Some(p) = store.get(&k)? else { return Err(no_profile(&store, &exe, &k)) };
             if json {
                 writeln!(out, "{}", serde_json::to_string_pretty(&p)?)?;
                 return Ok(());
@@ -136,7 +162,7 @@ pub fn run(args: Args) -> Result<()> {
         Action::Forget { exe } => {
             let k = key(&exe);
             if !store.remove(&k)? {
-                bail!("no profile for {k}");
+                return Err(no_profile(&store, &exe, &k));
             }
             eprintln!("forgot {k}");
         }
