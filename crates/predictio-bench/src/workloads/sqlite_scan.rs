@@ -339,7 +339,8 @@ pub fn run(options: &BenchOptions) -> Result<Report, BenchError> {
         };
         notes.push(format!(
             "{}: adapter {:.2}x, nochange {:.2}x ({bar}{}); adapter issued {} B, wasted {} B; nochange issued {} B, \
-             wasted {} B; {} pages touched, limit {:.2} ms at QD64 IOPS, warm {:.2} ms",
+             wasted {} B; {} pages touched, limit {:.2} ms at QD64 IOPS (baseline / limit = {:.2}x with \
+             the device rates probed at the start of the run), warm {:.2} ms",
             c.name,
             c.ratio_median,
             get("nochange_ratio_median"),
@@ -354,6 +355,7 @@ pub fn run(options: &BenchOptions) -> Result<Report, BenchError> {
             get("nochange_wasted_bytes"),
             get("pages_touched"),
             c.limit_s.unwrap_or(f64::NAN) * 1e3,
+            c.limit_s.zip(c.baseline.as_ref()).map_or(f64::NAN, |(limit, b)| b.median / limit),
             c.warm_s.unwrap_or(f64::NAN) * 1e3,
         ));
     }
