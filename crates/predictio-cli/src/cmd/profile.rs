@@ -109,6 +109,11 @@ pub fn run(args: Args) -> Result<()> {
                     )?;
                 }
             }
+            // Profiles this predictio cannot read (a newer one wrote them, or
+            // they are damaged) are not in the list: say so, and why.
+            for e in store.unreadable()? {
+                eprintln!("predictio: not listed: {e}");
+            }
         }
         Action::Show { exe, json } => {
             let k = key(&exe);

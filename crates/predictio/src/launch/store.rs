@@ -157,7 +157,10 @@ impl Store {
         if !profile.migrate() {
             return Err(StoreError::Profile {
                 exe: exe.to_owned(),
-                reason: format!("profile version {}, expected {PROFILE_VERSION}", profile.version),
+                reason: format!(
+                    "profile version {}; this predictio reads versions 1 to {PROFILE_VERSION} (a newer predictio wrote it?)",
+                    profile.version
+                ),
             });
         }
         Ok(profile)
@@ -265,7 +268,25 @@ impl Store {
         Ok((good, bad))
     }
 
-    /// One summary per stored profile.
+    /// The stored profiles that cannot be read — written by a newer
+    /// predictio (a version this one does not know) or damaged — each with
+    /// why. [`Store::list`] and [`Store::all`] pass over them; `get` of one
+    /// is this error.
+    pub fn unreadable(&self) -> Result<Vec<StoreError>, StoreError> {
+        let txn = self.db.begin_read().map_err(|e| self.err(e))?;
+        let table = txn.open_table(PROFILES).map_err(|e| self.err(e))?;
+        let mut out = Vec::new();
+        for item in table.iter().map_err(|e| self.err(e))? {
+            let (k, v) = item.map_err(|e| self.err(e))?;
+            if let Err(e) = Self::decode(k.value(), v.value()) {
+                out.push(e);
+            }
+        }
+        Ok(out)
+    }
+
+    /// One summary per stored profile that can be read (see
+    /// [`Store::unreadable`] for the others).
     pub fn list(&self) -> Result<Vec<Summary>, StoreError> {
         let txn = self.db.begin_read().map_err(|e| self.err(e))?;
         let table = txn.open_table(PROFILES).map_err(|e| self.err(e))?;
@@ -350,5 +371,30 @@ mod tests {
         let err = Store::open(dir.path(), DEFAULT_CAP_BYTES, Duration::ZERO).unwrap_err();
         assert!(matches!(err, StoreError::Version { found: 99, .. }), "{err}");
         assert!(err.to_string().contains("version 99"));
+    }
+
+    #[test]
+    fn unreadable_profiles_are_listed_apart_with_why() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), DEFAULT_CAP_BYTES, Duration::ZERO).unwrap();
+        store.put(&profile("/x/good", 10, 0)).unwrap();
+        let mut newer = serde_json::to_value(profile("/x/newer", 10, 0)).unwrap();
+        newer["version"] = 99.into();
+        {
+            let txn = store.db.begin_write().unwrap();
+            {
+                let mut table = txn.open_table(PROFILES).unwrap();
+                table.insert("/x/newer", serde_json::to_vec(&newer).unwrap().as_slice()).unwrap();
+                table.insert("/x/garbage", b"{ not json".as_slice()).unwrap();
+            }
+            txn.commit().unwrap();
+        }
+        let listed: Vec<String> = store.list().unwrap().into_iter().map(|s| s.exe).collect();
+        assert_eq!(listed, vec!["/x/good"]);
+        let bad: Vec<String> = store.unreadable().unwrap().iter().map(|e| e.to_string()).collect();
+        assert_eq!(bad.len(), 2, "{bad:?}");
+        assert!(bad.iter().any(|e| e.contains("/x/newer") && e.contains("version 99")), "{bad:?}");
+        assert!(bad.iter().any(|e| e.starts_with("profile of /x/garbage")), "{bad:?}");
+        assert!(store.get("/x/newer").is_err(), "get of an unreadable profile is its error");
     }
 }
