@@ -93,6 +93,30 @@ fn record_then_profile_commands_and_bad_input() {
     fails_with(&predictio(&store, &["profile", "show", PYTHON]), "no profile");
     ok(&predictio(&store, &["profile", "import", export.to_str().expect("utf8")]));
     assert!(ok(&predictio(&store, &["profile", "show", PYTHON])).contains("2 runs"));
+    // An older predictio's export (version 1: no directories) is migrated on
+    // import; a newer one's is refused whole, and the store is left as it was.
+    let mut profiles: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&export).expect("read export")).expect("export is JSON");
+    for p in profiles.as_array_mut().expect("array") {
+        p["version"] = 1.into();
+        p.as_object_mut().expect("object").remove("dirs");
+    }
+    let older = dir.path().join("older.json");
+    std::fs::write(&older, profiles.to_string()).expect("write");
+    ok(&predictio(&store, &["profile", "forget", PYTHON]));
+    ok(&predictio(&store, &["profile", "import", older.to_str().expect("utf8")]));
+    let shown: serde_json::Value =
+        serde_json::from_str(&ok(&predictio(&store, &["profile", "show", "--json", PYTHON]))).expect("show --json");
+    assert_eq!(shown["version"], predictio::launch::profile::PROFILE_VERSION, "migrated");
+    assert!(!shown["dirs"].as_array().expect("dirs").is_empty(), "directories derived from the files' paths");
+    for p in profiles.as_array_mut().expect("array") {
+        p["version"] = 99.into();
+        p["runs"] = 77.into();
+    }
+    let newer = dir.path().join("newer.json");
+    std::fs::write(&newer, profiles.to_string()).expect("write");
+    fails_with(&predictio(&store, &["profile", "import", newer.to_str().expect("utf8")]), "has version 99");
+    assert!(ok(&predictio(&store, &["profile", "show", PYTHON])).contains("2 runs"), "nothing was replaced");
 }
 
 struct Daemon(Child);

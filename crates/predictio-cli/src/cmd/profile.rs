@@ -187,15 +187,17 @@ pub fn run(args: Args) -> Result<()> {
         }
         Action::Import { file } => {
             let text = std::fs::read_to_string(&file).with_context(|| format!("reading {}", file.display()))?;
-            let profiles: Vec<Profile> = serde_json::from_str(&text)
+            let mut profiles: Vec<Profile> = serde_json::from_str(&text)
                 .with_context(|| format!("{}: not a profile export (a JSON array of profiles)", file.display()))?;
-            for p in &profiles {
-                if p.version != predictio::launch::profile::PROFILE_VERSION {
+            for p in &mut profiles {
+                // An export of an older predictio is brought up to date; a
+                // newer one's is refused, whole, before anything is written.
+                let version = p.version;
+                if !p.migrate() {
                     bail!(
-                        "{}: profile of {} has version {}, expected {}",
+                        "{}: profile of {} has version {version}; this predictio reads versions 1 to {}",
                         file.display(),
                         p.exe.path,
-                        p.version,
                         predictio::launch::profile::PROFILE_VERSION
                     );
                 }
