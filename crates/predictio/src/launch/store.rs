@@ -252,19 +252,25 @@ impl Store {
         Ok(removed)
     }
 
-    /// Every profile that decodes, and the keys of those that do not.
-    pub fn all(&self) -> Result<(Vec<Profile>, Vec<String>), StoreError> {
+    /// Calls `f` with every stored profile, decoded (or why it is not),
+    /// and its stored size, in one read transaction.
+    fn each(&self, mut f: impl FnMut(&str, Result<Profile, StoreError>, u64)) -> Result<(), StoreError> {
         let txn = self.db.begin_read().map_err(|e| self.err(e))?;
         let table = txn.open_table(PROFILES).map_err(|e| self.err(e))?;
-        let mut good = Vec::new();
-        let mut bad = Vec::new();
         for item in table.iter().map_err(|e| self.err(e))? {
             let (k, v) = item.map_err(|e| self.err(e))?;
-            match Self::decode(k.value(), v.value()) {
-                Ok(p) => good.push(p),
-                Err(_) => bad.push(k.value().to_owned()),
-            }
+            f(k.value(), Self::decode(k.value(), v.value()), v.value().len() as u64);
         }
+        Ok(())
+    }
+
+    /// Every profile that decodes, and the keys of those that do not.
+    pub fn all(&self) -> Result<(Vec<Profile>, Vec<String>), StoreError> {
+        let (mut good, mut bad) = (Vec::new(), Vec::new());
+        self.each(|exe, decoded, _| match decoded {
+            Ok(p) => good.push(p),
+            Err(_) => bad.push(exe.to_owned()),
+        })?;
         Ok((good, bad))
     }
 
@@ -273,37 +279,27 @@ impl Store {
     /// why. [`Store::list`] and [`Store::all`] pass over them; `get` of one
     /// is this error.
     pub fn unreadable(&self) -> Result<Vec<StoreError>, StoreError> {
-        let txn = self.db.begin_read().map_err(|e| self.err(e))?;
-        let table = txn.open_table(PROFILES).map_err(|e| self.err(e))?;
         let mut out = Vec::new();
-        for item in table.iter().map_err(|e| self.err(e))? {
-            let (k, v) = item.map_err(|e| self.err(e))?;
-            if let Err(e) = Self::decode(k.value(), v.value()) {
-                out.push(e);
-            }
-        }
+        self.each(|_, decoded, _| out.extend(decoded.err()))?;
         Ok(out)
     }
 
     /// One summary per stored profile that can be read (see
     /// [`Store::unreadable`] for the others).
     pub fn list(&self) -> Result<Vec<Summary>, StoreError> {
-        let txn = self.db.begin_read().map_err(|e| self.err(e))?;
-        let table = txn.open_table(PROFILES).map_err(|e| self.err(e))?;
         let mut out = Vec::new();
-        for item in table.iter().map_err(|e| self.err(e))? {
-            let (k, v) = item.map_err(|e| self.err(e))?;
-            if let Ok(p) = Self::decode(k.value(), v.value()) {
+        self.each(|_, decoded, stored_bytes| {
+            if let Ok(p) = decoded {
                 out.push(Summary {
                     exe: p.exe.path.clone(),
                     runs: p.runs,
                     files: p.files.len(),
                     pages: p.pages(),
-                    stored_bytes: v.value().len() as u64,
+                    stored_bytes,
                     last_used_s: p.last_used_s,
                 });
             }
-        }
+        })?;
         Ok(out)
     }
 }
