@@ -227,13 +227,7 @@ impl Pipeline {
 
 impl Drop for Pipeline {
     fn drop(&mut self) {
-        self.shared.stop.store(true, Ordering::SeqCst);
-        if let Some(handle) = self.dispatcher.take() {
-            handle.thread().unpark();
-            if handle.join().is_err() {
-                tracing::error!("dispatcher thread panicked");
-            }
-        }
+        crate::executor::stop_threads(&self.shared.stop, self.dispatcher.take(), "dispatcher");
     }
 }
 

@@ -111,13 +111,7 @@ impl MetaPool {
 
 impl Drop for MetaPool {
     fn drop(&mut self) {
-        self.shared.stop.store(true, Ordering::SeqCst);
-        for (handle, t) in self.workers.drain(..) {
-            t.unpark();
-            if handle.join().is_err() {
-                tracing::error!("metadata thread panicked");
-            }
-        }
+        super::stop_threads(&self.shared.stop, self.workers.drain(..).map(|(handle, _)| handle), "metadata");
     }
 }
 

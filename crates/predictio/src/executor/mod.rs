@@ -457,12 +457,20 @@ impl RequestSink for Executor {
 
 impl Drop for Executor {
     fn drop(&mut self) {
-        self.shared.stop.store(true, Ordering::SeqCst);
-        self.worker_thread.unpark();
-        if let Some(worker) = self.worker.take()
-            && worker.join().is_err()
-        {
-            tracing::error!("executor worker panicked");
+        stop_threads(&self.shared.stop, self.worker.take(), "executor worker");
+    }
+}
+
+/// Stops parked worker threads: raises `stop`, wakes each thread and joins
+/// it, logging (not propagating) a thread that panicked. The one shutdown
+/// of the executor's worker, its stream and metadata threads and the
+/// pipeline's dispatcher.
+pub(crate) fn stop_threads(stop: &AtomicBool, threads: impl IntoIterator<Item = JoinHandle<()>>, name: &str) {
+    stop.store(true, Ordering::SeqCst);
+    for handle in threads {
+        handle.thread().unpark();
+        if handle.join().is_err() {
+            tracing::error!("{name} thread panicked");
         }
     }
 }

@@ -126,13 +126,7 @@ impl Streamer {
 
 impl Drop for Streamer {
     fn drop(&mut self) {
-        self.shared.stop.store(true, Ordering::SeqCst);
-        self.thread.unpark();
-        if let Some(worker) = self.worker.take()
-            && worker.join().is_err()
-        {
-            tracing::error!("stream thread panicked");
-        }
+        super::stop_threads(&self.shared.stop, self.worker.take(), "stream");
     }
 }
 
