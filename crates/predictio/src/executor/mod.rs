@@ -178,7 +178,7 @@ struct Shared {
     queue: ArrayQueue<Request>,
     accounting: Arc<Accounting>,
     stop: AtomicBool,
-    sleeping: AtomicBool,
+    parking: Parking,
     submitted: AtomicU64,
     processed: AtomicU64,
     inflight_ios: AtomicU64,
@@ -255,7 +255,7 @@ impl Executor {
             queue: ArrayQueue::new(config.queue_capacity),
             accounting: Arc::clone(&accounting),
             stop: AtomicBool::new(false),
-            sleeping: AtomicBool::new(false),
+            parking: Parking::default(),
             submitted: AtomicU64::new(0),
             processed: AtomicU64::new(0),
             inflight_ios: AtomicU64::new(0),
@@ -320,10 +320,7 @@ impl Executor {
             return Err(SubmitError::QueueFull { capacity: self.shared.queue.capacity() });
         }
         self.shared.submitted.fetch_add(1, Ordering::SeqCst);
-        fence(Ordering::SeqCst);
-        if self.shared.sleeping.load(Ordering::SeqCst) {
-            self.worker_thread.unpark();
-        }
+        self.shared.parking.wake(&self.worker_thread);
         Ok(())
     }
 
@@ -461,6 +458,39 @@ impl Drop for Executor {
     }
 }
 
+/// The park/wake handshake between the producers of a queue and the one
+/// worker thread that drains it (the executor's worker, the stream thread).
+/// A producer that pushed wakes the worker only when it is parked or about
+/// to park; the worker says it is about to park before looking at the queue
+/// one last time, so no push is missed (and a park lasts 250 ms at most
+/// whatever happens).
+#[derive(Debug, Default)]
+pub(crate) struct Parking {
+    sleeping: AtomicBool,
+}
+
+impl Parking {
+    /// After a push: wakes `worker` if it is parked or about to park.
+    pub(crate) fn wake(&self, worker: &Thread) {
+        fence(Ordering::SeqCst);
+        if self.sleeping.load(Ordering::SeqCst) {
+            worker.unpark();
+        }
+    }
+
+    /// In the worker, with nothing left to do: parks for at most 250 ms,
+    /// unless `ready` (work queued, or shutdown asked) says otherwise once
+    /// the worker has said it is parking.
+    pub(crate) fn park_unless(&self, ready: impl Fn() -> bool) {
+        self.sleeping.store(true, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
+        if !ready() {
+            thread::park_timeout(Duration::from_millis(250));
+        }
+        self.sleeping.store(false, Ordering::SeqCst);
+    }
+}
+
 /// Stops parked worker threads: raises `stop`, wakes each thread and joins
 /// it, logging (not propagating) a thread that panicked. The one shutdown
 /// of the executor's worker, its stream and metadata threads and the
@@ -530,12 +560,7 @@ fn worker_loop(shared: Arc<Shared>, mut engine: Engine, track_hits: bool, hit_ti
             }
             continue;
         }
-        shared.sleeping.store(true, Ordering::SeqCst);
-        fence(Ordering::SeqCst);
-        if shared.queue.is_empty() && !shared.stop.load(Ordering::SeqCst) {
-            thread::park_timeout(Duration::from_millis(250));
-        }
-        shared.sleeping.store(false, Ordering::SeqCst);
+        shared.parking.park_unless(|| !shared.queue.is_empty() || shared.stop.load(Ordering::SeqCst));
     }
 }
 

@@ -30,9 +30,8 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::os::fd::AsFd;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering, fence};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::{self, JoinHandle, Thread};
-use std::time::Duration;
 
 use crossbeam_queue::ArrayQueue;
 
@@ -60,7 +59,7 @@ struct Shared {
     queued_pages: AtomicU64,
     max_queued_pages: u64,
     busy: AtomicBool,
-    sleeping: AtomicBool,
+    parking: super::Parking,
     stop: AtomicBool,
     accounting: Arc<Accounting>,
 }
@@ -89,7 +88,7 @@ impl Streamer {
             queued_pages: AtomicU64::new(0),
             max_queued_pages,
             busy: AtomicBool::new(false),
-            sleeping: AtomicBool::new(false),
+            parking: super::Parking::default(),
             stop: AtomicBool::new(false),
             accounting,
         });
@@ -111,10 +110,7 @@ impl Streamer {
             self.shared.queued_pages.fetch_sub(pages, Ordering::SeqCst);
             return false;
         }
-        fence(Ordering::SeqCst);
-        if self.shared.sleeping.load(Ordering::SeqCst) {
-            self.thread.unpark();
-        }
+        self.shared.parking.wake(&self.thread);
         true
     }
 
@@ -151,12 +147,7 @@ fn stream_loop(shared: &Shared) {
         if shared.stop.load(Ordering::SeqCst) {
             break;
         }
-        shared.sleeping.store(true, Ordering::SeqCst);
-        fence(Ordering::SeqCst);
-        if shared.queue.is_empty() && !shared.stop.load(Ordering::SeqCst) {
-            thread::park_timeout(Duration::from_millis(250));
-        }
-        shared.sleeping.store(false, Ordering::SeqCst);
+        shared.parking.park_unless(|| !shared.queue.is_empty() || shared.stop.load(Ordering::SeqCst));
     }
 }
 
