@@ -37,11 +37,13 @@ const TRAVERSAL_CAPACITY: usize = 32;
 /// no-change mode differ only in how they see the traversal.
 /// `PREDICTIO_BTREE_GROWTH`, `PREDICTIO_BTREE_MAX_WINDOW`,
 /// `PREDICTIO_BTREE_HISTORY`, `PREDICTIO_BTREE_CONFIRM`,
-/// `PREDICTIO_BTREE_UPPER_PAGES` and `PREDICTIO_BTREE_UPPER_PAYBACK` override
-/// the growth factor, the largest window, the scans remembered to size a
-/// first window, the continuations before a window opens, the budget of
-/// whole upper levels and the lookups that pay for one (for experiments: on
-/// a device whose parallelism is small, faster growth mostly adds waste).
+/// `PREDICTIO_BTREE_UPPER_PAGES`, `PREDICTIO_BTREE_UPPER_PAYBACK` and
+/// `PREDICTIO_BTREE_TOP_UP` override the growth factor, the largest window,
+/// the scans remembered to size a first window, the continuations before a
+/// window opens, the budget of whole upper levels, the lookups that pay for
+/// one and the share of the window used before it is topped up (for
+/// experiments: on a device whose parallelism is small, faster growth mostly
+/// adds waste).
 pub fn scan_config() -> BtreeConfig {
     let defaults = BtreeConfig::default();
     let env = |name: &str, default: u32| std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default);
