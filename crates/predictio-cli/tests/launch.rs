@@ -11,7 +11,16 @@ use common::{bin, fails_with, ok};
 use predictio::testing::{is_root, skip};
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
+
+/// The tests that drop caches, time cold launches or turn readahead off
+/// (`record --exact`) take this, so that they do not run into each other.
+static MACHINE: Mutex<()> = Mutex::new(());
+
+fn machine() -> std::sync::MutexGuard<'static, ()> {
+    MACHINE.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
 
 fn predictio(store: &Path, args: &[&str]) -> Output {
     Command::new(bin()).arg(args[0]).arg("--store").arg(store).args(&args[1..]).output().expect("predictio runs")
@@ -58,6 +67,7 @@ fn record_then_profile_commands_and_bad_input() {
     if !needs_root_and_ebpf() {
         return;
     }
+    let _machine = machine();
     for _ in 0..2 {
         let out = predictio(&store, &["record", "--json", "--", PYTHON, "-c", "import json, decimal; print(7)"]);
         assert_eq!(ok(&out).trim(), "7", "the command's own output passes through");
@@ -176,6 +186,7 @@ fn daemon_learns_an_unknown_program_in_three_launches_and_speeds_up_the_fourth()
         skip("needs clang on PATH");
         return;
     };
+    let _machine = machine();
     let exe = std::fs::canonicalize(program).expect("program path").display().to_string();
     let dir = common::disk_dir("predictio-launch");
     let store = dir.path().join("store");
@@ -230,4 +241,50 @@ fn daemon_learns_an_unknown_program_in_three_launches_and_speeds_up_the_fourth()
         fourth < 0.9 * best,
         "the 4th launch ({fourth:.3} s) should be at least 10 % faster than every cold baseline launch ({baseline:?})"
     );
+}
+
+/// Every backing device's readahead setting, by sysfs path.
+fn readahead_settings() -> Vec<(std::path::PathBuf, String)> {
+    let mut all: Vec<_> = std::fs::read_dir("/sys/class/bdi")
+        .expect("/sys/class/bdi")
+        .filter_map(|e| {
+            let knob = e.ok()?.path().join("read_ahead_kb");
+            Some((knob.clone(), std::fs::read_to_string(knob).ok()?))
+        })
+        .collect();
+    all.sort();
+    all
+}
+
+fn predicted_bytes(store: &Path, exe: &str) -> u64 {
+    let shown: serde_json::Value =
+        serde_json::from_str(&ok(&predictio(store, &["profile", "show", "--json", exe]))).expect("show --json");
+    let profile: predictio::launch::Profile = serde_json::from_value(shown).expect("a profile");
+    profile.pages() * 4096
+}
+
+#[test]
+fn exact_recording_learns_what_the_launch_read_and_puts_readahead_back() {
+    if !needs_root_and_ebpf() {
+        return;
+    }
+    let _machine = machine();
+    let dir = common::disk_dir("predictio-launch");
+    let (plain, exact) = (dir.path().join("plain"), dir.path().join("exact"));
+    let script = "import json, decimal, email.mime.multipart, http.client; print(7)";
+    let before = readahead_settings();
+    assert!(before.iter().any(|(_, kb)| kb.trim() != "0"), "some device reads ahead: {before:?}");
+    for _ in 0..2 {
+        drop_caches();
+        assert_eq!(ok(&predictio(&plain, &["record", "-q", "--", PYTHON, "-c", script])).trim(), "7");
+        let out = predictio(&exact, &["record", "-q", "--exact", "--", PYTHON, "-c", script]);
+        assert_eq!(ok(&out).trim(), "7", "the command's own output passes through");
+        assert_eq!(readahead_settings(), before, "every device has its readahead setting back");
+    }
+    // A fault maps the 64 KiB around it; the plain profile counts all of
+    // it, the exact one only the pages the launch read.
+    let (plain, exact) = (predicted_bytes(&plain, PYTHON), predicted_bytes(&exact, PYTHON));
+    eprintln!("python3 profile: {plain} bytes recorded plainly, {exact} bytes recorded exactly");
+    assert!(exact > 0);
+    assert!(exact * 10 < plain * 9, "exact {exact} bytes against plain {plain}: not smaller by 10 %");
 }

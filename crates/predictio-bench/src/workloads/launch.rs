@@ -4,8 +4,10 @@
 //! For each program found on the machine:
 //!
 //! 1. **Training** (not measured): the profile store is emptied, then the
-//!    program runs `--train` times cold under `predictio record` (this very
-//!    binary), which learns its launch into the bench's own store.
+//!    program runs `--train` times cold under `predictio record --exact`
+//!    (this very binary; readahead off while it runs, so the profile holds
+//!    the pages the launch read rather than the fault-around blocks around
+//!    its faults), which learns its launch into the bench's own store.
 //! 2. **Measured passes**, interleaved and rotated each pair, cold before
 //!    every pass (drop_caches, the resident fraction of the profile's files
 //!    checked): **baseline** (the program alone); **predictio** (the
@@ -361,9 +363,11 @@ fn train(h: &Harness, store_dir: &Path, argv: &[String], runs: usize) -> Result<
     for _ in 0..runs {
         h.make_cold(&[])?;
         let start = Instant::now();
+        // --exact: the profile holds the pages the launch read, not the
+        // fault-around blocks around its faults (the bench is root, and
+        // makes every pass cold anyway).
         let status = Command::new(&me)
-            .arg("record")
-            .arg("--quiet")
+            .args(["record", "--quiet", "--exact"])
             .arg("--store")
             .arg(store_dir)
             .arg("--")
@@ -667,6 +671,7 @@ pub fn run(options: &BenchOptions) -> Result<Report, BenchError> {
             "pairs": pairs, "training_runs": train_runs, "sides": sides.iter().map(|s| s.name()).collect::<Vec<_>>(),
             "executor": format!("fadvise backend, default limits but max_unsettled_pages {}", predictio::launch::REPLAY_MAX_UNSETTLED_PAGES), "walk": format!("{:?}", WalkLimits::default()),
             "window": "exec until the tree exits or 500 ms without a page-cache miss, cap 10 s",
+            "training": "predictio record --exact (cold, readahead off while the program runs: the pages it read)",
         }),
         cold_method: h.cold.describe().into(),
         cases,

@@ -6,15 +6,24 @@
 //! the files it touched, merges the run into CMD's profile in the store and
 //! prints what it learned. CMD runs to completion either way; its exit
 //! status is ours.
+//!
+//! With `--exact` (root) the page cache is dropped first and the kernel's
+//! readahead is off on every backing device while CMD runs, so each page
+//! the launch touches is its own miss and the profile holds just those
+//! pages, not the 64 KiB fault-around blocks around its faults (see
+//! [`predictio::launch::AccessSource`]). Readahead comes back when CMD ends,
+//! also when record is interrupted.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use predictio::launch::naming::Namer;
 use predictio::launch::store::{DEFAULT_CAP_BYTES, DEFAULT_DIR};
-use predictio::launch::{FileIdentity, LearnLimits, Recorder, Store, WindowLimits};
+use predictio::launch::{AccessSource, FileIdentity, LearnLimits, Recorder, Store, WindowLimits};
 
 use crate::daemon::sources::{is_own, observer_or_note};
 
@@ -30,6 +39,15 @@ pub struct Args {
     /// The window ends after this long at most, ms.
     #[arg(long, default_value_t = 10_000)]
     pub cap_ms: u64,
+    /// Learn exactly the pages the launch reads (root): drop the page cache
+    /// first, and keep the kernel's readahead off on every device while the
+    /// command runs, so that each page it touches is one observed miss.
+    /// Without it a fault counts the whole 64 KiB block the kernel maps
+    /// around it, used or not; an exact profile replays fewer bytes. Other
+    /// programs read without readahead meanwhile (slower, never wrong), and
+    /// the command itself runs slower than usual.
+    #[arg(long)]
+    pub exact: bool,
     /// Print what was learned as JSON on stderr.
     #[arg(long)]
     pub json: bool,
@@ -69,6 +87,49 @@ pub fn open_store(dir: &Path) -> Result<Store> {
         .with_context(|| format!("opening the profile store in {}", dir.display()))
 }
 
+/// The machine set up for an exact recording: page cache dropped,
+/// readahead off on every backing device (`/sys/class/bdi/*/read_ahead_kb`)
+/// until dropped, when each device gets its own setting back.
+struct ExactTraining {
+    restore: Vec<(PathBuf, String)>,
+}
+
+impl ExactTraining {
+    const BDI: &str = "/sys/class/bdi";
+
+    fn start() -> Result<Self> {
+        let mut training = Self { restore: Vec::new() };
+        let entries = std::fs::read_dir(Self::BDI).with_context(|| format!("--exact: listing {}", Self::BDI))?;
+        for entry in entries {
+            let knob = entry.with_context(|| format!("--exact: listing {}", Self::BDI))?.path().join("read_ahead_kb");
+            let Ok(value) = std::fs::read_to_string(&knob) else { continue };
+            if value.trim() == "0" {
+                continue;
+            }
+            std::fs::write(&knob, "0\n")
+                .with_context(|| format!("--exact needs root: turning readahead off ({})", knob.display()))?;
+            training.restore.push((knob, value));
+        }
+        predictio_bench::harness::drop_caches()
+            .context("--exact needs root: dropping the page cache (sync, /proc/sys/vm/drop_caches)")?;
+        Ok(training)
+    }
+}
+
+impl Drop for ExactTraining {
+    fn drop(&mut self) {
+        for (knob, value) in &self.restore {
+            if let Err(e) = std::fs::write(knob, value) {
+                eprintln!(
+                    "predictio record: could not turn readahead back on ({}: {e}); it was {}",
+                    knob.display(),
+                    value.trim()
+                );
+            }
+        }
+    }
+}
+
 /// Runs `record`.
 pub fn run(args: Args) -> Result<()> {
     let exe = program_identity(&args.command[0])?;
@@ -79,6 +140,19 @@ pub fn run(args: Args) -> Result<()> {
     };
     let me = std::process::id();
     let limits = WindowLimits { idle_ms: args.idle_ms, cap_ms: args.cap_ms, ..WindowLimits::default() };
+    // Readahead stays off until `exact` is dropped, after the command ended;
+    // an interrupt reaches the command (our process group) and is only
+    // noted here, so that we live to turn readahead back on.
+    let interrupted = Arc::new(AtomicBool::new(false));
+    let exact = if args.exact {
+        for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM, signal_hook::consts::SIGHUP] {
+            signal_hook::flag::register(signal, Arc::clone(&interrupted)).context("installing signal handlers")?;
+        }
+        Some(ExactTraining::start()?)
+    } else {
+        None
+    };
+    let source = if exact.is_some() { AccessSource::Misses } else { AccessSource::Observed };
     let mut cmd = Command::new(&args.command[0]);
     cmd.args(&args.command[1..]);
     observer.follow(me).context("following the command")?;
@@ -87,7 +161,7 @@ pub fn run(args: Args) -> Result<()> {
     let spawned = cmd.spawn();
     let _ = observer.unfollow(me);
     let mut child = spawned.with_context(|| format!("starting {}", args.command[0]))?;
-    let mut recorder = Recorder::new(child.id(), exec_ns, limits);
+    let mut recorder = Recorder::new(child.id(), exec_ns, limits).counting(source);
     let mut forward = |event: predictio::Event| {
         if !is_own(&event, me) {
             recorder.on_event(&event);
@@ -101,6 +175,10 @@ pub fn run(args: Args) -> Result<()> {
         }
     };
     let window = started.elapsed();
+    drop(exact);
+    if interrupted.load(Ordering::Relaxed) {
+        bail!("interrupted: nothing learned (readahead is back on)");
+    }
     recorder.tick(predictio_bpf::monotonic_now_ns());
     let learn_started = Instant::now();
     let mut namer = Namer::new();

@@ -35,5 +35,5 @@ pub const REPLAY_MAX_UNSETTLED_PAGES: u64 = 4096;
 pub use model::{ModelLimits, PageModel, WalkLimits};
 pub use policy::{LaunchPolicy, Replay, ReplayBook};
 pub use profile::{FileIdentity, Freshness, LaunchRun, LearnLimits, Profile};
-pub use recorder::{Recorder, WindowLimits};
+pub use recorder::{AccessSource, Recorder, WindowLimits};
 pub use store::{Store, StoreError};

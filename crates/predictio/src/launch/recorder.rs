@@ -6,11 +6,21 @@
 //! [`WindowLimits::idle_ms`] without a page-cache miss (the launch is done
 //! reading), or at [`WindowLimits::cap_ms`]. Pure: events in, a run out; the
 //! caller names the files ([`Recorder::finish`] takes the lookup).
+//!
+//! Which pages count as touched is the [`AccessSource`]. By default every
+//! observed access, the kernel's fault-around included: a fault maps the
+//! resident pages of the 64 KiB block around it, and the program may use any
+//! of them later without another fault, so no event says which it used.
+//! [`AccessSource::Misses`] counts only the pages the launch itself brought
+//! in. That is exact when the launch ran cold with the kernel's readahead
+//! off (`predictio record --exact`): every page it touched was then read by
+//! itself, one miss each, and fault-around could only map pages it had
+//! already read (or that other processes keep resident).
 
 use std::collections::{HashMap, HashSet};
 
 use super::profile::{FileIdentity, LaunchRun, RunFile};
-use crate::event::Event;
+use crate::event::{AccessKind, Event};
 use crate::file::FileId;
 use crate::page::PageRange;
 
@@ -33,6 +43,20 @@ impl Default for WindowLimits {
     }
 }
 
+/// Which observed pages a [`Recorder`] counts as the launch's accesses.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum AccessSource {
+    /// Every page an access touched: reads, faults and the pages mapped
+    /// around a fault (a superset of what the launch used).
+    #[default]
+    Observed,
+    /// The launch's reads and faulting pages and the pages its own misses
+    /// brought into the cache; pages mapped around a fault are not counted.
+    /// Exact for a launch run cold with readahead off; with readahead on, it
+    /// would count the kernel's readahead and miss what fault-around mapped.
+    Misses,
+}
+
 #[derive(Debug)]
 struct Seen {
     first_ns: u64,
@@ -43,6 +67,7 @@ struct Seen {
 #[derive(Debug)]
 pub struct Recorder {
     limits: WindowLimits,
+    source: AccessSource,
     exec_ns: u64,
     last_io_ns: u64,
     last_ns: u64,
@@ -60,6 +85,7 @@ impl Recorder {
     pub fn new(pid: u32, exec_ns: u64, limits: WindowLimits) -> Self {
         Self {
             limits,
+            source: AccessSource::Observed,
             exec_ns,
             last_io_ns: exec_ns,
             last_ns: exec_ns,
@@ -69,6 +95,13 @@ impl Recorder {
             done: false,
             pids: HashMap::new(),
         }
+    }
+
+    /// Counts the accesses `source` names (the default is
+    /// [`AccessSource::Observed`]).
+    pub fn counting(mut self, source: AccessSource) -> Self {
+        self.source = source;
+        self
     }
 
     /// Whether `pid` is in the followed tree.
@@ -91,27 +124,52 @@ impl Recorder {
                     self.done = true;
                 }
             }
-            Event::PageMiss { pid, time_ns, .. } if self.tree.contains(pid) => {
+            Event::PageMiss { pid, file, page, time_ns } if self.tree.contains(pid) => {
                 self.last_io_ns = self.last_io_ns.max(*time_ns);
                 self.last_ns = self.last_ns.max(*time_ns);
+                if self.source == AccessSource::Misses {
+                    self.touch(*pid, *file, PageRange::page(*page), *time_ns);
+                }
             }
-            Event::PageAccess { pid, file, pages, time_ns, .. } if self.tree.contains(pid) => {
+            Event::PageAccess { pid, file, pages, kind, time_ns } if self.tree.contains(pid) => {
                 self.last_ns = self.last_ns.max(*time_ns);
-                if !self.files.contains_key(file) && self.files.len() < self.limits.max_files {
-                    self.files.insert(*file, Seen { first_ns: *time_ns, accesses: Vec::new() });
-                    self.order.push(*file);
-                    self.pids.insert(*file, *pid);
-                }
-                if let Some(seen) = self.files.get_mut(file)
-                    && seen.accesses.len() < self.limits.max_accesses_per_file
-                    && !pages.is_empty()
-                {
-                    seen.accesses.push(*pages);
-                }
+                let counted = match self.source {
+                    AccessSource::Observed => *pages,
+                    AccessSource::Misses if *kind == AccessKind::MapPages => PageRange::new(pages.start, pages.start),
+                    AccessSource::Misses => *pages,
+                };
+                self.touch(*pid, *file, counted, *time_ns);
             }
             _ => {}
         }
         self.tick(self.last_ns)
+    }
+
+    /// Notes that `pid` touched `pages` of `file` (an empty range only notes
+    /// the file). A range that continues or lies within the file's last
+    /// access extends it instead of making a new one: with readahead off a
+    /// sequential walk is one miss per page.
+    fn touch(&mut self, pid: u32, file: FileId, pages: PageRange, time_ns: u64) {
+        if !self.files.contains_key(&file) && self.files.len() < self.limits.max_files {
+            self.files.insert(file, Seen { first_ns: time_ns, accesses: Vec::new() });
+            self.order.push(file);
+            self.pids.insert(file, pid);
+        }
+        let Some(seen) = self.files.get_mut(&file) else { return };
+        if pages.is_empty() {
+            return;
+        }
+        if self.source == AccessSource::Misses
+            && let Some(last) = seen.accesses.last_mut()
+            && pages.start >= last.start
+            && pages.start <= last.end
+        {
+            last.end = last.end.max(pages.end);
+            return;
+        }
+        if seen.accesses.len() < self.limits.max_accesses_per_file {
+            seen.accesses.push(pages);
+        }
     }
 
     /// Checks the idle and cap bounds at `now_ns`. Returns true once the
@@ -160,7 +218,6 @@ impl Recorder {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::event::AccessKind;
 
     fn access(pid: u32, ino: u64, page: u64, ms: u64) -> Event {
         Event::PageAccess {
@@ -205,6 +262,50 @@ mod tests {
             r.on_event(&Event::PageMiss { pid: 1, file: FileId { dev: 1, ino: 1 }, page: 0, time_ns: ms * 1_000_000 });
         }
         assert!(r.tick(1_000_000_000), "the cap");
+    }
+
+    #[test]
+    fn misses_count_what_the_launch_read_not_what_fault_around_mapped() {
+        let file = FileId { dev: 1, ino: 5 };
+        let map = |first: u64, end: u64, ms: u64| Event::PageAccess {
+            pid: 1,
+            file,
+            pages: PageRange::new(first, end),
+            kind: AccessKind::MapPages,
+            time_ns: ms * 1_000_000,
+        };
+        let miss = |page: u64, ms: u64| Event::PageMiss { pid: 1, file, page, time_ns: ms * 1_000_000 };
+        let events = [
+            map(0, 16, 1), // fault-around: the whole block, nothing read
+            access(1, 5, 3, 1),
+            miss(3, 1),
+            miss(4, 2),
+            miss(5, 2),
+            map(0, 16, 3),
+            miss(40, 3),
+            Event::PageMiss { pid: 99, file, page: 41, time_ns: 3_000_000 }, // not ours
+            miss(9, 4),
+        ];
+        let mut exact = Recorder::new(1, 0, WindowLimits::default()).counting(AccessSource::Misses);
+        let mut observed = Recorder::new(1, 0, WindowLimits::default());
+        for e in &events {
+            exact.on_event(e);
+            observed.on_event(e);
+        }
+        let exact = exact.finish(|id, _| ident(id));
+        assert_eq!(exact.files.len(), 1);
+        assert_eq!(exact.files[0].first_touch_ms, 1.0, "a map still marks the file's first touch");
+        assert_eq!(
+            exact.files[0].accesses,
+            vec![PageRange::new(3, 6), PageRange::page(40), PageRange::page(9)],
+            "the fault at 3 and the misses after it are one access; the mapped blocks count nothing"
+        );
+        let observed = observed.finish(|id, _| ident(id));
+        assert_eq!(
+            observed.files[0].accesses,
+            vec![PageRange::new(0, 16), PageRange::page(3), PageRange::new(0, 16)],
+            "by default every observed access counts and misses do not"
+        );
     }
 
     #[test]
