@@ -146,10 +146,11 @@ fn programs(dir: &Path, quick: bool) -> Result<(Vec<Program>, Vec<String>), Benc
     if quick {
         all.truncate(1);
     }
-    // PREDICTIO_BENCH_LAUNCH_ONLY=word keeps the programs whose name has it
-    // (to look at one program; a reported result runs them all).
+    // PREDICTIO_BENCH_LAUNCH_ONLY=word[,word…] keeps the programs whose name
+    // has one of the words (to look at some programs; a reported result
+    // runs them all).
     if let Ok(only) = std::env::var("PREDICTIO_BENCH_LAUNCH_ONLY") {
-        all.retain(|p| p.name.contains(only.as_str()));
+        all.retain(|p| only.split(',').any(|word| p.name.contains(word)));
     }
     let mut missing = Vec::new();
     all.retain(|p| {
