@@ -137,6 +137,17 @@ impl Harness {
         Ok(worst)
     }
 
+    /// Runs `pass` once, untimed, on a cold page cache, before a round whose
+    /// sides all read the same blocks (the same queries): see
+    /// [`PRIMED_NOTE`]. Without it the side that runs first in a round
+    /// reads from the disk behind the virtual one and the others from the
+    /// host's cache of it.
+    pub fn prime(&self, files: &[&Path], pass: impl FnOnce() -> Result<(), BenchError>) -> Result<(), BenchError> {
+        self.make_cold(files)?;
+        settle();
+        pass()
+    }
+
     /// One round of an interleaved run: each of `sides` sides once, in an
     /// order rotated by `pair` (so that no side always runs first), with
     /// `files` made cold and the machine settled before every pass;
@@ -197,6 +208,13 @@ pub fn drop_caches() -> std::io::Result<()> {
     f.write_all(b"3\n")?;
     Ok(())
 }
+
+/// What [`Harness::prime`] is for, for the reports that use it.
+pub const PRIMED_NOTE: &str = "each pair's queries run once untimed (on a cold page cache) before its timed sides: \
+on this VM dropping the guest's page cache leaves the host's cache of the virtual disk, and a block read again \
+comes back about twice as fast (4 KiB O_DIRECT at QD1: ~230 us the first time, ~107 us after), so without it the \
+side that ran first in a pair read from the real disk and the others mostly from the host's cache; primed, every \
+timed side starts from the same state: the guest cold, the host's cache holding the pair's blocks";
 
 /// A data file of `size` bytes of deterministic pseudo-random content (seed
 /// from `name`), created once and reused while its size matches.

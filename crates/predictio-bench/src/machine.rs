@@ -22,7 +22,9 @@ pub struct DepthPoint {
     pub rand1m_MBps: f64,
 }
 
-/// What the device can do, measured with O_DIRECT reads through io_uring.
+/// What the device can do, measured with O_DIRECT reads through io_uring,
+/// after the probe file was read once (the device as workloads that read
+/// their files again and again see it, see [`crate::device::probe`]).
 #[allow(non_snake_case)]
 #[derive(Serialize, Deserialize, Clone, Debug, Default)]
 pub struct DeviceLimit {
