@@ -137,15 +137,17 @@ impl Harness {
         Ok(worst)
     }
 
-    /// Runs `pass` once, untimed, on a cold page cache, before a round whose
-    /// sides all read the same blocks (the same queries): see
-    /// [`PRIMED_NOTE`]. Without it the side that runs first in a round
-    /// reads from the disk behind the virtual one and the others from the
-    /// host's cache of it.
-    pub fn prime(&self, files: &[&Path], pass: impl FnOnce() -> Result<(), BenchError>) -> Result<(), BenchError> {
-        self.make_cold(files)?;
-        settle();
-        pass()
+    /// Reads `files` once, whole, with O_DIRECT (the guest's page cache is
+    /// left as it was), before a round: see [`PRIMED_NOTE`]. Without it the
+    /// side that runs first in a round reads from the disk behind the
+    /// virtual one and the others from the host's cache of it, and a side
+    /// that reads blocks the others do not (a prefetcher's unused pages)
+    /// reads them from the disk.
+    pub fn prime(&self, files: &[&Path]) -> Result<(), BenchError> {
+        for path in files {
+            device::read_direct(path).map_err(|e| BenchError::Options(format!("priming {}: {e}", path.display())))?;
+        }
+        Ok(())
     }
 
     /// One round of an interleaved run: each of `sides` sides once, in an
@@ -210,11 +212,12 @@ pub fn drop_caches() -> std::io::Result<()> {
 }
 
 /// What [`Harness::prime`] is for, for the reports that use it.
-pub const PRIMED_NOTE: &str = "each pair's queries run once untimed (on a cold page cache) before its timed sides: \
-on this VM dropping the guest's page cache leaves the host's cache of the virtual disk, and a block read again \
-comes back about twice as fast (4 KiB O_DIRECT at QD1: ~230 us the first time, ~107 us after), so without it the \
-side that ran first in a pair read from the real disk and the others mostly from the host's cache; primed, every \
-timed side starts from the same state: the guest cold, the host's cache holding the pair's blocks";
+pub const PRIMED_NOTE: &str = "before each pair the database file is read once, whole, with O_DIRECT (the guest's \
+page cache is left cold): on this VM dropping the guest's page cache leaves the host's cache of the virtual disk, \
+and a block read again comes back about twice as fast (4 KiB O_DIRECT at QD1: ~230 us the first time, ~107 us \
+after), so without it the side that ran first in a pair read from the real disk and the others mostly from the \
+host's cache, and a side reading blocks the others did not (a prefetcher's unused pages) read those from the \
+disk; primed, every timed side starts from the same state: the guest cold, the host's cache holding the file";
 
 /// A data file of `size` bytes of deterministic pseudo-random content (seed
 /// from `name`), created once and reused while its size matches.
