@@ -229,6 +229,13 @@ impl Accounting {
         self.ledger.lock().unwrap_or_else(|e| e.into_inner()).insert(file, pages, origin, now);
     }
 
+    /// Forgets pages [`Self::note_issued`] remembered that were not issued
+    /// after all (the backend refused them): they count as neither hit nor
+    /// waste. Pages of `pages` already hit are not taken back.
+    pub fn forget_issued(&self, file: FileId, pages: PageRange) {
+        let _ = self.ledger.lock().unwrap_or_else(|e| e.into_inner()).take(file, pages);
+    }
+
     /// Feeds an observed access: prefetched pages in `pages` count as hits.
     pub fn note_access(&self, file: FileId, pages: PageRange) {
         let taken = self.ledger.lock().unwrap_or_else(|e| e.into_inner()).take(file, pages);
@@ -359,6 +366,21 @@ mod tests {
         assert_eq!(stats.total.wasted_pages, 2 + 6);
         assert_eq!(stats.origins[p.0 as usize].counters.hit_pages, 2);
         assert_eq!(stats.files[0].counters.wasted_pages, 8);
+        assert_eq!(acc.outstanding_pages(), 0);
+    }
+
+    #[test]
+    fn forgotten_pages_are_neither_hit_nor_waste() {
+        let acc = Accounting::new();
+        let p = acc.register("policy");
+        let t0 = Instant::now();
+        acc.note_issued(F, PageRange::new(0, 10), p, t0);
+        acc.note_access(F, PageRange::new(0, 2)); // touched while being issued
+        acc.forget_issued(F, PageRange::new(0, 10)); // then the backend refused it
+        acc.note_access(F, PageRange::new(2, 10));
+        acc.expire(t0 + Duration::from_secs(60), Duration::from_secs(30));
+        let stats = acc.snapshot();
+        assert_eq!((stats.total.hit_pages, stats.total.wasted_pages), (2, 0));
         assert_eq!(acc.outstanding_pages(), 0);
     }
 

@@ -313,10 +313,12 @@ impl Engine {
         let chunks = std::mem::take(&mut self.chunks);
         if streamed && let Some(streamer) = &self.streamer {
             for &chunk in &chunks {
+                self.remember_issued(id, chunk, request.origin, now);
                 if streamer.push(&file, chunk, request.origin) {
-                    self.count_issued(&mut d, id, chunk, request.origin, now);
+                    self.count_issued(&mut d, chunk);
                     d.completed_pages += chunk.len();
                 } else {
+                    self.forget_issued(id, chunk);
                     d.dropped_pages += chunk.len();
                 }
             }
@@ -329,9 +331,12 @@ impl Engine {
             d.paced_waits += self.pace(chunk.len());
             let token = self.next_token;
             self.next_token = self.next_token.wrapping_add(1);
+            // Remembered before the read is issued: the program may touch
+            // the pages while the call is still submitting them (a hit).
+            self.remember_issued(id, chunk, request.origin, now);
             match self.backend.issue(&file, chunk, token) {
                 Ok(issued) => {
-                    self.count_issued(&mut d, id, chunk, request.origin, now);
+                    self.count_issued(&mut d, chunk);
                     match issued {
                         Issued::Done => {
                             d.completed_pages += chunk.len();
@@ -349,6 +354,7 @@ impl Engine {
                 }
                 Err(err) => {
                     tracing::debug!(file = %id, %chunk, %err, "prefetch I/O failed");
+                    self.forget_issued(id, chunk);
                     d.errors += 1;
                 }
             }
@@ -421,15 +427,29 @@ impl Engine {
         self.stack = stack;
     }
 
-    /// Counts `chunk` as one issued I/O and, with hit tracking, remembers it
-    /// at issue time, so that an access while the read is still in flight
-    /// counts as a (late) hit.
-    fn count_issued(&self, d: &mut Counters, id: FileId, chunk: PageRange, origin: PolicyId, now: Instant) {
+    /// Counts `chunk` as one issued I/O.
+    fn count_issued(&self, d: &mut Counters, chunk: PageRange) {
         d.issued_pages += chunk.len();
         d.issued_bytes += chunk.byte_len();
         d.issued_ios += 1;
+    }
+
+    /// With hit tracking, remembers `chunk` as prefetched, just before it is
+    /// issued: an access while the call submits it or while the read is in
+    /// flight counts as a (late) hit. (Remembered after the call, pages the
+    /// program touched during a call of a few hundred µs were counted as
+    /// never used.)
+    fn remember_issued(&self, id: FileId, chunk: PageRange, origin: PolicyId, now: Instant) {
         if self.limits.track_hits {
             self.accounting.note_issued(id, chunk, origin, now);
+        }
+    }
+
+    /// Takes back [`Self::remember_issued`] for a chunk that was not issued
+    /// after all: neither a hit nor waste.
+    fn forget_issued(&self, id: FileId, chunk: PageRange) {
+        if self.limits.track_hits {
+            self.accounting.forget_issued(id, chunk);
         }
     }
 
