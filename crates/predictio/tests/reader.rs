@@ -13,6 +13,15 @@ use predictio::reader::{PrefetchingReader, ReaderConfig, Speculation};
 
 const MIB: u64 = 1 << 20;
 
+/// The tests here time reads against the disk: run one at a time, so one
+/// test's 64 MiB write-and-sync does not turn another's in-flight windows
+/// into misses (it did, under CI).
+static DISK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    DISK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// A file of `size` pseudo-random bytes, removed on drop.
 struct TempFile(PathBuf);
 
@@ -65,6 +74,7 @@ impl Drop for TempFile {
 
 #[test]
 fn a_sequential_batch_reader_gets_hits_after_the_first_batches() {
+    let _disk = one_at_a_time();
     let t = TempFile::new("seq", 64 * MIB);
     let mut reader = PrefetchingReader::new(t.open_no_readahead(), ReaderConfig::default()).expect("reader");
     let batch = 2 * MIB as usize;
@@ -94,6 +104,7 @@ fn a_sequential_batch_reader_gets_hits_after_the_first_batches() {
 
 #[test]
 fn a_random_reader_gets_no_prefetch() {
+    let _disk = one_at_a_time();
     let t = TempFile::new("random", 64 * MIB);
     let mut reader = PrefetchingReader::new(t.open(), ReaderConfig::default()).expect("reader");
     let mut buf = vec![0u8; 64 << 10];
@@ -113,6 +124,7 @@ fn a_random_reader_gets_no_prefetch() {
 
 #[test]
 fn read_plan_segments_are_resident_before_they_are_read() {
+    let _disk = one_at_a_time();
     let t = TempFile::new("plan", 64 * MIB);
     let config = ReaderConfig { speculation: Speculation::Off, ..ReaderConfig::default() };
     let mut reader = PrefetchingReader::new(t.open(), config).expect("reader");
@@ -150,6 +162,7 @@ fn read_plan_segments_are_resident_before_they_are_read() {
 
 #[test]
 fn passed_over_plan_segments_are_waste() {
+    let _disk = one_at_a_time();
     let t = TempFile::new("planwaste", 16 * MIB);
     let config = ReaderConfig { speculation: Speculation::Off, ..ReaderConfig::default() };
     let mut reader = PrefetchingReader::new(t.open_no_readahead(), config).expect("reader");
@@ -167,6 +180,7 @@ fn passed_over_plan_segments_are_waste() {
 
 #[test]
 fn a_reader_that_stops_early_leaves_waste() {
+    let _disk = one_at_a_time();
     let t = TempFile::new("early", 64 * MIB);
     let mut reader = PrefetchingReader::new(t.open_no_readahead(), ReaderConfig::default()).expect("reader");
     let mut buf = vec![0u8; 4 * MIB as usize];
@@ -181,6 +195,7 @@ fn a_reader_that_stops_early_leaves_waste() {
 
 #[test]
 fn bytes_read_are_identical_to_plain_reads() {
+    let _disk = one_at_a_time();
     let t = TempFile::new("same", 24 * MIB + 1234);
     let plain = t.open();
     for config in [
@@ -210,6 +225,7 @@ fn bytes_read_are_identical_to_plain_reads() {
 
 #[test]
 fn short_runs_at_random_places_get_no_prefetch() {
+    let _disk = one_at_a_time();
     // no-structure's jumpy scan: runs of 1 to 4 consecutive 4 KiB reads,
     // each from a random page. A run never reads the 256 KiB the reader
     // asks of a stream, so nothing is issued, nothing wasted.
