@@ -307,7 +307,18 @@ fn measure(h: &Harness, setup: &Setup, spec: &CaseSpec, rows: u64, pairs: usize)
 pub fn run(options: &BenchOptions) -> Result<Report, BenchError> {
     let rows: u64 = if options.quick { 200_000 } else { 1_000_000 };
     let pairs = if options.quick { options.pairs.min(2) } else { options.pairs };
-    let h = Harness::new(options, (CASES.len() * (pairs * SIDES.len() + 1)) as u64)?;
+    // PREDICTIO_BENCH_SQLITE_ONLY=name[,name…] runs only the cases named
+    // (to look at some cases; a reported result runs them all).
+    let only = std::env::var("PREDICTIO_BENCH_SQLITE_ONLY").ok();
+    let cases: Vec<&CaseSpec> =
+        CASES.iter().filter(|c| only.as_deref().is_none_or(|o| o.split(',').any(|w| w == c.name))).collect();
+    if cases.is_empty() {
+        return Err(BenchError::Options(format!(
+            "PREDICTIO_BENCH_SQLITE_ONLY matches no case (cases: {})",
+            CASES.iter().map(|c| c.name).collect::<Vec<_>>().join(", ")
+        )));
+    }
+    let h = Harness::new(options, (cases.len() * (pairs * SIDES.len() + 1)) as u64)?;
     let script = options.dir.join("sqlite_scan.py");
     std::fs::write(&script, SCRIPT).doing(|| format!("writing {}", script.display()))?;
     let python = python();
@@ -320,7 +331,7 @@ pub fn run(options: &BenchOptions) -> Result<Report, BenchError> {
         predictio: std::env::current_exe().doing(|| "locating this binary".into())?,
     };
     let mut out = Vec::new();
-    for spec in &CASES {
+    for spec in cases {
         out.push(measure(&h, &setup, spec, rows, pairs)?);
     }
     h.finish();
