@@ -182,13 +182,13 @@ impl std::fmt::Debug for LmdbPrefetcher {
 
 impl LmdbPrefetcher {
     /// The adapter for `env` with a runtime of its own: the `btree` policy
-    /// with its defaults and an executor with [`ExecutorConfig::default`]
+    /// with its defaults and an executor with [`ExecutorConfig::embedded`]
     /// (the `fadvise` backend).
     pub fn new<T: 'static>(env: &Env<T>) -> Result<Self, Error>
     where
         Env<T>: Send + Sync,
     {
-        let runtime = Embedded::new(ExecutorConfig::default(), vec![Box::new(BtreePolicy::default())])?;
+        let runtime = Embedded::new(ExecutorConfig::embedded(), vec![Box::new(BtreePolicy::default())])?;
         Self::with_runtime(env, Arc::new(runtime), ReadAround::Replace)
     }
 

@@ -287,3 +287,40 @@ proptest! {
         prop_assert_eq!(exec.stats().total.errors, 0);
     }
 }
+
+#[test]
+fn embedded_requests_for_cached_pages_are_settled_at_submit_without_a_worker() {
+    let _cache = cache_lock();
+    if !predictio::executor::kernel::probe_cachestat() {
+        skip("cachestat(2) is not available on this kernel; the screen is off without it");
+        return;
+    }
+    let dir = disk_dir();
+    let (path, data) = data_file(dir.path(), "warm", 64, 9);
+    let file = FileRef::open(&path).expect("open");
+    // Cached: read every page once.
+    let mut buf = vec![0u8; data.len()];
+    file.file().read_exact_at(&mut buf, 0).expect("read");
+    assert_eq!(buf, data);
+    let exec = Executor::new(ExecutorConfig::embedded()).expect("executor starts");
+    let origin = exec.register_origin("test");
+    let scattered: Vec<PageRange> = (0..64).step_by(4).map(|p| PageRange::new(p, p + 1)).collect();
+    exec.submit(Request::new(file.clone(), scattered, origin).with_urgency(Urgency::Imminent)).expect("accepted");
+    assert_eq!(exec.queued_requests(), 0, "a request for cached pages is not queued");
+    assert!(!exec.worker_started(), "nothing to do: no thread");
+    let total = exec.stats().total;
+    assert_eq!((total.requests, total.requested_pages, total.skipped_resident_pages), (1, 16, 16));
+    assert_eq!(total.issued_pages, 0);
+
+    // Evicted, the same request is queued, the worker starts and reads it.
+    cache::evict(&file).expect("evict");
+    let scattered: Vec<PageRange> = (0..64).step_by(4).map(|p| PageRange::new(p, p + 1)).collect();
+    exec.submit(Request::new(file.clone(), scattered.clone(), origin).with_urgency(Urgency::Imminent))
+        .expect("accepted");
+    assert_eq!(exec.queued_requests(), 1);
+    assert!(exec.worker_started());
+    assert!(exec.wait_idle(Duration::from_secs(10)));
+    let resident = cache::wait_resident(&file, &scattered, Duration::from_secs(10)).expect("cachestat");
+    assert_eq!(resident, 16, "the worker prefetched the evicted pages");
+    assert_eq!(exec.stats().total.issued_pages, 16);
+}

@@ -20,8 +20,9 @@ pub mod meta;
 pub mod plan;
 pub mod stream;
 
+use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering, fence};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::thread::{self, JoinHandle, Thread};
 use std::time::{Duration, Instant};
 
@@ -66,6 +67,19 @@ pub struct ExecutorConfig {
     pub meta_threads: usize,
     /// Directories waiting for a metadata thread; more are dropped.
     pub meta_queue_capacity: usize,
+    /// Requests of at most this many ranges are looked up in the page cache
+    /// by the submitting thread (`cachestat`, stopping at the first range
+    /// not wholly cached): one whose pages are all cached already is counted
+    /// as skipped and never queued, so the worker is not woken for it. 0
+    /// (the default): every request is queued. For adapters inside a
+    /// program whose data is mostly cached: waking the worker is a
+    /// cross-CPU wake-up per request, which on a warm cache cost a
+    /// single-threaded SQLite program more than the policy itself (see
+    /// `docs/DESIGN.md`, "B-tree range scans"). Off without `cachestat`.
+    pub screen_resident_ranges: usize,
+    /// Whether sequential requests get the stream thread (true, the
+    /// default); without it they are issued like any other.
+    pub stream_thread: bool,
 }
 
 impl Default for ExecutorConfig {
@@ -80,7 +94,25 @@ impl Default for ExecutorConfig {
             hit_timeout: Duration::from_secs(30),
             meta_threads: 4,
             meta_queue_capacity: 4096,
+            screen_resident_ranges: 0,
+            stream_thread: true,
         }
+    }
+}
+
+impl ExecutorConfig {
+    /// The defaults for an executor inside an application (a database
+    /// adapter's embedded runtime): requests of up to 256 ranges whose pages
+    /// are all cached are settled in the submitting thread
+    /// ([`Self::screen_resident_ranges`]), and neither metadata threads
+    /// nor the stream thread are started (adapters prefetch pages of their
+    /// trees, not directories or streams). With the worker started only
+    /// when a request first needs it, a program whose data is all cached
+    /// runs with no thread of ours: merely having a second thread cost a
+    /// single-threaded SQLite program ~10 % on cached range scans (glibc's
+    /// locks take their atomic path once a process has two threads).
+    pub fn embedded() -> Self {
+        Self { screen_resident_ranges: 256, meta_threads: 0, stream_thread: false, ..Self::default() }
     }
 }
 
@@ -137,6 +169,10 @@ pub enum SubmitError {
     /// The executor is shutting down.
     #[error("executor is shutting down")]
     ShuttingDown,
+    /// The worker thread could not be started (it starts with the first
+    /// request queued); nothing will be prefetched.
+    #[error("the executor's worker thread could not be started; request dropped")]
+    NoWorker,
     /// This sink does not take metadata requests.
     #[error("metadata requests are not supported here")]
     Unsupported,
@@ -192,12 +228,20 @@ struct Shared {
 pub struct Executor {
     shared: Arc<Shared>,
     meta: meta::MetaPool,
-    worker: Option<JoinHandle<()>>,
-    worker_thread: Thread,
+    /// The engine until the worker thread starts: with the first request
+    /// queued, not before (see [`ExecutorConfig::embedded`]).
+    pending: Mutex<Option<Box<Engine>>>,
+    worker: Mutex<Option<JoinHandle<()>>>,
+    worker_thread: OnceLock<Thread>,
+    track_hits: bool,
+    hit_timeout: Duration,
     backend: BackendKind,
     fallback: Option<String>,
     /// The stream thread (shared with the engine), for `is_idle`.
     streamer: Option<Arc<stream::Streamer>>,
+    /// [`ExecutorConfig::screen_resident_ranges`], 0 where `cachestat` is
+    /// missing or the parts are not the real kernel's.
+    screen_resident_ranges: usize,
 }
 
 impl std::fmt::Debug for Executor {
@@ -217,7 +261,15 @@ impl Executor {
         }
         let (backend, fallback) = backend::open_backend(config.backend, config.io_depth, config.limits.max_io_pages);
         let pressure = PressureGuard::new(config.pressure.clone());
-        Self::start(config, Box::new(LinuxPageCache::new()), backend, pressure, fallback, true)
+        let screen = if config.screen_resident_ranges > 0 && kernel::probe_cachestat() {
+            config.screen_resident_ranges
+        } else {
+            0
+        };
+        let stream = config.stream_thread;
+        let mut executor = Self::start(config, Box::new(LinuxPageCache::new()), backend, pressure, fallback, stream)?;
+        executor.screen_resident_ranges = screen;
+        Ok(executor)
     }
 
     /// Starts an executor over the given parts (tests, benchmarks).
@@ -274,17 +326,21 @@ impl Executor {
         } else {
             None
         };
-        let worker_shared = Arc::clone(&shared);
-        let track_hits = config.limits.track_hits;
-        let hit_timeout = config.hit_timeout;
-        let worker = thread::Builder::new()
-            .name("predictio-exec".into())
-            .spawn(move || worker_loop(worker_shared, engine, track_hits, hit_timeout))
-            .map_err(ExecutorError::Spawn)?;
-        let worker_thread = worker.thread().clone();
         let meta = meta::MetaPool::new(config.meta_threads, config.meta_queue_capacity, Arc::clone(&shared.accounting))
             .map_err(ExecutorError::Spawn)?;
-        Ok(Self { shared, meta, worker: Some(worker), worker_thread, backend: kind, fallback, streamer })
+        Ok(Self {
+            shared,
+            meta,
+            pending: Mutex::new(Some(Box::new(engine))),
+            worker: Mutex::new(None),
+            worker_thread: OnceLock::new(),
+            track_hits: config.limits.track_hits,
+            hit_timeout: config.hit_timeout,
+            backend: kind,
+            fallback,
+            streamer,
+            screen_resident_ranges: 0,
+        })
     }
 
     /// The backend in use.
@@ -314,14 +370,92 @@ impl Executor {
             return Err(SubmitError::ShuttingDown);
         }
         let (origin, file, pages) = (request.origin, request.file.id(), request.pages());
+        if self.all_cached(&request) {
+            let d =
+                Counters { requests: 1, requested_pages: pages, skipped_resident_pages: pages, ..Counters::default() };
+            self.shared.accounting.record(origin, Some(file), &d);
+            return Ok(());
+        }
         if self.shared.queue.push(request).is_err() {
             let d = Counters { dropped_requests: 1, dropped_pages: pages, ..Counters::default() };
             self.shared.accounting.record(origin, Some(file), &d);
             return Err(SubmitError::QueueFull { capacity: self.shared.queue.capacity() });
         }
         self.shared.submitted.fetch_add(1, Ordering::SeqCst);
-        self.shared.parking.wake(&self.worker_thread);
-        Ok(())
+        match self.worker() {
+            Some(worker) => {
+                self.shared.parking.wake(worker);
+                Ok(())
+            }
+            None => {
+                // No worker will ever take it: count everything queued as
+                // dropped (only this executor's submits fill the queue).
+                while let Some(request) = self.shared.queue.pop() {
+                    let d = Counters { dropped_requests: 1, dropped_pages: request.pages(), ..Counters::default() };
+                    self.shared.accounting.record(request.origin, Some(request.file.id()), &d);
+                    self.shared.processed.fetch_add(1, Ordering::SeqCst);
+                }
+                Err(SubmitError::NoWorker)
+            }
+        }
+    }
+
+    /// The worker thread, started on first use. `None` if it could not be
+    /// started (logged once; never retried).
+    fn worker(&self) -> Option<&Thread> {
+        if let Some(thread) = self.worker_thread.get() {
+            return Some(thread);
+        }
+        let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(thread) = self.worker_thread.get() {
+            return Some(thread);
+        }
+        let engine = pending.take()?;
+        let shared = Arc::clone(&self.shared);
+        let (track_hits, hit_timeout) = (self.track_hits, self.hit_timeout);
+        match thread::Builder::new()
+            .name("predictio-exec".into())
+            .spawn(move || worker_loop(shared, *engine, track_hits, hit_timeout))
+        {
+            Ok(handle) => {
+                let thread = handle.thread().clone();
+                *self.worker.lock().unwrap_or_else(|e| e.into_inner()) = Some(handle);
+                Some(self.worker_thread.get_or_init(|| thread))
+            }
+            Err(err) => {
+                tracing::error!(%err, "cannot start the executor's worker thread; nothing will be prefetched");
+                None
+            }
+        }
+    }
+
+    /// Whether screening is on for `request` and finds every page of it in
+    /// the page cache ([`ExecutorConfig::screen_resident_ranges`]). Any
+    /// doubt (an error, a range not wholly cached) says no: the worker
+    /// decides.
+    fn all_cached(&self, request: &Request) -> bool {
+        if request.ranges.is_empty() || request.ranges.len() > self.screen_resident_ranges {
+            return false;
+        }
+        let fd = request.file.as_fd();
+        request.ranges.iter().all(|range| {
+            crate::sys::cachestat(fd, range.byte_offset(), range.byte_len())
+                .is_ok_and(|stat| stat.nr_cache >= range.len())
+        })
+    }
+
+    /// Whether the worker thread has been started (it starts with the first
+    /// request queued).
+    pub fn worker_started(&self) -> bool {
+        self.worker_thread.get().is_some()
+    }
+
+    /// Requests queued for the worker so far (those [`Self::submit`]
+    /// accepted and did not settle itself as all cached). One atomic load:
+    /// an adapter can tell from it, cheaply, whether its policy's requests
+    /// still cause any work.
+    pub fn queued_requests(&self) -> u64 {
+        self.shared.submitted.load(Ordering::Relaxed)
     }
 
     /// Waits until every accepted request was processed and no I/O is in
@@ -337,7 +471,9 @@ impl Executor {
             if now >= deadline {
                 return false;
             }
-            self.worker_thread.unpark();
+            if let Some(worker) = self.worker_thread.get() {
+                worker.unpark();
+            }
             let wait = (deadline - now).min(Duration::from_millis(5));
             guard = match self.shared.idle.wait_timeout(guard, wait) {
                 Ok((g, _)) => g,
@@ -454,7 +590,8 @@ impl RequestSink for Executor {
 
 impl Drop for Executor {
     fn drop(&mut self) {
-        stop_threads(&self.shared.stop, self.worker.take(), "executor worker");
+        let worker = self.worker.get_mut().unwrap_or_else(|e| e.into_inner()).take();
+        stop_threads(&self.shared.stop, worker, "executor worker");
     }
 }
 
