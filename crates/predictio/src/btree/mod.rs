@@ -250,22 +250,19 @@ impl DbPageLayout {
 #[derive(Debug)]
 struct Remembered {
     parent: u64,
-    /// [`fingerprint`] of the children in order.
-    fingerprint: u64,
     children: Vec<u64>,
     filter: Box<[u64; FILTER_WORDS]>,
     /// The event's fields (first 4 KiB pages), shared by every descent from
     /// this page; `None` when a page number does not map.
     event: Option<(u64, Arc<[u64]>)>,
+    /// The page's bytes as last read, when the observer gave them
+    /// ([`Traversal::keep_bytes`]): a read of the same bytes again is
+    /// recognised by one comparison instead of a parse.
+    bytes: Option<Box<[u8]>>,
 }
 
 /// Words of a [`Remembered`] page's child filter (8,192 bits).
 const FILTER_WORDS: usize = 128;
-
-/// A hash of a child list in order, to tell a page read again unchanged.
-fn fingerprint(children: &[u64]) -> u64 {
-    children.iter().fold(children.len() as u64, |h, &c| (h.rotate_left(5) ^ c).wrapping_mul(0x9E37_79B9_7F4A_7C15))
-}
 
 /// The two filter bits of `child`: two 13-bit slices of its Fibonacci
 /// hash, onto 8,192 bits.
@@ -284,7 +281,7 @@ impl Remembered {
         }
         let children = page.children.iter().map(|&child| layout.first_page(child)).collect::<Option<Arc<[u64]>>>();
         let event = layout.first_page(parent).zip(children);
-        Self { parent, fingerprint: fingerprint(&page.children), children: page.children, filter, event }
+        Self { parent, children: page.children, filter, event, bytes: None }
     }
 
     /// The first position of `child` among the children.
@@ -362,14 +359,47 @@ impl Traversal {
         self.remember(page, parsed);
     }
 
+    /// Whether `page` is a remembered interior page whose bytes, kept with
+    /// [`Self::keep_bytes`], are `bytes`: then it is moved to the recent end
+    /// as [`Self::learn`] would, and the caller need not parse it again (an
+    /// engine re-reads its upper pages on almost every lookup once they
+    /// left its own cache; parsing a 4 KiB page of 450 children each time
+    /// was most of an adapter's cost on a warm cache). Report the read
+    /// with [`Self::on_read`] and no parsed page as well.
+    pub fn reread_unchanged(&mut self, page: u64, bytes: &[u8]) -> bool {
+        let Some(i) = self.parents.iter().rposition(|r| r.parent == page) else { return false };
+        if self.parents[i].bytes.as_deref() != Some(bytes) {
+            return false;
+        }
+        if i + 1 != self.parents.len()
+            && let Some(used) = self.parents.remove(i)
+        {
+            self.parents.push_back(used);
+        }
+        true
+    }
+
+    /// Keeps `bytes` as the image of remembered interior page `page` (just
+    /// remembered from them), for [`Self::reread_unchanged`]. A page not
+    /// remembered is passed over.
+    pub fn keep_bytes(&mut self, page: u64, bytes: &[u8]) {
+        if let Some(r) = self.parents.iter_mut().rev().find(|r| r.parent == page) {
+            match &mut r.bytes {
+                Some(kept) if kept.len() == bytes.len() => kept.copy_from_slice(bytes),
+                kept => *kept = Some(bytes.into()),
+            }
+        }
+    }
+
     fn remember(&mut self, parent: u64, page: InteriorPage) {
         // A page read again replaces what was remembered of it; unchanged
         // (the common case: the engine dropped it from its own cache and
         // read it again), it is only moved to the recent end, not rebuilt.
-        let fingerprint = fingerprint(&page.children);
+        // (Compared as lists: a memcmp, where a hash of the list computed
+        // on every read cost as much as parsing the page.)
         if let Some(i) = self.parents.iter().position(|r| r.parent == parent)
             && let Some(old) = self.parents.remove(i)
-            && old.fingerprint == fingerprint
+            && old.children == page.children
         {
             self.parents.push_back(old);
             return;
