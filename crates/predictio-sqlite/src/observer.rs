@@ -16,7 +16,9 @@
 //! written back, and any page that does not parse is passed over.
 
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
 use predictio::btree::sqlite::{self, Geometry};
 use predictio::btree::{DbPageLayout, Traversal};
@@ -59,12 +61,12 @@ pub fn scan_config() -> BtreeConfig {
     }
 }
 
-/// The executor's settings in the extension: the defaults;
+/// The executor's settings in the extension: [`ExecutorConfig::embedded`];
 /// `PREDICTIO_SQLITE_BACKEND` (fadvise, readahead, uring, madvise) picks the
 /// backend.
 pub fn executor_config() -> ExecutorConfig {
     let backend = std::env::var("PREDICTIO_SQLITE_BACKEND").ok().and_then(|b| b.parse().ok());
-    ExecutorConfig { backend: backend.unwrap_or_default(), ..ExecutorConfig::default() }
+    ExecutorConfig { backend: backend.unwrap_or_default(), ..ExecutorConfig::embedded() }
 }
 
 /// Why the embedded runtime could not be set up.
@@ -90,6 +92,13 @@ pub struct PrefetchStats {
     pub requests: u64,
     /// Requests the executor refused.
     pub refused: u64,
+    /// Page reads observed (parsed, placed, told to the policy).
+    pub reads_observed: u64,
+    /// Page reads only timed: the file's reads were coming from the page
+    /// cache with nothing to prefetch (see `DbObserver::on_timed_read`).
+    pub reads_unobserved: u64,
+    /// Times an observer stood aside after a run of cached reads.
+    pub warm_spells: u64,
     /// The executor's totals (requested, issued, skipped pages, …).
     pub executor: predictio::accounting::Counters,
 }
@@ -99,6 +108,9 @@ pub struct PrefetchStats {
 #[derive(Debug)]
 pub struct Prefetcher {
     embedded: Embedded,
+    reads_observed: AtomicU64,
+    reads_unobserved: AtomicU64,
+    warm_spells: AtomicU64,
 }
 
 static GLOBAL: OnceLock<Result<Prefetcher, String>> = OnceLock::new();
@@ -110,7 +122,12 @@ impl Prefetcher {
     /// first 4 KiB page (see the report in `README`).
     pub fn new(config: ExecutorConfig) -> Result<Self, Error> {
         let embedded = Embedded::new(config, vec![Box::new(BtreePolicy::new(scan_config()))])?;
-        Ok(Self { embedded })
+        Ok(Self {
+            embedded,
+            reads_observed: AtomicU64::new(0),
+            reads_unobserved: AtomicU64::new(0),
+            warm_spells: AtomicU64::new(0),
+        })
     }
 
     /// The process's runtime, started on first use with the default
@@ -140,7 +157,85 @@ impl Prefetcher {
     /// Current counters.
     pub fn stats(&self) -> PrefetchStats {
         let RuntimeStats { events, requests, refused, .. } = self.embedded.stats();
-        PrefetchStats { events, requests, refused, executor: self.executor().stats().total }
+        let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+        PrefetchStats {
+            events,
+            requests,
+            refused,
+            reads_observed: load(&self.reads_observed),
+            reads_unobserved: load(&self.reads_unobserved),
+            warm_spells: load(&self.warm_spells),
+            executor: self.executor().stats().total,
+        }
+    }
+}
+
+/// A read of one page that took longer than this came from the device, not
+/// the page cache (a cached 4 KiB `pread` takes 1–3 µs here, a device read
+/// 70 µs or more; a cached read preempted can take longer, hence
+/// [`SLOW_READS_APART`]).
+const SLOW_READ: Duration = Duration::from_micros(40);
+
+/// Reads in a row that came from the page cache, with no request of the
+/// policy queued meanwhile, after which the observer stands aside.
+const WARM_AFTER_READS: u32 = 256;
+
+/// While standing aside, two slow reads at most this many reads apart put
+/// the observer back (one alone is more often a cached read that was
+/// preempted than the device: on this VM about one read in a thousand).
+const SLOW_READS_APART: u32 = 32;
+
+/// Whether the file's reads are being served by the page cache on their
+/// own, so that observing them would only cost time.
+///
+/// On a warm cache the adapter cannot help, and watching every read
+/// (parsing interior pages, running the policy, screening its requests)
+/// made SQLite's cached lookups 40–80 % slower (python3's `sqlite3`, 1 M
+/// rows: a point read 6 → 9 µs). So after [`WARM_AFTER_READS`] reads in a
+/// row each faster than [`SLOW_READ`] while the executor queued nothing
+/// (every request the policy made was found cached already, or it made
+/// none) the observer stands aside: it only times reads. Two slow reads
+/// close together put it back, and from the second on it watches again.
+/// Prefetched reads are fast too, but then the executor queued work, so a
+/// scan being prefetched never looks warm.
+#[derive(Debug, Default)]
+struct WarmGate {
+    warm: bool,
+    /// Fast reads in a row (watching), or reads since the last slow one
+    /// (standing aside).
+    reads: u32,
+    /// A slow read was seen while standing aside, `reads` ago.
+    slow_seen: bool,
+    queued_at: u64,
+}
+
+impl WarmGate {
+    /// Takes one read's time and the executor's count of queued requests;
+    /// returns whether the read should be observed.
+    fn after_read(&mut self, elapsed: Duration, queued: u64) -> bool {
+        let slow = elapsed > SLOW_READ;
+        if self.warm {
+            self.reads = self.reads.saturating_add(1);
+            if slow {
+                if self.slow_seen && self.reads <= SLOW_READS_APART {
+                    *self = Self { queued_at: queued, ..Self::default() };
+                    return true;
+                }
+                self.slow_seen = true;
+                self.reads = 0;
+            }
+            return false;
+        }
+        if slow || queued != self.queued_at {
+            self.reads = 0;
+            self.queued_at = queued;
+            return true;
+        }
+        self.reads += 1;
+        if self.reads >= WARM_AFTER_READS {
+            *self = Self { warm: true, queued_at: queued, ..Self::default() };
+        }
+        true
     }
 }
 
@@ -163,6 +258,8 @@ pub struct DbObserver {
     announced: Option<u32>,
     /// Set once opening the file for prefetch failed: never retried.
     disabled: bool,
+    /// Whether reads are left unobserved for now (a warm cache).
+    gate: WarmGate,
 }
 
 impl DbObserver {
@@ -170,7 +267,15 @@ impl DbObserver {
     /// is opened (read-only, a descriptor of our own) on the first read of
     /// its header.
     pub fn new(path: impl Into<PathBuf>, prefetcher: &'static Prefetcher) -> Self {
-        Self { path: path.into(), prefetcher, file: None, known: None, announced: None, disabled: false }
+        Self {
+            path: path.into(),
+            prefetcher,
+            file: None,
+            known: None,
+            announced: None,
+            disabled: false,
+            gate: WarmGate::default(),
+        }
     }
 
     /// Whether the header has been seen and parsed.
@@ -197,6 +302,33 @@ impl DbObserver {
         self.announced = Some(page_no);
     }
 
+    /// Whether reads are being observed now: false while the page cache
+    /// serves them on its own (see [`Self::on_timed_read`]); then
+    /// [`Self::before_read`] need not be called.
+    pub fn watching(&self) -> bool {
+        !self.gate.warm
+    }
+
+    /// [`Self::on_read`] for a read that took `elapsed`: once the file's
+    /// reads have come from the page cache for a while with nothing for the
+    /// executor to do, they are only timed, not observed, until one comes
+    /// from the device again. The header (offset 0) is always observed.
+    pub fn on_timed_read(&mut self, offset: u64, bytes: &[u8], elapsed: Duration) {
+        let queued = self.prefetcher.executor().queued_requests();
+        let was_warm = self.gate.warm;
+        let observe = self.gate.after_read(elapsed, queued) || offset == 0;
+        if self.gate.warm && !was_warm {
+            self.prefetcher.warm_spells.fetch_add(1, Ordering::Relaxed);
+        }
+        if observe {
+            self.prefetcher.reads_observed.fetch_add(1, Ordering::Relaxed);
+            self.on_read(offset, bytes);
+        } else {
+            self.prefetcher.reads_unobserved.fetch_add(1, Ordering::Relaxed);
+            self.announced = None;
+        }
+    }
+
     /// Reports that SQLite read `bytes` at `offset` and got all of them.
     pub fn on_read(&mut self, offset: u64, bytes: &[u8]) {
         let announced = self.announced.take();
@@ -208,14 +340,29 @@ impl DbObserver {
         }
         let Some(known) = self.known.as_mut() else { return };
         let Some(page_no) = page_number(known.geometry.page_size, offset, bytes.len()) else { return };
+        let page = u64::from(page_no);
+        // An interior page read again unchanged (SQLite re-reads the upper
+        // levels on most lookups) is not parsed again.
+        if known.traversal.reread_unchanged(page, bytes) {
+            if announced != Some(page_no)
+                && let Some(event) = known.traversal.on_read(page, None)
+            {
+                self.prefetcher.dispatch(&event);
+            }
+            return;
+        }
         let parsed = sqlite::parse_page(bytes, page_no, &known.geometry).ok();
+        let interior = parsed.is_some();
         if announced == Some(page_no) {
             // The descent into it was reported before the read.
             if let Some(interior) = parsed {
-                known.traversal.learn(u64::from(page_no), interior);
+                known.traversal.learn(page, interior);
             }
-        } else if let Some(event) = known.traversal.on_read(u64::from(page_no), parsed) {
+        } else if let Some(event) = known.traversal.on_read(page, parsed) {
             self.prefetcher.dispatch(&event);
+        }
+        if interior {
+            known.traversal.keep_bytes(page, bytes);
         }
     }
 
@@ -300,5 +447,59 @@ pub fn warm_own_code(address: usize) {
                 predictio::sys::Advice::WillNeed,
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const FAST: Duration = Duration::from_micros(2);
+    const SLOW: Duration = Duration::from_micros(200);
+
+    #[test]
+    fn the_gate_stands_aside_after_a_run_of_cached_reads_with_nothing_queued() {
+        let mut gate = WarmGate::default();
+        for _ in 0..WARM_AFTER_READS {
+            assert!(gate.after_read(FAST, 0), "watching until the run is long enough");
+        }
+        assert!(gate.warm);
+        assert!(!gate.after_read(FAST, 0), "then reads are only timed");
+    }
+
+    #[test]
+    fn queued_work_or_a_device_read_restarts_the_run() {
+        let mut gate = WarmGate::default();
+        for i in 0..(3 * WARM_AFTER_READS) {
+            // A request queued every 16 reads: a scan being prefetched,
+            // whose reads are fast because of it.
+            assert!(gate.after_read(FAST, u64::from(i / 16)));
+        }
+        assert!(!gate.warm, "prefetching is not a warm cache");
+        for _ in 0..(WARM_AFTER_READS - 1) {
+            gate.after_read(FAST, 100);
+        }
+        assert!(gate.after_read(SLOW, 100), "a device read is observed");
+        assert!(!gate.warm, "and restarts the run");
+    }
+
+    #[test]
+    fn two_slow_reads_close_together_put_the_observer_back_one_alone_does_not() {
+        let mut gate = WarmGate::default();
+        for _ in 0..WARM_AFTER_READS {
+            gate.after_read(FAST, 0);
+        }
+        assert!(gate.warm);
+        // One slow read (a cached read preempted), then a long fast run.
+        assert!(!gate.after_read(SLOW, 0));
+        for _ in 0..(2 * SLOW_READS_APART) {
+            assert!(!gate.after_read(FAST, 0));
+        }
+        assert!(!gate.after_read(SLOW, 0), "too far apart: still aside");
+        // A cold scan: slow reads one after another.
+        assert!(!gate.after_read(FAST, 0));
+        assert!(gate.after_read(SLOW, 0), "the second slow read close by is observed");
+        assert!(!gate.warm);
+        assert!(gate.after_read(FAST, 0), "and every read after it");
     }
 }

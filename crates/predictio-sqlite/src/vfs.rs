@@ -143,9 +143,13 @@ unsafe extern "C" fn io_read(file: *mut sqlite3_file, buf: *mut c_void, amt: c_i
             // The descent is known from the offset alone: report it before
             // the read, so that prefetches overlap this read's own I/O.
             guard((), || {
-                observer.lock().unwrap_or_else(|p| p.into_inner()).before_read(offset as u64, amt as usize);
+                let mut observer = observer.lock().unwrap_or_else(|p| p.into_inner());
+                if observer.watching() {
+                    observer.before_read(offset as u64, amt as usize);
+                }
             });
         }
+        let start = std::time::Instant::now();
         // SAFETY: a file opened by `shim_open`; the real read gets exactly
         // SQLite's arguments.
         let rc = unsafe {
@@ -168,7 +172,11 @@ unsafe extern "C" fn io_read(file: *mut sqlite3_file, buf: *mut c_void, amt: c_i
                 let observer = unsafe { &*observer };
                 // A panic while observing must not change what SQLite gets.
                 guard((), || {
-                    observer.lock().unwrap_or_else(|p| p.into_inner()).on_read(offset as u64, bytes);
+                    observer.lock().unwrap_or_else(|p| p.into_inner()).on_timed_read(
+                        offset as u64,
+                        bytes,
+                        start.elapsed(),
+                    );
                 });
             }
         }
