@@ -180,9 +180,10 @@ const SLOW_READ: Duration = Duration::from_micros(40);
 /// policy queued meanwhile, after which the observer stands aside.
 const WARM_AFTER_READS: u32 = 256;
 
-/// While standing aside, two slow reads at most this many reads apart put
-/// the observer back (one alone is more often a cached read that was
-/// preempted than the device: on this VM about one read in a thousand).
+/// Two slow reads at most this many reads apart are the device's; a slow
+/// read farther from any other is taken for a cached read that was
+/// preempted or faulted (about one read in a thousand on this VM, more in a
+/// process's first queries) and changes nothing.
 const SLOW_READS_APART: u32 = 32;
 
 /// Whether the file's reads are being served by the page cache on their
@@ -192,48 +193,57 @@ const SLOW_READS_APART: u32 = 32;
 /// (parsing interior pages, running the policy, screening its requests)
 /// made SQLite's cached lookups 40–80 % slower (python3's `sqlite3`, 1 M
 /// rows: a point read 6 → 9 µs). So after [`WARM_AFTER_READS`] reads in a
-/// row each faster than [`SLOW_READ`] while the executor queued nothing
-/// (every request the policy made was found cached already, or it made
-/// none) the observer stands aside: it only times reads. Two slow reads
-/// close together put it back, and from the second on it watches again.
-/// Prefetched reads are fast too, but then the executor queued work, so a
-/// scan being prefetched never looks warm.
-#[derive(Debug, Default)]
+/// row with no two slow ones close together ([`SLOW_READ`],
+/// [`SLOW_READS_APART`]) while the executor queued nothing (every request
+/// the policy made was found cached already, or it made none) the observer
+/// stands aside: it only times reads. Two slow reads close together put it
+/// back, and from the second on it watches again. Prefetched reads are
+/// fast too, but then the executor queued work, so a scan being prefetched
+/// never looks warm.
+#[derive(Debug)]
 struct WarmGate {
     warm: bool,
-    /// Fast reads in a row (watching), or reads since the last slow one
-    /// (standing aside).
-    reads: u32,
-    /// A slow read was seen while standing aside, `reads` ago.
-    slow_seen: bool,
+    /// Reads in the current run (watching).
+    run: u32,
+    /// Reads since the last slow one.
+    since_slow: u32,
     queued_at: u64,
+}
+
+impl Default for WarmGate {
+    fn default() -> Self {
+        Self { warm: false, run: 0, since_slow: u32::MAX, queued_at: 0 }
+    }
 }
 
 impl WarmGate {
     /// Takes one read's time and the executor's count of queued requests;
     /// returns whether the read should be observed.
     fn after_read(&mut self, elapsed: Duration, queued: u64) -> bool {
-        let slow = elapsed > SLOW_READ;
+        let device = if elapsed > SLOW_READ {
+            let close = self.since_slow < SLOW_READS_APART;
+            self.since_slow = 0;
+            close
+        } else {
+            self.since_slow = self.since_slow.saturating_add(1);
+            false
+        };
         if self.warm {
-            self.reads = self.reads.saturating_add(1);
-            if slow {
-                if self.slow_seen && self.reads <= SLOW_READS_APART {
-                    *self = Self { queued_at: queued, ..Self::default() };
-                    return true;
-                }
-                self.slow_seen = true;
-                self.reads = 0;
+            if device {
+                *self = Self { queued_at: queued, since_slow: 0, ..Self::default() };
+                return true;
             }
             return false;
         }
-        if slow || queued != self.queued_at {
-            self.reads = 0;
+        if device || queued != self.queued_at {
+            self.run = 0;
             self.queued_at = queued;
             return true;
         }
-        self.reads += 1;
-        if self.reads >= WARM_AFTER_READS {
-            *self = Self { warm: true, queued_at: queued, ..Self::default() };
+        self.run += 1;
+        if self.run >= WARM_AFTER_READS {
+            self.warm = true;
+            self.run = 0;
         }
         true
     }
@@ -468,7 +478,7 @@ mod tests {
     }
 
     #[test]
-    fn queued_work_or_a_device_read_restarts_the_run() {
+    fn queued_work_or_device_reads_restart_the_run_a_lone_slow_read_does_not() {
         let mut gate = WarmGate::default();
         for i in 0..(3 * WARM_AFTER_READS) {
             // A request queued every 16 reads: a scan being prefetched,
@@ -476,11 +486,22 @@ mod tests {
             assert!(gate.after_read(FAST, u64::from(i / 16)));
         }
         assert!(!gate.warm, "prefetching is not a warm cache");
-        for _ in 0..(WARM_AFTER_READS - 1) {
+        // Lone slow reads (a cached read preempted) amid fast ones (the
+        // first read sees the count of queued requests change: it starts
+        // the run).
+        for i in 0..=WARM_AFTER_READS {
+            let elapsed = if i % 100 == 50 { SLOW } else { FAST };
+            assert!(gate.after_read(elapsed, 100));
+        }
+        assert!(gate.warm, "lone slow reads do not keep the observer watching");
+        let mut gate = WarmGate::default();
+        for _ in 0..(WARM_AFTER_READS - 2) {
             gate.after_read(FAST, 100);
         }
-        assert!(gate.after_read(SLOW, 100), "a device read is observed");
-        assert!(!gate.warm, "and restarts the run");
+        assert!(gate.after_read(SLOW, 100));
+        assert!(gate.after_read(SLOW, 100), "device reads are observed");
+        assert!(gate.after_read(FAST, 100));
+        assert!(!gate.warm, "and restart the run");
     }
 
     #[test]

@@ -91,7 +91,7 @@ fn a_sequential_batch_reader_gets_hits_after_the_first_batches() {
         // batch nobody asked for never arrives (the descriptor is
         // POSIX_FADV_RANDOM: the kernel reads nothing ahead) and its read
         // is a miss after the timeout.
-        if i >= 1 && i < 31 {
+        if (1..31).contains(&i) {
             let next = PageRange::covering_bytes((i + 1) * batch as u64, batch as u64);
             predictio::cache::wait_resident(&watch, &[next], Duration::from_secs(3)).expect("cachestat");
         }

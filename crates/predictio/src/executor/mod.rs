@@ -102,7 +102,7 @@ impl Default for ExecutorConfig {
 
 impl ExecutorConfig {
     /// The defaults for an executor inside an application (a database
-    /// adapter's embedded runtime): requests of up to 256 ranges whose pages
+    /// adapter's embedded runtime): requests of up to 1,024 ranges whose pages
     /// are all cached are settled in the submitting thread
     /// ([`Self::screen_resident_ranges`]), and neither metadata threads
     /// nor the stream thread are started (adapters prefetch pages of their
@@ -112,7 +112,7 @@ impl ExecutorConfig {
     /// single-threaded SQLite program ~10 % on cached range scans (glibc's
     /// locks take their atomic path once a process has two threads).
     pub fn embedded() -> Self {
-        Self { screen_resident_ranges: 256, meta_threads: 0, stream_thread: false, ..Self::default() }
+        Self { screen_resident_ranges: 1024, meta_threads: 0, stream_thread: false, ..Self::default() }
     }
 }
 
