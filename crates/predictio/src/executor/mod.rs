@@ -125,8 +125,11 @@ pub enum ExecutorError {
     /// A setting is out of range.
     #[error("invalid executor setting: {0}")]
     Config(&'static str),
-    /// The worker thread could not be started.
-    #[error("cannot start the executor's worker thread: {0}")]
+    /// A thread the executor starts with it (the stream thread, a metadata
+    /// thread) could not be started. (The worker starts with the first
+    /// request queued; if it cannot, that submit is refused with
+    /// [`SubmitError::NoWorker`].)
+    #[error("cannot start an executor thread: {0}")]
     Spawn(std::io::Error),
 }
 
@@ -253,7 +256,8 @@ impl std::fmt::Debug for Executor {
 impl Executor {
     /// Starts an executor on the real kernel: probes the page size,
     /// `cachestat` and the backend (falling back with a logged reason), and
-    /// starts the worker thread.
+    /// starts the stream and metadata threads it is configured with (the
+    /// worker starts with the first request queued).
     pub fn new(config: ExecutorConfig) -> Result<Self, ExecutorError> {
         let page_size = crate::sys::page_size();
         if page_size != PAGE_SIZE {
