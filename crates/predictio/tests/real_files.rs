@@ -305,7 +305,8 @@ fn embedded_requests_for_cached_pages_are_settled_at_submit_without_a_worker() {
     let exec = Executor::new(ExecutorConfig::embedded()).expect("executor starts");
     let origin = exec.register_origin("test");
     let scattered: Vec<PageRange> = (0..64).step_by(4).map(|p| PageRange::new(p, p + 1)).collect();
-    exec.submit(Request::new(file.clone(), scattered, origin).with_urgency(Urgency::Imminent)).expect("accepted");
+    exec.submit(Request::new(file.clone(), scattered.clone(), origin).with_urgency(Urgency::Imminent))
+        .expect("accepted");
     assert_eq!(exec.queued_requests(), 0, "a request for cached pages is not queued");
     assert!(!exec.worker_started(), "nothing to do: no thread");
     let total = exec.stats().total;
@@ -314,7 +315,6 @@ fn embedded_requests_for_cached_pages_are_settled_at_submit_without_a_worker() {
 
     // Evicted, the same request is queued, the worker starts and reads it.
     cache::evict(&file).expect("evict");
-    let scattered: Vec<PageRange> = (0..64).step_by(4).map(|p| PageRange::new(p, p + 1)).collect();
     exec.submit(Request::new(file.clone(), scattered.clone(), origin).with_urgency(Urgency::Imminent))
         .expect("accepted");
     assert_eq!(exec.queued_requests(), 1);

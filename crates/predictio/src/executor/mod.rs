@@ -231,13 +231,12 @@ struct Shared {
 pub struct Executor {
     shared: Arc<Shared>,
     meta: meta::MetaPool,
-    /// The engine until the worker thread starts: with the first request
-    /// queued, not before (see [`ExecutorConfig::embedded`]).
-    pending: Mutex<Option<Box<Engine>>>,
+    /// The worker's loop, with its engine, until the worker thread starts:
+    /// with the first request queued, not before (see
+    /// [`ExecutorConfig::embedded`]).
+    pending: Mutex<Option<Box<dyn FnOnce() + Send>>>,
     worker: Mutex<Option<JoinHandle<()>>>,
     worker_thread: OnceLock<Thread>,
-    track_hits: bool,
-    hit_timeout: Duration,
     backend: BackendKind,
     fallback: Option<String>,
     /// The stream thread (shared with the engine), for `is_idle`.
@@ -330,16 +329,17 @@ impl Executor {
         } else {
             None
         };
+        let worker_shared = Arc::clone(&shared);
+        let (track_hits, hit_timeout) = (config.limits.track_hits, config.hit_timeout);
+        let worker_loop = move || worker_loop(worker_shared, engine, track_hits, hit_timeout);
         let meta = meta::MetaPool::new(config.meta_threads, config.meta_queue_capacity, Arc::clone(&shared.accounting))
             .map_err(ExecutorError::Spawn)?;
         Ok(Self {
             shared,
             meta,
-            pending: Mutex::new(Some(Box::new(engine))),
+            pending: Mutex::new(Some(Box::new(worker_loop))),
             worker: Mutex::new(None),
             worker_thread: OnceLock::new(),
-            track_hits: config.limits.track_hits,
-            hit_timeout: config.hit_timeout,
             backend: kind,
             fallback,
             streamer,
@@ -414,13 +414,8 @@ impl Executor {
         if let Some(thread) = self.worker_thread.get() {
             return Some(thread);
         }
-        let engine = pending.take()?;
-        let shared = Arc::clone(&self.shared);
-        let (track_hits, hit_timeout) = (self.track_hits, self.hit_timeout);
-        match thread::Builder::new()
-            .name("predictio-exec".into())
-            .spawn(move || worker_loop(shared, *engine, track_hits, hit_timeout))
-        {
+        let body = pending.take()?;
+        match thread::Builder::new().name("predictio-exec".into()).spawn(body) {
             Ok(handle) => {
                 let thread = handle.thread().clone();
                 *self.worker.lock().unwrap_or_else(|e| e.into_inner()) = Some(handle);
