@@ -3,10 +3,11 @@
 //!
 //! ```text
 //!  xRead(offset, len), before the real read ─ DbObserver::before_read ─ Traversal (page number only) ─ TreeChildEnter ─ Prefetcher
-//!  xRead(offset, bytes), after it ─ DbObserver::on_read ─ Header::parse (offset 0)
-//!                                                     └ parse_page ─ Traversal::learn (interior pages)
-//!                                                                    (or, when not announced, Traversal ─ TreeChildEnter ─ Prefetcher)
-//!  Prefetcher = Runtime + Executor, btree policy
+//!  xRead(offset, bytes, time), after it ─ DbObserver::on_timed_read ─ WarmGate (stand aside on a warm cache)
+//!                                         └ DbObserver::on_read ─ Header::parse (offset 0)
+//!                                                               └ parse_page ─ Traversal::learn (interior pages; unchanged re-reads not parsed)
+//!                                                                              (or, when not announced, Traversal ─ TreeChildEnter ─ Prefetcher)
+//!  Prefetcher = Runtime + Executor (ExecutorConfig::embedded), btree policy
 //! ```
 //!
 //! Reporting the descent before the read lets the prefetch of the pages

@@ -580,6 +580,26 @@ mod tests {
     }
 
     #[test]
+    fn a_page_whose_kept_bytes_are_read_again_needs_no_parse() {
+        let file = FileId { dev: 1, ino: 2 };
+        let layout = DbPageLayout::new(Engine::Sqlite, 4096).expect("4096");
+        let mut traversal = Traversal::new(file, layout, 4);
+        let bytes = vec![5u8; 4096];
+        assert!(!traversal.reread_unchanged(2, &bytes), "nothing remembered yet");
+        traversal.on_read(2, Some(InteriorPage { kind: InteriorKind::SqliteTable, children: vec![10, 11, 12] }));
+        assert!(!traversal.reread_unchanged(2, &bytes), "no bytes kept for it yet");
+        traversal.keep_bytes(2, &bytes);
+        traversal.keep_bytes(3, &bytes); // not remembered: passed over
+        assert_eq!(traversal.remembered(), 1);
+        assert!(traversal.reread_unchanged(2, &bytes));
+        let mut changed = bytes.clone();
+        changed[100] ^= 1;
+        assert!(!traversal.reread_unchanged(2, &changed), "other bytes are parsed again");
+        // The kept page still places its children.
+        assert!(matches!(traversal.on_read(11, None), Some(Event::TreeChildEnter { position: 1, .. })));
+    }
+
+    #[test]
     fn a_parent_in_use_is_kept_while_others_come_and_go() {
         let file = FileId { dev: 1, ino: 2 };
         let layout = DbPageLayout::new(Engine::Sqlite, 4096).expect("4096");
