@@ -313,14 +313,41 @@ fn embedded_requests_for_cached_pages_are_settled_at_submit_without_a_worker() {
     assert_eq!((total.requests, total.requested_pages, total.skipped_resident_pages), (1, 16, 16));
     assert_eq!(total.issued_pages, 0);
 
-    // Evicted, the same request is queued, the worker starts and reads it.
+    // Evicted, the same request goes to the engine: issued by this thread
+    // (`issue_in_caller`), still without a worker.
     cache::evict(&file).expect("evict");
     exec.submit(Request::new(file.clone(), scattered.clone(), origin).with_urgency(Urgency::Imminent))
         .expect("accepted");
     assert_eq!(exec.queued_requests(), 1);
-    assert!(exec.worker_started());
+    assert!(!exec.worker_started(), "issued by the submitting thread");
     assert!(exec.wait_idle(Duration::from_secs(10)));
     let resident = cache::wait_resident(&file, &scattered, Duration::from_secs(10)).expect("cachestat");
-    assert_eq!(resident, 16, "the worker prefetched the evicted pages");
+    assert_eq!(resident, 16, "the caller prefetched the evicted pages");
     assert_eq!(exec.stats().total.issued_pages, 16);
+}
+
+#[test]
+fn a_request_the_caller_would_wait_for_goes_to_the_worker() {
+    let _cache = cache_lock();
+    let dir = disk_dir();
+    let (path, _) = data_file(dir.path(), "paced", 64, 10);
+    let file = FileRef::open(&path).expect("open");
+    cache::evict(&file).expect("evict");
+    let scattered: Vec<PageRange> = (0..64).step_by(4).map(|p| PageRange::new(p, p + 1)).collect();
+    // Without `issue_in_caller`, and with it where pacing (at most 8 pages
+    // unsettled) would make the caller wait for a 16-page request: queued,
+    // and the worker reads it.
+    let paced =
+        ExecutorConfig { limits: Limits { max_unsettled_pages: 8, ..Limits::default() }, ..ExecutorConfig::embedded() };
+    for config in [ExecutorConfig { issue_in_caller: false, ..ExecutorConfig::embedded() }, paced] {
+        cache::evict(&file).expect("evict");
+        let exec = Executor::new(config).expect("executor starts");
+        let origin = exec.register_origin("test");
+        exec.submit(Request::new(file.clone(), scattered.clone(), origin).with_urgency(Urgency::Imminent))
+            .expect("accepted");
+        assert!(exec.worker_started(), "queued for the worker");
+        assert!(exec.wait_idle(Duration::from_secs(10)));
+        let resident = cache::wait_resident(&file, &scattered, Duration::from_secs(10)).expect("cachestat");
+        assert_eq!(resident, 16, "the worker prefetched the evicted pages");
+    }
 }

@@ -124,6 +124,10 @@ pub struct Engine {
     classes: Vec<Residency>,
     order: Vec<(u64, u32)>,
     stack: Vec<(usize, usize)>,
+    /// How long a prefetched page may stay untouched before it counts as
+    /// waste, and when that was last looked at (with hit tracking).
+    hit_timeout: Duration,
+    last_sweep: Instant,
 }
 
 /// What `cachestat` says of a segment.
@@ -175,6 +179,24 @@ impl Engine {
             classes: Vec::new(),
             order: Vec::new(),
             stack: Vec::new(),
+            hit_timeout: Duration::from_secs(30),
+            last_sweep: Instant::now(),
+        }
+    }
+
+    /// Counts prefetched pages left untouched for `timeout` as waste (with
+    /// [`Limits::track_hits`]; 30 s unless set).
+    pub fn with_hit_timeout(mut self, timeout: Duration) -> Self {
+        self.hit_timeout = timeout;
+        self
+    }
+
+    /// With hit tracking, at most once a second: counts the prefetched
+    /// pages untouched for the hit timeout as waste.
+    pub fn expire_hits(&mut self, now: Instant) {
+        if self.limits.track_hits && now.duration_since(self.last_sweep) >= Duration::from_secs(1) {
+            self.accounting.expire(now, self.hit_timeout);
+            self.last_sweep = now;
         }
     }
 
@@ -458,6 +480,32 @@ impl Engine {
     /// one that has not settled within [`Limits::settle_timeout`] leaves it
     /// anyway. Returns the probes that found the oldest I/O still in flight
     /// (each followed by a short sleep).
+    /// Whether a request of `pages` pages would be issued without this
+    /// thread waiting for anything: no I/O of a completing backend is in
+    /// flight (its completions are the worker's to collect), and pacing
+    /// ([`Limits::max_unsettled_pages`]) has room once the reads already
+    /// settled are let go (looked up, never waited for). What
+    /// [`super::Executor::submit`] asks before running a request in the
+    /// caller's thread.
+    pub fn issues_without_waiting(&mut self, pages: u64) -> bool {
+        if self.backend.in_flight() > 0 {
+            return false;
+        }
+        let limit = self.limits.max_unsettled_pages;
+        if limit == 0 {
+            return true;
+        }
+        while self.unsettled_pages + pages > limit {
+            let Some((file, last, len, issued)) = self.unsettled.front() else { break };
+            if issued.elapsed() < self.limits.settle_timeout && !self.cache.read_settled(file, *last) {
+                return false;
+            }
+            self.unsettled_pages -= *len;
+            self.unsettled.pop_front();
+        }
+        self.unsettled_pages + pages <= limit
+    }
+
     fn pace(&mut self, pages: u64) -> u64 {
         let limit = self.limits.max_unsettled_pages;
         let mut waits = 0;

@@ -1,9 +1,11 @@
 //! The executor: the only code in predictio that prefetches.
 //!
 //! [`Executor::submit`] validates a [`Request`] and puts it on a bounded
-//! queue; it never blocks and never does I/O. When the queue is full the
-//! request is dropped and counted. A worker thread takes requests off the
-//! queue and runs them through the [`engine::Engine`]: clamp to EOF, skip holes,
+//! queue; it never blocks and never waits for I/O. When the queue is full
+//! the request is dropped and counted. A worker thread takes requests off
+//! the queue (or, with [`ExecutorConfig::issue_in_caller`], the submitting
+//! thread itself, where nothing would wait) and runs them through the
+//! [`engine::Engine`]: clamp to EOF, skip holes,
 //! skip resident pages (`cachestat`, then `mincore` where a range is partly
 //! resident), skip pages in flight, coalesce, and issue through the chosen
 //! [`BackendKind`] within the I/O-depth and in-flight bounds. Under memory
@@ -80,6 +82,20 @@ pub struct ExecutorConfig {
     /// Whether sequential requests get the stream thread (true, the
     /// default); without it they are issued like any other.
     pub stream_thread: bool,
+    /// Whether the submitting thread runs a request through the engine
+    /// itself when it can without waiting: the queue is empty, the engine
+    /// is not in use (`try_lock`), and issuing would not wait
+    /// ([`Engine::issues_without_waiting`]); otherwise the request is queued
+    /// for the worker as usual. Only with backends that finish at issue
+    /// (`fadvise`, `readahead`, `madvise`): with `uring` every request is
+    /// queued. Off by default. For adapters inside a program
+    /// ([`Self::embedded`]): on a 2-CPU machine the kernel woke the worker on
+    /// the program's own CPU (where the device's interrupts also land), so
+    /// each request cost the program two context switches and the wait for
+    /// its turn, and the reads it had just asked for started late. Issuing
+    /// is a few microseconds of `posix_fadvise` per I/O, which the program's
+    /// CPU was paying anyway.
+    pub issue_in_caller: bool,
 }
 
 impl Default for ExecutorConfig {
@@ -96,6 +112,7 @@ impl Default for ExecutorConfig {
             meta_queue_capacity: 4096,
             screen_resident_ranges: 0,
             stream_thread: true,
+            issue_in_caller: false,
         }
     }
 }
@@ -106,13 +123,22 @@ impl ExecutorConfig {
     /// are all cached are settled in the submitting thread
     /// ([`Self::screen_resident_ranges`]), and neither metadata threads
     /// nor the stream thread are started (adapters prefetch pages of their
-    /// trees, not directories or streams). With the worker started only
-    /// when a request first needs it, a program whose data is all cached
-    /// runs with no thread of ours: merely having a second thread cost a
+    /// trees, not directories or streams). Requests that need I/O are
+    /// issued by the submitting thread too where it need not wait
+    /// ([`Self::issue_in_caller`]). With the worker started only when a
+    /// request is first queued, a program whose data is all cached, or
+    /// whose requests its own thread issued, runs with no thread of ours:
+    /// merely having a second thread cost a
     /// single-threaded SQLite program ~10 % on cached range scans (glibc's
     /// locks take their atomic path once a process has two threads).
     pub fn embedded() -> Self {
-        Self { screen_resident_ranges: 1024, meta_threads: 0, stream_thread: false, ..Self::default() }
+        Self {
+            screen_resident_ranges: 1024,
+            meta_threads: 0,
+            stream_thread: false,
+            issue_in_caller: true,
+            ..Self::default()
+        }
     }
 }
 
@@ -244,6 +270,12 @@ pub struct Executor {
     /// [`ExecutorConfig::screen_resident_ranges`], 0 where `cachestat` is
     /// missing or the parts are not the real kernel's.
     screen_resident_ranges: usize,
+    /// The engine, shared by the worker and (with
+    /// [`ExecutorConfig::issue_in_caller`]) the submitting threads.
+    engine: Arc<Mutex<Engine>>,
+    /// [`ExecutorConfig::issue_in_caller`], where the backend finishes at
+    /// issue.
+    caller_runs: bool,
 }
 
 impl std::fmt::Debug for Executor {
@@ -319,7 +351,8 @@ impl Executor {
             max_ranges: config.max_ranges_per_request,
         });
         let kind = backend.kind();
-        let mut engine = Engine::new(config.limits.clone(), cache, backend, pressure, Arc::clone(&accounting));
+        let mut engine = Engine::new(config.limits.clone(), cache, backend, pressure, Arc::clone(&accounting))
+            .with_hit_timeout(config.hit_timeout);
         let streamer = if stream {
             let streamer = stream::Streamer::new(config.limits.max_stream_queued_pages, Arc::clone(&accounting))
                 .map_err(ExecutorError::Spawn)?;
@@ -329,9 +362,10 @@ impl Executor {
         } else {
             None
         };
+        let engine = Arc::new(Mutex::new(engine));
         let worker_shared = Arc::clone(&shared);
-        let (track_hits, hit_timeout) = (config.limits.track_hits, config.hit_timeout);
-        let worker_loop = move || worker_loop(worker_shared, engine, track_hits, hit_timeout);
+        let worker_engine = Arc::clone(&engine);
+        let worker_loop = move || worker_loop(worker_shared, worker_engine);
         let meta = meta::MetaPool::new(config.meta_threads, config.meta_queue_capacity, Arc::clone(&shared.accounting))
             .map_err(ExecutorError::Spawn)?;
         Ok(Self {
@@ -344,6 +378,8 @@ impl Executor {
             fallback,
             streamer,
             screen_resident_ranges: 0,
+            engine,
+            caller_runs: config.issue_in_caller && kind != BackendKind::Uring,
         })
     }
 
@@ -364,6 +400,11 @@ impl Executor {
 
     /// Validates `request` and queues it; never blocks. Nonsense is refused
     /// with a typed error; a full queue drops the request. Both are counted.
+    /// With [`ExecutorConfig::screen_resident_ranges`] a request whose pages
+    /// are all cached is settled here; with
+    /// [`ExecutorConfig::issue_in_caller`] one the engine can issue without
+    /// waiting is issued here (asynchronous reads: `posix_fadvise` returns
+    /// once they are submitted).
     pub fn submit(&self, request: Request) -> Result<(), SubmitError> {
         if let Err(err) = validate(&request, self.shared.max_ranges) {
             let d = Counters { rejected_requests: 1, ..Counters::default() };
@@ -380,6 +421,10 @@ impl Executor {
             self.shared.accounting.record(origin, Some(file), &d);
             return Ok(());
         }
+        let request = match self.run_in_caller(request) {
+            Some(request) => request,
+            None => return Ok(()),
+        };
         if self.shared.queue.push(request).is_err() {
             let d = Counters { dropped_requests: 1, dropped_pages: pages, ..Counters::default() };
             self.shared.accounting.record(origin, Some(file), &d);
@@ -428,6 +473,25 @@ impl Executor {
         }
     }
 
+    /// Runs `request` through the engine in this thread if
+    /// [`ExecutorConfig::issue_in_caller`] allows it and nothing would wait:
+    /// nothing is queued ahead of it, the engine is free, and issuing it
+    /// would not wait. Gives the request back otherwise (to be queued).
+    fn run_in_caller(&self, request: Request) -> Option<Request> {
+        if !self.caller_runs || !self.shared.queue.is_empty() {
+            return Some(request);
+        }
+        let Ok(mut engine) = self.engine.try_lock() else { return Some(request) };
+        if !engine.issues_without_waiting(request.pages()) {
+            return Some(request);
+        }
+        self.shared.submitted.fetch_add(1, Ordering::SeqCst);
+        engine.execute(request);
+        engine.expire_hits(Instant::now());
+        self.shared.processed.fetch_add(1, Ordering::SeqCst);
+        None
+    }
+
     /// Whether screening is on for `request` and finds every page of it in
     /// the page cache ([`ExecutorConfig::screen_resident_ranges`]). Any
     /// doubt (an error, a range not wholly cached) says no: the worker
@@ -449,8 +513,9 @@ impl Executor {
         self.worker_thread.get().is_some()
     }
 
-    /// Requests queued for the worker so far (those [`Self::submit`]
-    /// accepted and did not settle itself as all cached). One atomic load:
+    /// Requests that went to the engine so far (those [`Self::submit`]
+    /// accepted and did not settle as all cached: queued for the worker or
+    /// run by the submitting thread). One atomic load:
     /// an adapter can tell from it, cheaply, whether its policy's requests
     /// still cause any work.
     pub fn queued_requests(&self) -> u64 {
@@ -660,9 +725,11 @@ pub fn validate(request: &Request, max_ranges: usize) -> Result<(), SubmitError>
     if any { Ok(()) } else { Err(SubmitError::Empty) }
 }
 
-fn worker_loop(shared: Arc<Shared>, mut engine: Engine, track_hits: bool, hit_timeout: Duration) {
-    let mut last_sweep = Instant::now();
+fn worker_loop(shared: Arc<Shared>, engine: Arc<Mutex<Engine>>) {
     loop {
+        // Held while working; a submitting thread that finds it taken
+        // queues its request instead (`Executor::run_in_caller`).
+        let mut engine = engine.lock().unwrap_or_else(|e| e.into_inner());
         let mut did_work = false;
         while let Some(request) = shared.queue.pop() {
             engine.execute(request);
@@ -681,10 +748,7 @@ fn worker_loop(shared: Arc<Shared>, mut engine: Engine, track_hits: bool, hit_ti
             continue;
         }
         shared.inflight_ios.store(0, Ordering::SeqCst);
-        if track_hits && last_sweep.elapsed() >= Duration::from_secs(1) {
-            shared.accounting.expire(Instant::now(), hit_timeout);
-            last_sweep = Instant::now();
-        }
+        engine.expire_hits(Instant::now());
         if did_work {
             let _guard = shared.idle_lock.lock().unwrap_or_else(|e| e.into_inner());
             shared.idle.notify_all();
@@ -696,6 +760,7 @@ fn worker_loop(shared: Arc<Shared>, mut engine: Engine, track_hits: bool, hit_ti
             }
             continue;
         }
+        drop(engine);
         shared.parking.park_unless(|| !shared.queue.is_empty() || shared.stop.load(Ordering::SeqCst));
     }
 }
