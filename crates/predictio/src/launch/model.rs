@@ -51,11 +51,19 @@ pub struct WalkLimits {
     /// Neighbouring predicted ranges closer than this many pages are merged
     /// (reading a small gap costs less than a second I/O).
     pub merge_gap: u64,
+    /// Pages per wave: the walk's pages, in the order it visits them (the
+    /// order of expected first use), are cut into waves of about this many
+    /// pages, each sorted and merged on its own (0: one wave, the whole
+    /// file sorted). A replay hands a file's waves to the executor one at a
+    /// time, the first wave of every file before the second of any, so
+    /// that a large library's late pages do not hold up a small one's
+    /// early ones (see [`crate::launch::policy`]).
+    pub wave_pages: u64,
 }
 
 impl Default for WalkLimits {
     fn default() -> Self {
-        Self { min_share: 0.3, min_edge_share: 0.05, max_pages: 1 << 17, merge_gap: 4 }
+        Self { min_share: 0.3, min_edge_share: 0.05, max_pages: 1 << 17, merge_gap: 4, wave_pages: 256 }
     }
 }
 
@@ -175,8 +183,9 @@ impl PageModel {
     /// The bounded walk: nodes reachable from the start pages through
     /// transitions, visited once each in order of expected first use
     /// (heaviest path first), kept when touched by at least
-    /// [`WalkLimits::min_share`] of recent runs; returned as sorted,
-    /// merged page ranges together with the walk order of their first pages.
+    /// [`WalkLimits::min_share`] of recent runs; returned in waves of
+    /// [`WalkLimits::wave_pages`] pages in walk order, each wave's ranges
+    /// sorted and merged.
     pub fn walk(&self, limits: &WalkLimits) -> Vec<PageRange> {
         if self.runs <= 0.0 {
             return Vec::new();
@@ -238,8 +247,29 @@ impl PageModel {
                 }
             }
         }
-        sorted_sparse(picked, limits.merge_gap)
+        waves(picked, limits.wave_pages, limits.merge_gap)
     }
+}
+
+/// Cuts `picked` (in walk order) into consecutive waves of at least
+/// `wave_pages` pages (0: one wave) and sorts and merges each.
+fn waves(picked: Vec<PageRange>, wave_pages: u64, gap: u64) -> Vec<PageRange> {
+    if wave_pages == 0 {
+        return sorted_sparse(picked, gap);
+    }
+    let mut out = Vec::with_capacity(picked.len());
+    let mut wave = Vec::new();
+    let mut pages = 0;
+    for range in picked {
+        pages += range.len();
+        wave.push(range);
+        if pages >= wave_pages {
+            out.extend(sorted_sparse(std::mem::take(&mut wave), gap));
+            pages = 0;
+        }
+    }
+    out.extend(sorted_sparse(wave, gap));
+    out
 }
 
 /// Sorts ranges by page and merges those that overlap or are at most `gap`
@@ -297,6 +327,18 @@ mod tests {
         }
         let walk = m.walk(&WalkLimits { merge_gap: 0, ..WalkLimits::default() });
         assert_eq!(walk, vec![r(0, 1), r(20, 21), r(30, 31)]);
+    }
+
+    #[test]
+    fn walk_returns_waves_in_order_of_first_use_each_sorted() {
+        // A launch that reads a file backwards, one page every ten.
+        let mut m = PageModel::default();
+        let run: Vec<PageRange> = (0..6u64).rev().map(|i| r(i * 10, i * 10 + 1)).collect();
+        m.merge_run(&run, &ModelLimits::default());
+        let walk = |wave_pages| m.walk(&WalkLimits { merge_gap: 0, wave_pages, ..WalkLimits::default() });
+        let starts = |v: Vec<PageRange>| v.iter().map(|r| r.start).collect::<Vec<_>>();
+        assert_eq!(starts(walk(2)), vec![40, 50, 20, 30, 0, 10], "the first pages used come first");
+        assert_eq!(starts(walk(0)), vec![0, 10, 20, 30, 40, 50], "one wave: sorted");
     }
 
     #[test]

@@ -25,8 +25,12 @@ use crate::request::{MetaDir, Urgency};
 pub struct ReplayFile {
     /// The held descriptor.
     pub file: FileRef,
-    /// Pages, sorted.
+    /// Pages in order of expected first use: waves of about
+    /// [`Replay::wave_pages`] pages, each wave sorted.
     pub ranges: Vec<PageRange>,
+    /// When the launch first touched the file, ms after exec (the
+    /// profile's average).
+    pub first_touch_ms: f64,
 }
 
 /// A profile ready to replay: descriptors opened, files checked.
@@ -43,6 +47,13 @@ pub struct Replay {
     /// The directories the launch searched, held open, listed by the
     /// executor's metadata threads at exec.
     pub dirs: Vec<MetaDir>,
+    /// Pages per request ([`WalkLimits::wave_pages`]; 0: one request per
+    /// file).
+    pub wave_pages: u64,
+    /// How long the launch lasts, ms: its average learned window, or its
+    /// latest first touch if that is later. Spreads the waves over time
+    /// ([`wave_order`]).
+    pub span_ms: f64,
 }
 
 impl Replay {
@@ -52,7 +63,9 @@ impl Replay {
     /// the event path.
     pub fn open(profile: &Profile, walk: &WalkLimits) -> Replay {
         let plan = profile.plan(walk);
-        let mut replay = Replay::default();
+        let latest = profile.files.iter().map(|f| f.first_touch_ms).fold(0.0f64, f64::max);
+        let window = profile.learned_ms / f64::from(profile.runs.max(1));
+        let mut replay = Replay { wave_pages: walk.wave_pages, span_ms: window.max(latest), ..Replay::default() };
         let open_one = |index: usize, ranges: Vec<PageRange>, replay: &mut Replay| -> Option<ReplayFile> {
             let identity = &profile.files[index].identity;
             let file = match FileRef::open(&identity.path) {
@@ -63,7 +76,9 @@ impl Replay {
                 }
             };
             match file.file().metadata().map(|m| identity.compare(&m)) {
-                Ok(Freshness::Fresh) => Some(ReplayFile { file, ranges }),
+                Ok(Freshness::Fresh) => {
+                    Some(ReplayFile { file, ranges, first_touch_ms: profile.files[index].first_touch_ms })
+                }
                 Ok(_) => {
                     replay.changed.push(identity.path.clone());
                     None
@@ -249,11 +264,41 @@ impl LaunchPolicy {
         self.replays
     }
 
-    fn emit(files: &[ReplayFile], ctx: &mut PolicyContext<'_>) {
-        for f in files {
-            ctx.request_file(&f.file, f.ranges.clone(), Urgency::Imminent);
+    /// One request per wave of each file (about `wave_pages` pages, in the
+    /// file's order of first use), all waves in order of when they are
+    /// expected to be needed (see [`wave_order`]). The executor runs
+    /// requests in order, and a file's whole list ahead of the next file's
+    /// kept the loader's read of a small library's header waiting behind
+    /// tens of MiB of a large one's pages (clang: libclang-cpp's 18 and
+    /// libLLVM's 33 MiB ahead of libstdc++'s first page).
+    fn emit(files: &[ReplayFile], replay: &Replay, ctx: &mut PolicyContext<'_>) {
+        for (f, wave) in wave_order(files, replay.wave_pages, replay.span_ms) {
+            ctx.request_file(&files[f].file, wave.to_vec(), Urgency::Imminent);
         }
     }
+}
+
+/// The waves of `files` (`(file index, ranges)`), in order of expected need.
+/// A file's waves are taken to be needed one after another from its first
+/// touch on, each after as long as the launch's span (`span_ms`, at least
+/// the latest first touch) divided by the number of waves of all files: the
+/// first touch and the order within each file are what the profile knows.
+/// Ties keep the files' order.
+pub fn wave_order(files: &[ReplayFile], wave_pages: u64, span_ms: f64) -> Vec<(usize, &[PageRange])> {
+    let mut waves: Vec<(usize, usize, &[PageRange])> = Vec::new();
+    for (i, f) in files.iter().enumerate() {
+        let mut rest = f.ranges.as_slice();
+        let mut k = 0;
+        while !rest.is_empty() {
+            waves.push((i, k, next_wave(&mut rest, wave_pages)));
+            k += 1;
+        }
+    }
+    let span = files.iter().map(|f| f.first_touch_ms).fold(span_ms, f64::max).max(1.0);
+    let per_wave = span / waves.len().max(1) as f64;
+    let due = |&(i, k, _): &(usize, usize, &[PageRange])| files[i].first_touch_ms + k as f64 * per_wave;
+    waves.sort_by(|a, b| due(a).total_cmp(&due(b)).then(a.0.cmp(&b.0)).then(a.1.cmp(&b.1)));
+    waves.into_iter().map(|(i, _, w)| (i, w)).collect()
 }
 
 impl Policy for LaunchPolicy {
@@ -288,7 +333,7 @@ impl Policy for LaunchPolicy {
                 self.last_exec.insert(*exe, *time_ns);
                 self.replays += 1;
                 ctx.request_metadata(replay.dirs.clone());
-                Self::emit(&replay.at_exec, ctx);
+                Self::emit(&replay.at_exec, &replay, ctx);
                 self.pending.retain(|_, (at, _)| time_ns.saturating_sub(*at) < TRIGGER_TTL_NS);
                 for (trigger, _) in &replay.on_trigger {
                     if self.pending.len() < MAX_PENDING {
@@ -300,12 +345,31 @@ impl Policy for LaunchPolicy {
                 if let Some((_, replay)) = self.pending.remove(file)
                     && let Some((_, files)) = replay.on_trigger.iter().find(|(t, _)| t == file)
                 {
-                    Self::emit(files, ctx);
+                    Self::emit(files, &replay, ctx);
                 }
             }
             _ => {}
         }
     }
+}
+
+/// Takes the next wave off the front of `ranges`: the shortest prefix of at
+/// least `wave_pages` pages (all of them when 0 or fewer are left).
+fn next_wave<'a>(ranges: &mut &'a [PageRange], wave_pages: u64) -> &'a [PageRange] {
+    let mut pages = 0;
+    let mut end = ranges.len();
+    if wave_pages > 0 {
+        for (i, r) in ranges.iter().enumerate() {
+            pages += r.len();
+            if pages >= wave_pages {
+                end = i + 1;
+                break;
+            }
+        }
+    }
+    let (wave, rest) = ranges.split_at(end);
+    *ranges = rest;
+    wave
 }
 
 fn event_time(event: &Event) -> Option<u64> {
@@ -428,6 +492,36 @@ mod tests {
     }
 
     #[test]
+    fn waves_are_ordered_by_when_they_are_needed() {
+        let dir = tempfile::tempdir().unwrap();
+        let open = |name: &str| {
+            let path = dir.path().join(name);
+            std::fs::write(&path, vec![0u8; 4096]).unwrap();
+            FileRef::open(&path).unwrap()
+        };
+        // A large library touched first (20 waves of one page) and a small
+        // one touched 1 ms later, in a launch of 100 ms: the small one's
+        // page comes after the large one's first waves, not after all 20.
+        let big = ReplayFile {
+            file: open("big"),
+            ranges: (0..20).map(|i| PageRange::page(i * 2)).collect(),
+            first_touch_ms: 0.0,
+        };
+        let small = ReplayFile { file: open("small"), ranges: vec![PageRange::page(0)], first_touch_ms: 1.0 };
+        let files = [big, small];
+        let order: Vec<usize> = wave_order(&files, 1, 100.0).into_iter().map(|(f, _)| f).collect();
+        assert_eq!(order.len(), 21);
+        assert_eq!(order.iter().position(|&f| f == 1), Some(1), "{order:?}");
+        // The big file's own waves keep their order.
+        let big_waves: Vec<u64> =
+            wave_order(&files, 1, 100.0).into_iter().filter(|(f, _)| *f == 0).map(|(_, w)| w[0].start).collect();
+        assert_eq!(big_waves, (0..20).map(|i| i * 2).collect::<Vec<_>>());
+        // One wave per file (wave_pages 0): one request each, files in order.
+        let whole: Vec<usize> = wave_order(&files, 0, 100.0).into_iter().map(|(f, _)| f).collect();
+        assert_eq!(whole, vec![0, 1]);
+    }
+
+    #[test]
     fn repeated_exec_replays_once() {
         let book = ReplayBook::default();
         let exe = FileId { dev: 1, ino: 1 };
@@ -437,7 +531,10 @@ mod tests {
         let file = FileRef::open(&path).unwrap();
         book.insert(
             exe,
-            Replay { at_exec: vec![ReplayFile { file, ranges: vec![PageRange::page(1)] }], ..Replay::default() },
+            Replay {
+                at_exec: vec![ReplayFile { file, ranges: vec![PageRange::page(1)], first_touch_ms: 0.0 }],
+                ..Replay::default()
+            },
         );
         let mut policy = LaunchPolicy::new(book);
         let files = crate::policy::FileTable::default();
