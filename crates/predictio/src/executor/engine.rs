@@ -495,26 +495,28 @@ impl Engine {
         if limit == 0 {
             return true;
         }
-        while self.unsettled_pages + pages > limit {
-            let Some((file, last, len, issued)) = self.unsettled.front() else { break };
-            if issued.elapsed() < self.limits.settle_timeout && !self.cache.read_settled(file, *last) {
-                return false;
-            }
-            self.unsettled_pages -= *len;
-            self.unsettled.pop_front();
-        }
+        while self.unsettled_pages + pages > limit && self.release_settled() {}
         self.unsettled_pages + pages <= limit
+    }
+
+    /// Lets go of the oldest unsettled read if it has settled (or is past
+    /// [`Limits::settle_timeout`]); false when there is none or it is still
+    /// in flight. Looks, never waits.
+    fn release_settled(&mut self) -> bool {
+        let Some((file, last, len, issued)) = self.unsettled.front() else { return false };
+        if issued.elapsed() < self.limits.settle_timeout && !self.cache.read_settled(file, *last) {
+            return false;
+        }
+        self.unsettled_pages -= *len;
+        self.unsettled.pop_front();
+        true
     }
 
     fn pace(&mut self, pages: u64) -> u64 {
         let limit = self.limits.max_unsettled_pages;
         let mut waits = 0;
-        while limit > 0 && self.unsettled_pages + pages > limit {
-            let Some((file, last, len, issued)) = self.unsettled.front() else { break };
-            if issued.elapsed() >= self.limits.settle_timeout || self.cache.read_settled(file, *last) {
-                self.unsettled_pages -= *len;
-                self.unsettled.pop_front();
-            } else {
+        while limit > 0 && self.unsettled_pages + pages > limit && !self.unsettled.is_empty() {
+            if !self.release_settled() {
                 waits += 1;
                 std::thread::sleep(PACE_SLEEP);
             }
