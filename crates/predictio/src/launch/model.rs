@@ -254,22 +254,31 @@ impl PageModel {
 /// Cuts `picked` (in walk order) into consecutive waves of at least
 /// `wave_pages` pages (0: one wave) and sorts and merges each.
 fn waves(picked: Vec<PageRange>, wave_pages: u64, gap: u64) -> Vec<PageRange> {
-    if wave_pages == 0 {
-        return sorted_sparse(picked, gap);
-    }
     let mut out = Vec::with_capacity(picked.len());
-    let mut wave = Vec::new();
+    let mut rest = picked.as_slice();
+    while !rest.is_empty() {
+        out.extend(sorted_sparse(next_wave(&mut rest, wave_pages).to_vec(), gap));
+    }
+    out
+}
+
+/// Takes the next wave off the front of `ranges`: the shortest prefix of at
+/// least `wave_pages` pages (all of them when 0 or fewer are left).
+pub(crate) fn next_wave<'a>(ranges: &mut &'a [PageRange], wave_pages: u64) -> &'a [PageRange] {
     let mut pages = 0;
-    for range in picked {
-        pages += range.len();
-        wave.push(range);
-        if pages >= wave_pages {
-            out.extend(sorted_sparse(std::mem::take(&mut wave), gap));
-            pages = 0;
+    let mut end = ranges.len();
+    if wave_pages > 0 {
+        for (i, r) in ranges.iter().enumerate() {
+            pages += r.len();
+            if pages >= wave_pages {
+                end = i + 1;
+                break;
+            }
         }
     }
-    out.extend(sorted_sparse(wave, gap));
-    out
+    let (wave, rest) = ranges.split_at(end);
+    *ranges = rest;
+    wave
 }
 
 /// Sorts ranges by page and merges those that overlap or are at most `gap`

@@ -11,7 +11,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use super::model::WalkLimits;
+use super::model::{WalkLimits, next_wave};
 use super::profile::{Freshness, Profile};
 use super::recorder::{Recorder, WindowLimits};
 use crate::event::{Event, EventKind, EventKinds};
@@ -351,25 +351,6 @@ impl Policy for LaunchPolicy {
             _ => {}
         }
     }
-}
-
-/// Takes the next wave off the front of `ranges`: the shortest prefix of at
-/// least `wave_pages` pages (all of them when 0 or fewer are left).
-fn next_wave<'a>(ranges: &mut &'a [PageRange], wave_pages: u64) -> &'a [PageRange] {
-    let mut pages = 0;
-    let mut end = ranges.len();
-    if wave_pages > 0 {
-        for (i, r) in ranges.iter().enumerate() {
-            pages += r.len();
-            if pages >= wave_pages {
-                end = i + 1;
-                break;
-            }
-        }
-    }
-    let (wave, rest) = ranges.split_at(end);
-    *ranges = rest;
-    wave
 }
 
 fn event_time(event: &Event) -> Option<u64> {
