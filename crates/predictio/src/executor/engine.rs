@@ -39,8 +39,9 @@ pub struct Limits {
     pub size_ttl: Duration,
     /// Pages issued through a backend that reports no completion (`fadvise`,
     /// `readahead`) that may still be in flight; over it the engine waits
-    /// until the oldest such I/O settles (its last page probed without
-    /// waiting, see [`PageCache::read_settled`]) before issuing more. The
+    /// until enough such I/Os settle (the last page of each of the
+    /// [`SETTLE_SCAN`] oldest probed without waiting, see
+    /// [`PageCache::read_settled`]) before issuing more. The
     /// kernel queues such reads as deep as the block layer lets it (hundreds
     /// of requests, tens of MiB), and a program's own read — a directory
     /// block on its exec path, a page no profile predicted — waits behind
@@ -94,6 +95,15 @@ pub const GROUP_GAP_PAGES: u64 = 128;
 
 /// How long the engine sleeps between probes of an unsettled I/O.
 const PACE_SLEEP: Duration = Duration::from_micros(200);
+
+/// Unsettled I/Os probed at once, oldest first. The block layer does not
+/// complete reads in the order they were issued (the scheduler sorts them by
+/// sector), so the oldest can still be in flight behind newer ones that are
+/// done; releasing only in order would leave the window full of settled
+/// reads and the device idle. Measured on the launch bench (a 4 MiB window):
+/// probing only the oldest made rustc hello.rs's replay take 150 ms instead
+/// of 115 ms; probing 64 kept it at 115 ms.
+pub const SETTLE_SCAN: usize = 64;
 
 /// Files whose size is cached before the cache is cleared.
 const MAX_FILE_STATES: usize = 4096;
@@ -475,11 +485,6 @@ impl Engine {
         }
     }
 
-    /// Waits until an I/O of `pages` more pages fits the window of
-    /// [`Limits::max_unsettled_pages`]: settled I/Os leave it oldest first;
-    /// one that has not settled within [`Limits::settle_timeout`] leaves it
-    /// anyway. Returns the probes that found the oldest I/O still in flight
-    /// (each followed by a short sleep).
     /// Whether a request of `pages` pages would be issued without this
     /// thread waiting for anything: no I/O of a completing backend is in
     /// flight (its completions are the worker's to collect), and pacing
@@ -499,19 +504,35 @@ impl Engine {
         self.unsettled_pages + pages <= limit
     }
 
-    /// Lets go of the oldest unsettled read if it has settled (or is past
-    /// [`Limits::settle_timeout`]); false when there is none or it is still
-    /// in flight. Looks, never waits.
+    /// Lets go of unsettled reads that have settled (or are past
+    /// [`Limits::settle_timeout`]): the oldest if it has, else any of the
+    /// next [`SETTLE_SCAN`] that have. False when none has (or there is
+    /// none). Looks, never waits.
     fn release_settled(&mut self) -> bool {
-        let Some((file, last, len, issued)) = self.unsettled.front() else { return false };
-        if issued.elapsed() < self.limits.settle_timeout && !self.cache.read_settled(file, *last) {
-            return false;
+        let mut released = false;
+        let mut i = 0;
+        while i < self.unsettled.len().min(SETTLE_SCAN) {
+            let (file, last, len, issued) = &self.unsettled[i];
+            if issued.elapsed() < self.limits.settle_timeout && !self.cache.read_settled(file, *last) {
+                i += 1;
+                continue;
+            }
+            self.unsettled_pages -= *len;
+            self.unsettled.remove(i);
+            released = true;
+            if i == 0 {
+                // The oldest: the common case, one probe.
+                return true;
+            }
         }
-        self.unsettled_pages -= *len;
-        self.unsettled.pop_front();
-        true
+        released
     }
 
+    /// Waits until an I/O of `pages` more pages fits the window of
+    /// [`Limits::max_unsettled_pages`]: settled I/Os leave it (see
+    /// [`Self::release_settled`]); one that has not settled within
+    /// [`Limits::settle_timeout`] leaves it anyway. Returns the rounds of
+    /// probes that found nothing settled (each followed by a short sleep).
     fn pace(&mut self, pages: u64) -> u64 {
         let limit = self.limits.max_unsettled_pages;
         let mut waits = 0;

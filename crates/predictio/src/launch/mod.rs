@@ -22,15 +22,21 @@ pub mod recorder;
 pub mod store;
 
 /// The executor's unsettled window ([`crate::executor::Limits::max_unsettled_pages`])
-/// for launch replays, in pages (16 MiB). A replay hands tens to hundreds of
+/// for launch replays, in pages (4 MiB). A replay hands tens to hundreds of
 /// MiB to `fadvise` at once; unpaced, the block layer queues it all and
 /// every read of the program's own that is not in the profile — a
 /// directory block or inode on the path of an exec it runs, a page no
 /// profile predicted — waits behind it (measured on the launch bench: a
-/// single directory lookup waited 80–150 ms). 16 MiB keeps the device at
-/// full speed (it reaches its best bandwidth at 4 × 1 MiB in flight) while
-/// such a read waits for at most about that much.
-pub const REPLAY_MAX_UNSETTLED_PAGES: u64 = 4096;
+/// single directory lookup waited 80–150 ms), and the scheduler, sorting
+/// the queue by sector, undoes the replay's order of first use. This
+/// machine's disk reaches its full bandwidth with about 1 MiB in flight
+/// (one 1 MiB read at a time, or eight of 64 KiB); 4 MiB keeps it there
+/// for replays of small scattered ranges too, with settled reads leaving
+/// the window out of order ([`crate::executor::engine::SETTLE_SCAN`]).
+/// Against 16 MiB on the launch bench (three runs each way, interleaved):
+/// clang -c 101–110 → 87–89 ms, rustc, gdb, python3, ipython3 and
+/// Chromium within noise.
+pub const REPLAY_MAX_UNSETTLED_PAGES: u64 = 1024;
 
 pub use model::{ModelLimits, PageModel, WalkLimits};
 pub use policy::{LaunchPolicy, Replay, ReplayBook};
