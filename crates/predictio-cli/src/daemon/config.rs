@@ -72,9 +72,9 @@ pub struct ExecutorSection {
     /// waste.
     pub hit_timeout_secs: u64,
     /// KiB of fadvise/readahead I/O that may be in flight unconfirmed before
-    /// the executor waits for the oldest to settle (0: unbounded). The
-    /// default is the launch replay's window, which keeps a program's own
-    /// reads from queueing behind a replay.
+    /// the executor waits for some of it to settle (0: unbounded). The
+    /// default is the launch replay's window (4 MiB), which keeps a
+    /// program's own reads from queueing behind a replay.
     pub max_unsettled_kib: u64,
 }
 
