@@ -5,7 +5,7 @@
 //! all, so a `kill -9` in the middle of a write leaves the previous committed
 //! state, which the next open repairs to. The format is versioned (a `meta`
 //! table holds [`STORE_VERSION`]; each profile carries
-//! [`PROFILE_VERSION`](super::profile::PROFILE_VERSION)); a profile of an
+//! [`PROFILE_VERSION`]); a profile of an
 //! older version is migrated when read, an other version is a typed error,
 //! never a misread. The store is size-capped: after a write
 //! the least recently used profiles are evicted until the values fit
