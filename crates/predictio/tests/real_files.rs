@@ -332,7 +332,6 @@ fn a_request_the_caller_would_wait_for_goes_to_the_worker() {
     let dir = disk_dir();
     let (path, _) = data_file(dir.path(), "paced", 64, 10);
     let file = FileRef::open(&path).expect("open");
-    cache::evict(&file).expect("evict");
     let scattered: Vec<PageRange> = (0..64).step_by(4).map(|p| PageRange::new(p, p + 1)).collect();
     // Without `issue_in_caller`, and with it where pacing (at most 8 pages
     // unsettled) would make the caller wait for a 16-page request: queued,

@@ -54,10 +54,10 @@ pub struct WalkLimits {
     /// Pages per wave: the walk's pages, in the order it visits them (the
     /// order of expected first use), are cut into waves of about this many
     /// pages, each sorted and merged on its own (0: one wave, the whole
-    /// file sorted). A replay hands a file's waves to the executor one at a
-    /// time, the first wave of every file before the second of any, so
-    /// that a large library's late pages do not hold up a small one's
-    /// early ones (see [`crate::launch::policy`]).
+    /// file sorted). A replay hands the waves of all its files to the
+    /// executor in order of when each is due
+    /// ([`crate::launch::policy::wave_order`]), so that a large library's
+    /// late pages do not hold up a small one's early ones.
     pub wave_pages: u64,
 }
 
