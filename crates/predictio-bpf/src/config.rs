@@ -10,6 +10,11 @@ pub struct ObserverConfig {
     /// Report every process (the daemon's mode) instead of only followed
     /// ones. Can be changed later with [`crate::Observer::follow_all`].
     pub follow_all: bool,
+    /// Under follow-all, report every process's path lookups too
+    /// ([`predictio::Event::Lookup`]). Explicitly followed processes'
+    /// lookups are always reported; everyone's cost a ring record per path
+    /// system call, so the daemon asks for them only where configured.
+    pub lookups_all: bool,
     /// Report only files on these devices (`st_dev` values, as in
     /// [`predictio::FileId::dev`]). Empty: every device. At most 64.
     pub devices: Vec<u64>,
@@ -22,7 +27,7 @@ pub struct ObserverConfig {
     /// everything else, by the process that evicts.
     pub evictions_any_process: bool,
     /// Ring buffer size in bytes: a power of two, a multiple of the page size.
-    /// A record takes 56 bytes (48 plus an 8-byte header).
+    /// A record takes 56 bytes (48 plus an 8-byte header), a lookup 312.
     pub ring_bytes: u32,
     /// Unread bytes in the ring buffer above which a record wakes the
     /// consumer at once. Below it, records are submitted without a wake-up
@@ -46,6 +51,7 @@ impl Default for ObserverConfig {
     fn default() -> Self {
         Self {
             follow_all: false,
+            lookups_all: false,
             devices: Vec::new(),
             cgroup: None,
             evictions_any_process: false,
@@ -89,4 +95,7 @@ pub struct ObserverStats {
     pub forks: u64,
     /// Exit records (whole thread groups).
     pub exits: u64,
+    /// Lookup records (names looked up on disk, `d_splice_alias`); the perf
+    /// source has none.
+    pub lookups: u64,
 }

@@ -33,6 +33,25 @@ pub(crate) const TRACEPOINTS: &[(&str, &str, &[Field])] = &[
     ("sched", "sched_process_exit", &[]),
 ];
 
+/// The path system calls whose `syscalls:sys_enter_CALL` tracepoint reports
+/// lookups: the program, the call and the path argument it reads. A call
+/// this kernel lacks (the legacy `open`, `stat`… exist only on some
+/// architectures) is not attached; one whose path moved is refused.
+pub(crate) const PATH_CALLS: &[(&str, &str, Field)] = &[
+    ("pio_path_openat", "openat", ("filename", 24, 8)),
+    ("pio_path_newfstatat", "newfstatat", ("filename", 24, 8)),
+    ("pio_path_statx", "statx", ("filename", 24, 8)),
+    ("pio_path_faccessat", "faccessat", ("filename", 24, 8)),
+    ("pio_path_faccessat2", "faccessat2", ("filename", 24, 8)),
+    ("pio_path_readlinkat", "readlinkat", ("pathname", 24, 8)),
+    ("pio_path_execve", "execve", ("filename", 16, 8)),
+    ("pio_path_open", "open", ("filename", 16, 8)),
+    ("pio_path_newstat", "newstat", ("filename", 16, 8)),
+    ("pio_path_newlstat", "newlstat", ("filename", 16, 8)),
+    ("pio_path_access", "access", ("filename", 16, 8)),
+    ("pio_path_readlink", "readlink", ("path", 16, 8)),
+];
+
 /// `sched:sched_process_exit`'s `group_dead` (Linux 6.16+): where the program
 /// reads it. Older kernels lack it; the program then uses the leader's exit.
 const GROUP_DEAD: Field = ("group_dead", 32, 1);
@@ -46,10 +65,12 @@ pub(crate) fn find_tracefs() -> Option<PathBuf> {
 }
 
 /// What the kernel's tracepoints offer beyond the required fields.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+#[derive(Clone, PartialEq, Eq, Debug)]
 pub(crate) struct Layouts {
     /// `sched_process_exit` has `group_dead` where the program reads it.
     pub exit_has_group_dead: bool,
+    /// The [`PATH_CALLS`] this kernel has: (program, call).
+    pub path_calls: Vec<(&'static str, &'static str)>,
 }
 
 /// Checks every tracepoint of [`TRACEPOINTS`] under `tracefs`.
@@ -65,7 +86,15 @@ pub(crate) fn check_all(tracefs: &Path) -> Result<Layouts, BpfError> {
             exit_has_group_dead = true;
         }
     }
-    Ok(Layouts { exit_has_group_dead })
+    let mut path_calls = Vec::new();
+    for &(program, call, field) in PATH_CALLS {
+        let name = format!("sys_enter_{call}");
+        let path = tracefs.join("events/syscalls").join(&name).join("format");
+        let Ok(format) = std::fs::read_to_string(&path) else { continue };
+        check("syscalls", &name, &format, &[field])?;
+        path_calls.push((program, call));
+    }
+    Ok(Layouts { exit_has_group_dead, path_calls })
 }
 
 /// Checks one tracepoint's `format` text against the fields a program reads.
@@ -152,7 +181,11 @@ format:
     fn this_kernel_matches() {
         match find_tracefs() {
             Some(tracefs) => {
-                check_all(&tracefs).expect("this kernel's layouts");
+                let layouts = check_all(&tracefs).expect("this kernel's layouts");
+                let calls: Vec<&str> = layouts.path_calls.iter().map(|(_, call)| *call).collect();
+                for call in ["openat", "newfstatat", "execve"] {
+                    assert!(calls.contains(&call), "{call} not among {calls:?}");
+                }
             }
             None => eprintln!("skipping: tracefs is not mounted"),
         }

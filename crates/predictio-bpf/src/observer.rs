@@ -13,7 +13,8 @@ use aya::{Ebpf, EbpfLoader};
 use predictio::Event;
 
 use crate::record::consts::{
-    PIO_LOST_FOLLOWS, PIO_LOST_RECORDS, PIO_MAX_DEVICES, PIO_SETTING_FOLLOW_ALL, PIO_SETTINGS_KEY,
+    PIO_KIND_LOOKUP, PIO_LOST_FOLLOWS, PIO_LOST_RECORDS, PIO_MAX_DEVICES, PIO_RECORD_SIZE, PIO_SETTING_FOLLOW_ALL,
+    PIO_SETTING_LOOKUPS_ALL, PIO_SETTINGS_KEY,
 };
 use crate::record::{Record, RecordKind, user_dev_to_kernel};
 use crate::{BpfError, ObserverConfig, ObserverStats, layout, sys};
@@ -55,6 +56,9 @@ pub struct Observer {
     settings: Array<MapData, u32>,
     lost: PerCpuArray<MapData, u64>,
     stats: ObserverStats,
+    /// [`PIO_SETTING_LOOKUPS_ALL`] when configured, kept across
+    /// [`Observer::follow_all`].
+    lookup_bits: u32,
     poll_interval: Duration,
     _ebpf: Ebpf,
 }
@@ -125,7 +129,8 @@ impl Observer {
         }
         let mut settings: Array<MapData, u32> = Array::try_from(take_map(&mut ebpf, "settings")?)
             .map_err(|source| BpfError::Map { map: "settings", step: "open", source })?;
-        let bits = if config.follow_all { PIO_SETTING_FOLLOW_ALL } else { 0 };
+        let lookup_bits = if config.lookups_all { PIO_SETTING_LOOKUPS_ALL } else { 0 };
+        let bits = if config.follow_all { PIO_SETTING_FOLLOW_ALL } else { 0 } | lookup_bits;
         settings.set(PIO_SETTINGS_KEY, bits, 0).map_err(|source| BpfError::Map {
             map: "settings",
             step: "set follow_all",
@@ -156,6 +161,15 @@ impl Observer {
             }
         }
 
+        for &(name, call) in &layouts.path_calls {
+            let program =
+                ebpf.program_mut(name).ok_or_else(|| BpfError::Config(format!("object lacks program {name}")))?;
+            let step = |step, source| BpfError::Program { program: name, step, source };
+            let program: &mut TracePoint = program.try_into().map_err(|e| step("type", e))?;
+            program.load().map_err(|e| step("load", e))?;
+            program.attach("syscalls", &format!("sys_enter_{call}")).map_err(|e| step("attach", e))?;
+        }
+
         let ring = RingBuf::try_from(take_map(&mut ebpf, "events")?).map_err(|source| BpfError::Map {
             map: "events",
             step: "open",
@@ -177,6 +191,7 @@ impl Observer {
             settings,
             lost,
             stats: ObserverStats::default(),
+            lookup_bits,
             poll_interval: config.poll_interval,
             _ebpf: ebpf,
         })
@@ -221,7 +236,7 @@ impl Observer {
     /// Reports every process (`true`, the daemon's mode) or only followed
     /// ones (`false`). The cgroup and device filters still apply.
     pub fn follow_all(&mut self, on: bool) -> Result<(), BpfError> {
-        let bits = if on { PIO_SETTING_FOLLOW_ALL } else { 0 };
+        let bits = if on { PIO_SETTING_FOLLOW_ALL } else { 0 } | self.lookup_bits;
         self.settings.set(PIO_SETTINGS_KEY, bits, 0).map_err(|source| BpfError::Map {
             map: "settings",
             step: "set follow_all",
@@ -239,10 +254,19 @@ impl Observer {
                 self.stats.malformed += 1;
                 continue;
             };
-            let kind = record.emit_events(&mut |event| {
-                delivered += 1;
-                on_event(event);
-            });
+            let kind = if record.kind == PIO_KIND_LOOKUP {
+                let tail = item.get(PIO_RECORD_SIZE as usize..).unwrap_or_default();
+                record.lookup_event(tail).map(|event| {
+                    delivered += 1;
+                    on_event(event);
+                    RecordKind::Lookup
+                })
+            } else {
+                record.emit_events(&mut |event| {
+                    delivered += 1;
+                    on_event(event);
+                })
+            };
             let counter = match kind {
                 Some(RecordKind::Read) => &mut self.stats.reads,
                 Some(RecordKind::Fault) => &mut self.stats.faults,
@@ -252,6 +276,7 @@ impl Observer {
                 Some(RecordKind::Exec) => &mut self.stats.execs,
                 Some(RecordKind::Fork) => &mut self.stats.forks,
                 Some(RecordKind::Exit) => &mut self.stats.exits,
+                Some(RecordKind::Lookup) => &mut self.stats.lookups,
                 None => &mut self.stats.malformed,
             };
             *counter += 1;

@@ -265,6 +265,7 @@ impl From<PerfStats> for ObserverStats {
             execs: s.execs,
             forks: s.forks,
             exits: s.exits,
+            lookups: 0,
         }
     }
 }

@@ -77,6 +77,19 @@ impl Record {
         PageRange::new(self.first, self.last.saturating_add(1))
     }
 
+    /// The event of a lookup record (`struct pio_lookup`): `tail` is what
+    /// follows the record, the path. `None` when the path is missing, cut,
+    /// not absolute or not UTF-8 (nothing is emitted: a replay cannot look
+    /// it up again by a lossy name).
+    pub(crate) fn lookup_event(&self, tail: &[u8]) -> Option<Event> {
+        let len = self.aux as usize;
+        if self.kind != PIO_KIND_LOOKUP || len == 0 || len >= PIO_PATH_BYTES as usize || tail.len() < len {
+            return None;
+        }
+        let path = std::str::from_utf8(&tail[..len]).ok().filter(|p| p.starts_with('/'))?;
+        Some(Event::Lookup { pid: self.pid, path: path.into(), time_ns: self.time_ns })
+    }
+
     /// Turns the record into events (several for a miss or eviction of a
     /// large folio: one per page). Returns the record's [`RecordKind`], or
     /// `None` for a kind this build does not know (nothing is emitted).
@@ -140,6 +153,7 @@ pub(crate) enum RecordKind {
     Exec,
     Fork,
     Exit,
+    Lookup,
 }
 
 /// Converts the kernel's internal `dev_t` (`major << 20 | minor`, what
@@ -217,6 +231,21 @@ mod tests {
             })
             .collect();
         assert_eq!(pages, [3, 4, 5]);
+    }
+
+    #[test]
+    fn lookup_carries_its_path() {
+        let lookup = Record { kind: PIO_KIND_LOOKUP, aux: 8, ..record(0) };
+        let mut tail = b"/usr/lib".to_vec();
+        tail.resize(PIO_PATH_BYTES as usize, 0);
+        assert_eq!(lookup.lookup_event(&tail), Some(Event::Lookup { pid: 100, path: "/usr/lib".into(), time_ns: 7 }));
+        // Cut (aux 0), longer than what follows, relative, not UTF-8, or
+        // not a lookup.
+        assert_eq!(Record { aux: 0, ..lookup }.lookup_event(&tail), None);
+        assert_eq!(lookup.lookup_event(b"/usr"), None);
+        assert_eq!(lookup.lookup_event(b"usr/lib/"), None);
+        assert_eq!(lookup.lookup_event(b"/usr/\xffib"), None);
+        assert_eq!(record(PIO_KIND_READ).lookup_event(&tail), None);
     }
 
     #[test]

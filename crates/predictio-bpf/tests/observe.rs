@@ -410,3 +410,60 @@ fn follow_and_unfollow_report_membership() {
     assert!(observer.unfollow(pid).expect("unfollow"));
     assert!(!observer.is_followed(pid));
 }
+
+/// The absolute paths `pid` looked up, in order.
+fn lookups_of(events: &[Event], pid: u32) -> Vec<String> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Lookup { pid: p, path, .. } if *p == pid => Some(path.to_string()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn path_lookups_of_a_followed_process_are_reported_in_order() {
+    let Some(mut observer) = observer(ObserverConfig::default()) else { return };
+    let data = TestFile::new(1);
+    let dir = data.path.parent().expect("parent");
+    let missing = dir.join("no-such-name");
+    // A stat of a name that does not exist (the shell's `test`), an open
+    // of an absolute path, and one of a relative path (not reported: its
+    // directory is the process's, gone by the time a recording is named).
+    let script = format!(
+        "test -e '{}'; cat '{}' >/dev/null; cd '{}' && cat data >/dev/null",
+        path_str(&missing),
+        path_str(&data.path),
+        path_str(dir)
+    );
+    let held = Held::spawn(&["sh", "-c", &script]);
+    let shell = held.pid();
+    observer.follow(shell).expect("follow");
+    let events = held.run(&mut observer);
+    let mut seen: Vec<String> = lookups_of(&events, shell);
+    for child in forked_children(&events, shell) {
+        seen.extend(lookups_of(&events, child));
+    }
+    let at = |p: &std::path::Path| seen.iter().position(|s| s == path_str(p));
+    let (Some(m), Some(d)) = (at(&missing), at(&data.path)) else { panic!("both lookups: {seen:?}") };
+    assert!(m < d, "in order: {seen:?}");
+    assert!(seen.iter().all(|s| s.starts_with('/')), "only absolute paths: {seen:?}");
+    assert!(observer.stats().lookups >= 2);
+}
+
+#[test]
+fn follow_all_reports_lookups_only_when_asked() {
+    let data = TestFile::new(1);
+    for lookups_all in [false, true] {
+        let config = ObserverConfig { follow_all: true, lookups_all, ..ObserverConfig::default() };
+        let Some(mut observer) = observer(config) else { return };
+        let held = Held::spawn(&["cat", path_str(&data.path)]);
+        let pid = held.pid();
+        // Never followed explicitly: reported through follow-all.
+        let events = held.run(&mut observer);
+        let looked_up = lookups_of(&events, pid).iter().any(|p| p == path_str(&data.path));
+        assert_eq!(looked_up, lookups_all, "lookups_all {lookups_all}: {:?}", lookups_of(&events, pid));
+        assert!(pages_accessed(&events, data.id(), &[AccessKind::Read], Some(pid)).is_superset(&all_pages(1)));
+    }
+}

@@ -94,6 +94,11 @@ counters! {
     meta_dirs_dropped,
     /// Directory entries the metadata threads read.
     meta_entries,
+    /// Names the metadata threads looked up (`fstatat` in a held directory,
+    /// repeating a launch's own lookups).
+    meta_lookups,
+    /// Names of metadata requests dropped: the metadata queue was full.
+    meta_lookups_dropped,
     /// Times the executor found the oldest unsettled I/O still in flight
     /// and waited before issuing more (`Limits::max_unsettled_pages`).
     paced_waits,

@@ -84,6 +84,18 @@ pub enum Event {
         /// Monotonic time, ns.
         time_ns: u64,
     },
+    /// A process looked a path up: opened, stat'ed, accessed, read as a
+    /// link or exec'd it, whether it exists or not. Cold, each lookup reads
+    /// directory blocks (and, for a name that exists, its inode) one at a
+    /// time.
+    Lookup {
+        /// Process.
+        pid: u32,
+        /// The absolute path, as the process gave it.
+        path: Arc<str>,
+        /// Monotonic time, ns.
+        time_ns: u64,
+    },
     /// A process opened a file.
     FileOpen {
         /// Process.
@@ -206,11 +218,13 @@ pub enum EventKind {
     Pages,
     /// [`Event::Scan`]
     Scan,
+    /// [`Event::Lookup`]
+    Lookup,
 }
 
 impl EventKind {
     /// Every kind, in discriminant order.
-    pub const ALL: [EventKind; 14] = [
+    pub const ALL: [EventKind; 15] = [
         EventKind::PageAccess,
         EventKind::PageMiss,
         EventKind::PageEvict,
@@ -225,6 +239,7 @@ impl EventKind {
         EventKind::StreamRead,
         EventKind::Pages,
         EventKind::Scan,
+        EventKind::Lookup,
     ];
 
     /// Number of kinds.
@@ -242,6 +257,7 @@ impl Event {
             Event::Fork { .. } => EventKind::Fork,
             Event::Exit { .. } => EventKind::Exit,
             Event::FileOpen { .. } => EventKind::FileOpen,
+            Event::Lookup { .. } => EventKind::Lookup,
             Event::TreeChildEnter { .. } => EventKind::TreeChildEnter,
             Event::TensorLayout { .. } => EventKind::TensorLayout,
             Event::LayerStart { .. } => EventKind::LayerStart,
@@ -267,7 +283,7 @@ impl Event {
             | Event::Pages { file, .. }
             | Event::Scan { step: ScanStep::Segment { file, .. }, .. } => Some(*file),
             Event::Exec { exe, .. } => Some(*exe),
-            Event::Fork { .. } | Event::Exit { .. } | Event::Scan { .. } => None,
+            Event::Fork { .. } | Event::Exit { .. } | Event::Lookup { .. } | Event::Scan { .. } => None,
         }
     }
 }

@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use crate::event::{Event, EventKinds};
 use crate::file::{FileId, FileRef};
 use crate::page::PageRange;
-use crate::request::{MetaDir, MetaRequest, Request, Urgency};
+use crate::request::{MetaDir, MetaLookup, MetaRequest, Request, Urgency};
 
 /// Identifies the origin of a request (a policy, or a tool like the CLI) in
 /// the executor's accounting. Assigned by
@@ -126,12 +126,12 @@ impl<'a> PolicyContext<'a> {
         }
     }
 
-    /// Emits a metadata request: directories the policy was handed by its
-    /// owner (the `launch` policy's replays), to be listed by the executor's
-    /// metadata threads.
-    pub fn request_metadata(&mut self, dirs: Vec<MetaDir>) {
-        if !dirs.is_empty() {
-            self.meta.push(MetaRequest { dirs, origin: self.origin });
+    /// Emits a metadata request: names to look up and directories to list,
+    /// held open by the policy's owner (the `launch` policy's replays), for
+    /// the executor's metadata threads.
+    pub fn request_metadata(&mut self, lookups: Vec<MetaLookup>, dirs: Vec<MetaDir>) {
+        if !lookups.is_empty() || !dirs.is_empty() {
+            self.meta.push(MetaRequest { lookups, dirs, origin: self.origin });
         }
     }
 

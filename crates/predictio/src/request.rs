@@ -93,12 +93,27 @@ impl MetaDir {
     }
 }
 
-/// A metadata prediction: these directories will be searched (names looked
-/// up, some that do not exist; entries listed). The executor's metadata
-/// threads list each one (`getdents64`), which brings its blocks into the
-/// cache; nothing is returned to anyone.
+/// Names a launch looked up in one directory (some that do not exist), to
+/// look up again: `fstatat` through the held descriptor, which reads the
+/// directory blocks the lookup needs and, for a name that exists, its inode.
+#[derive(Clone, Debug)]
+pub struct MetaLookup {
+    /// The directory.
+    pub dir: MetaDir,
+    /// Single path components (no `/`), in the order they were looked up.
+    pub names: std::sync::Arc<[Box<str>]>,
+}
+
+/// A metadata prediction: these names will be looked up, these directories
+/// searched (names looked up, some that do not exist; entries listed). The
+/// executor's metadata threads look each name up again (`fstatat`) and list
+/// each directory (`getdents64`), which brings their blocks into the cache;
+/// nothing is returned to anyone.
 #[derive(Clone, Debug)]
 pub struct MetaRequest {
+    /// Names to look up, in the order they are expected to be looked up;
+    /// done before the directories are listed.
+    pub lookups: Vec<MetaLookup>,
     /// The directories, in the order they are expected to be searched.
     pub dirs: Vec<MetaDir>,
     /// The policy that made the prediction (for accounting).

@@ -41,6 +41,7 @@ fn profile_of(exe: &str, files: &[(&std::path::Path, Vec<u64>)], salt: u64) -> P
             })
             .collect(),
         window_ms: 10.0,
+        lookups: Vec::new(),
     };
     profile.merge(&run, &LearnLimits::default());
     profile

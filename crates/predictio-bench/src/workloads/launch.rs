@@ -191,6 +191,12 @@ fn wait(child: std::process::Child, argv: &[String], start: Instant) -> Result<P
     Ok(Pass { seconds: start.elapsed().as_secs_f64(), stdout: out.stdout, status: out.status.code() })
 }
 
+/// `PREDICTIO_BENCH_LAUNCH_NO_LOOKUPS=1` replays no lookups (the profiles'
+/// paths are still learned): the A/B of the lookup replay.
+fn no_lookups() -> bool {
+    std::env::var_os("PREDICTIO_BENCH_LAUNCH_NO_LOOKUPS").is_some_and(|v| v != "0")
+}
+
 /// What the treatment sides need, prepared before the passes.
 struct Prepared {
     exe: FileId,
@@ -202,6 +208,8 @@ struct Prepared {
     files: Vec<FileRef>,
     changed: usize,
     dirs: usize,
+    /// Names the replay looks up again (`Replay::lookups`).
+    lookups: usize,
 }
 
 /// Drops caches and returns the resident fraction of the pages the replay
@@ -258,11 +266,16 @@ fn prepare(profile: &Profile, exe: FileId) -> Result<Prepared, BenchError> {
     }
     let changed = replay.changed.len() + replay.missing.len();
     let dirs = replay.dirs.len();
+    let lookups = replay.lookups.iter().map(|l| l.names.len()).sum();
+    let mut replay = replay;
+    if no_lookups() {
+        replay.lookups.clear();
+    }
     let book = ReplayBook::default();
     book.insert(exe, replay);
     let mut runtime = Runtime::new(Arc::clone(&executor));
     runtime.add_policy(Box::new(LaunchPolicy::new(book)));
-    Ok(Prepared { exe, runtime, executor, whole, replay_pages, whole_pages, files, changed, dirs })
+    Ok(Prepared { exe, runtime, executor, whole, replay_pages, whole_pages, files, changed, dirs, lookups })
 }
 
 fn pass(
@@ -510,6 +523,7 @@ fn measure(
     e.insert("training_wall_s".into(), training_s.into());
     e.insert("learned_window_ms".into(), profile.learned_ms.into());
     e.insert("replay_dirs".into(), p.dirs.into());
+    e.insert("replay_lookups".into(), p.lookups.into());
     if let (Some(i), Some((_, learned))) = (sides.iter().position(|s| *s == Side::Preload), preload) {
         e.insert("preload_s".into(), secs[i].clone().into());
         e.insert("preload_median_s".into(), median(&secs[i]).into());
@@ -672,7 +686,8 @@ pub fn run(options: &BenchOptions) -> Result<Report, BenchError> {
             "pairs": pairs, "training_runs": train_runs, "sides": sides.iter().map(|s| s.name()).collect::<Vec<_>>(),
             "executor": format!("fadvise backend, default limits but max_unsettled_pages {}", predictio::launch::REPLAY_MAX_UNSETTLED_PAGES), "walk": format!("{:?}", WalkLimits::default()),
             "window": "exec until the tree exits or 500 ms without a page-cache miss, cap 10 s",
-            "training": "predictio record --exact (cold, readahead off while the program runs: the pages it read)",
+            "training": "predictio record --exact (cold, readahead off while the program runs: the pages it read, the paths it looked up)",
+            "lookups": if no_lookups() { "not replayed (PREDICTIO_BENCH_LAUNCH_NO_LOOKUPS)" } else { "replayed" },
         }),
         cold_method: h.cold.describe().into(),
         cases,

@@ -73,4 +73,11 @@ struct tp_sched_exit {
 	__u8 group_dead; /* offset 32; Linux 6.16+, read only where tracefs lists it */
 };
 
+/* syscalls:sys_enter_*: the call's arguments, 8 bytes each. */
+struct tp_sys_enter {
+	struct tp_common common;
+	__u64 nr;       /* offset 8: int __syscall_nr, padded */
+	__u64 args[6]; /* offset 16 */
+};
+
 #endif

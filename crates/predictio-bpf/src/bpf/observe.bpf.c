@@ -314,3 +314,85 @@ int pio_exit(struct tp_sched_exit *ctx)
 	emit(PIO_KIND_EXIT, tgid, 0, 0, 0, 0, 0, 0);
 	return 0;
 }
+
+/*
+ * Paths the process looks up: the first argument that names a file of the
+ * path system calls (open, stat, access, readlink, exec and their *at
+ * forms). A cold lookup reads directory blocks, and for a name that exists
+ * its inode, one synchronous read at a time; a launch replay repeats the
+ * launch's lookups on the executor's metadata threads so those blocks are
+ * cached before the program asks. Absolute paths only: a relative one needs
+ * the process's working directory or a descriptor, which are gone by the
+ * time a recording is named.
+ *
+ * Reported for explicitly followed processes (`predictio record`/`run`);
+ * under follow-all (the daemon) only with PIO_SETTING_LOOKUPS_ALL, since
+ * every process's path calls then cost a record each.
+ */
+static __always_inline int lookups_wanted(__u32 tgid)
+{
+	if (bpf_map_lookup_elem(&followed, &tgid))
+		return cgroup_wanted();
+	__u32 key = PIO_SETTINGS_KEY;
+	__u32 *value = bpf_map_lookup_elem(&settings, &key);
+	if (!value || (*value & (PIO_SETTING_FOLLOW_ALL | PIO_SETTING_LOOKUPS_ALL)) !=
+			      (PIO_SETTING_FOLLOW_ALL | PIO_SETTING_LOOKUPS_ALL))
+		return 0;
+	return cgroup_wanted();
+}
+
+static __always_inline int on_path(const char *user_path)
+{
+	__u32 tgid = current_tgid();
+	if (!lookups_wanted(tgid))
+		return 0;
+	char first = 0;
+	if (bpf_probe_read_user(&first, 1, user_path) || first != '/')
+		return 0;
+	struct pio_lookup *lookup = bpf_ringbuf_reserve(&events, sizeof(*lookup), 0);
+	if (!lookup) {
+		count_lost(PIO_LOST_RECORDS);
+		return 0;
+	}
+	long len = bpf_probe_read_user_str(lookup->path, sizeof(lookup->path), user_path);
+	struct pio_record *record = &lookup->record;
+	record->time_ns = bpf_ktime_get_ns();
+	record->ino = 0;
+	record->first = 0;
+	record->last = 0;
+	record->dev = 0;
+	record->pid = tgid;
+	/* A path that filled the buffer may have been cut: not reported. */
+	record->aux = len > 1 && len < (long)sizeof(lookup->path) ? len - 1 : 0;
+	record->kind = PIO_KIND_LOOKUP;
+	bpf_ringbuf_submit(lookup, wakeup_flags(0));
+	return 0;
+}
+
+/* Calls whose path is the second argument (after a directory descriptor). */
+#define PATH_AT(call)                                                   \
+	SEC("tracepoint/syscalls/sys_enter_" #call)                    \
+	int pio_path_##call(struct tp_sys_enter *ctx)                  \
+	{                                                              \
+		return on_path((const char *)ctx->args[1]);            \
+	}
+/* Calls whose path is the first argument. */
+#define PATH_FIRST(call)                                                \
+	SEC("tracepoint/syscalls/sys_enter_" #call)                    \
+	int pio_path_##call(struct tp_sys_enter *ctx)                  \
+	{                                                              \
+		return on_path((const char *)ctx->args[0]);            \
+	}
+
+PATH_AT(openat)
+PATH_AT(newfstatat)
+PATH_AT(statx)
+PATH_AT(faccessat)
+PATH_AT(faccessat2)
+PATH_AT(readlinkat)
+PATH_FIRST(execve)
+PATH_FIRST(open)
+PATH_FIRST(newstat)
+PATH_FIRST(newlstat)
+PATH_FIRST(access)
+PATH_FIRST(readlink)

@@ -21,12 +21,17 @@
 #define PIO_KIND_EXEC 6      /* sched:sched_process_exec: ino/dev of mm->exe_file */
 #define PIO_KIND_FORK 7      /* sched:sched_process_fork (raw): pid = parent, aux = child */
 #define PIO_KIND_EXIT 8      /* sched:sched_process_exit with group_dead */
+#define PIO_KIND_LOOKUP 9    /* syscalls:sys_enter_* of a path call: an absolute path (struct pio_lookup) */
 
 /* log2 of the page size page indices count in (predictio requires 4 KiB). */
 #define PIO_PAGE_SHIFT 12
 
 /* Size of `struct pio_record` in bytes. */
 #define PIO_RECORD_SIZE 48
+
+/* Bytes of a looked-up path a lookup record holds, its NUL included: longer
+ * paths are not reported (`aux` 0). */
+#define PIO_PATH_BYTES 256
 
 /* Indices of the per-CPU `lost` counters. */
 #define PIO_LOST_RECORDS 0 /* ring buffer full */
@@ -40,6 +45,9 @@
 #define PIO_SETTINGS_KEY 0
 /* `settings` bit: report every process (the daemon's mode). */
 #define PIO_SETTING_FOLLOW_ALL 1
+/* `settings` bit: with FOLLOW_ALL, report every process's path lookups too
+ * (without it, only explicitly followed processes' lookups are reported). */
+#define PIO_SETTING_LOOKUPS_ALL 2
 
 struct pio_record {
 	__u64 time_ns; /* bpf_ktime_get_ns(): CLOCK_MONOTONIC */
@@ -53,5 +61,15 @@ struct pio_record {
 };
 
 _Static_assert(sizeof(struct pio_record) == PIO_RECORD_SIZE, "PIO_RECORD_SIZE is stale");
+
+/*
+ * An absolute path a process looked up (opened, stat'ed, accessed, read as a
+ * link or exec'd): `aux` is its length without the NUL, 0 when it was cut or
+ * unreadable. The path follows the record.
+ */
+struct pio_lookup {
+	struct pio_record record;
+	char path[PIO_PATH_BYTES];
+};
 
 #endif

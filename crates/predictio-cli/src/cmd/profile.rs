@@ -125,13 +125,16 @@ pub fn run(args: Args) -> Result<()> {
             let plan = p.plan(&WalkLimits::default());
             writeln!(
                 out,
-                "{}: {} runs, {} files, {:.1} MiB modelled, {:.1} MiB replayed, {} trigger(s), learned over {:.0} ms",
+                "{}: {} runs, {} files, {:.1} MiB modelled, {:.1} MiB replayed, {} trigger(s), {} directories, {} \
+                 lookups, learned over {:.0} ms",
                 p.exe.path,
                 p.runs,
                 p.files.len(),
                 mib(p.pages()),
                 mib(plan.pages()),
                 p.triggers.len(),
+                p.dirs.len(),
+                p.lookups.len(),
                 p.learned_ms
             )?;
             writeln!(out, "{:>9} {:>6} {:>6} {:>9}  FILE", "FIRST(ms)", "NODES", "EDGES", "REPLAY")?;

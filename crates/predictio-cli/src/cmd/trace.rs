@@ -17,7 +17,8 @@ pub struct Args {
     #[arg(long)]
     all: bool,
     /// Only these event kinds (read, fault, map, miss, evict, exec, fork,
-    /// exit); repeatable. Default: all.
+    /// exit, lookup: an absolute path the process opened, stat'ed or
+    /// exec'd); repeatable. Default: all.
     #[arg(long = "kind", value_name = "KIND")]
     kinds: Vec<String>,
     /// Only this process id (and its events).
@@ -34,7 +35,7 @@ pub struct Args {
     command: Vec<String>,
 }
 
-const KINDS: [&str; 8] = ["read", "fault", "map", "miss", "evict", "exec", "fork", "exit"];
+const KINDS: [&str; 9] = ["read", "fault", "map", "miss", "evict", "exec", "fork", "exit", "lookup"];
 
 fn kind_of(event: &Event) -> &'static str {
     use predictio::event::AccessKind;
@@ -47,6 +48,7 @@ fn kind_of(event: &Event) -> &'static str {
         Event::Exec { .. } => "exec",
         Event::Fork { .. } => "fork",
         Event::Exit { .. } => "exit",
+        Event::Lookup { .. } => "lookup",
         _ => "hint",
     }
 }
@@ -57,7 +59,8 @@ fn pid_of(event: &Event) -> Option<u32> {
         | Event::PageMiss { pid, .. }
         | Event::Exec { pid, .. }
         | Event::Exit { pid, .. }
-        | Event::FileOpen { pid, .. } => Some(*pid),
+        | Event::FileOpen { pid, .. }
+        | Event::Lookup { pid, .. } => Some(*pid),
         Event::Fork { child, .. } => Some(*child),
         _ => None,
     }
@@ -72,6 +75,7 @@ pub fn describe(event: &Event) -> String {
         Event::Exec { pid, exe, .. } => format!("{pid:>7} exec  {exe} {}", exe_path(*pid)),
         Event::Fork { parent, child, .. } => format!("{child:>7} fork  from {parent}"),
         Event::Exit { pid, .. } => format!("{pid:>7} exit"),
+        Event::Lookup { pid, path, .. } => format!("{pid:>7} lookup {path}"),
         other => format!("{other:?}"),
     }
 }
@@ -100,6 +104,10 @@ fn json(event: &Event) -> serde_json::Value {
             v["time_ns"] = (*time_ns).into();
         }
         Event::Fork { parent, .. } => v["parent"] = (*parent).into(),
+        Event::Lookup { path, time_ns, .. } => {
+            v["path"] = path.as_ref().into();
+            v["time_ns"] = (*time_ns).into();
+        }
         _ => {}
     }
     v

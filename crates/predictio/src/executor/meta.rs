@@ -1,5 +1,5 @@
-//! Metadata prefetch: directories listed by a small pool of executor
-//! threads, in parallel.
+//! Metadata prefetch: names looked up and directories listed by a small
+//! pool of executor threads, in parallel.
 //!
 //! A cold launch does not only read file pages: it looks names up — many
 //! that do not exist (an interpreter's module search, a loader's library
@@ -21,13 +21,25 @@ use crossbeam_queue::ArrayQueue;
 
 use crate::accounting::{Accounting, Counters};
 use crate::policy::PolicyId;
-use crate::request::{MetaDir, MetaRequest};
+use crate::request::{MetaDir, MetaLookup, MetaRequest};
 
 /// Entries listed per directory at most.
 pub const MAX_ENTRIES: u64 = 1 << 16;
 
+/// Names one job looks up at most: a directory with many lookups (an
+/// interpreter's module directory) is spread over the threads.
+pub const LOOKUPS_PER_JOB: usize = 32;
+
+/// One job of the queue.
+enum Job {
+    /// List the directory.
+    List(MetaDir),
+    /// Look `names[range]` up in `dir`.
+    Lookup(MetaDir, Arc<[Box<str>]>, std::ops::Range<usize>),
+}
+
 struct Shared {
-    queue: ArrayQueue<(MetaDir, PolicyId)>,
+    queue: ArrayQueue<(Job, PolicyId)>,
     accounting: Arc<Accounting>,
     stop: AtomicBool,
     submitted: AtomicU64,
@@ -71,27 +83,33 @@ impl MetaPool {
         self.workers.len()
     }
 
-    /// Queues every directory of `request`; never blocks. Directories beyond
-    /// the queue's room are dropped and counted. Returns the directories
+    /// Queues every lookup and directory of `request`; never blocks. Jobs
+    /// beyond the queue's room are dropped and counted. Returns the jobs
     /// queued.
     pub fn submit(&self, request: MetaRequest) -> usize {
         let origin = request.origin;
         let mut queued = 0;
         let mut dropped = 0;
-        if self.workers.is_empty() {
-            dropped = request.dirs.len() as u64;
-        } else {
-            for dir in request.dirs {
-                if self.shared.queue.push((dir, origin)).is_ok() {
-                    queued += 1;
-                } else {
-                    dropped += 1;
-                }
+        let mut names_dropped = 0;
+        let lookups = request.lookups.iter().flat_map(|MetaLookup { dir, names }| {
+            (0..names.len()).step_by(LOOKUPS_PER_JOB).map(move |start| {
+                Job::Lookup(dir.clone(), Arc::clone(names), start..(start + LOOKUPS_PER_JOB).min(names.len()))
+            })
+        });
+        let dirs = request.dirs.len() as u64;
+        for job in lookups.chain(request.dirs.into_iter().map(Job::List)) {
+            let refused =
+                if self.workers.is_empty() { Err((job, origin)) } else { self.shared.queue.push((job, origin)) };
+            match refused {
+                Ok(()) => queued += 1,
+                Err((Job::List(_), _)) => dropped += 1,
+                Err((Job::Lookup(_, _, range), _)) => names_dropped += range.len() as u64,
             }
         }
         let d = Counters {
-            meta_dirs_requested: queued as u64 + dropped,
+            meta_dirs_requested: dirs,
             meta_dirs_dropped: dropped,
+            meta_lookups_dropped: names_dropped,
             ..Counters::default()
         };
         self.shared.accounting.record(origin, None, &d);
@@ -117,12 +135,22 @@ impl Drop for MetaPool {
 
 fn worker(shared: &Shared) {
     loop {
-        while let Some((dir, origin)) = shared.queue.pop() {
-            let d = match crate::sys::list_dir(dir.as_fd(), MAX_ENTRIES) {
-                Ok(entries) => Counters { meta_dirs_listed: 1, meta_entries: entries, ..Counters::default() },
-                Err(err) => {
-                    tracing::debug!(dir = dir.path(), %err, "listing a directory failed");
-                    Counters { errors: 1, ..Counters::default() }
+        while let Some((job, origin)) = shared.queue.pop() {
+            let d = match job {
+                Job::List(dir) => match crate::sys::list_dir(dir.as_fd(), MAX_ENTRIES) {
+                    Ok(entries) => Counters { meta_dirs_listed: 1, meta_entries: entries, ..Counters::default() },
+                    Err(err) => {
+                        tracing::debug!(dir = dir.path(), %err, "listing a directory failed");
+                        Counters { errors: 1, ..Counters::default() }
+                    }
+                },
+                Job::Lookup(dir, names, range) => {
+                    // A name that does not exist is what the launch looked
+                    // up too: the answer is not the point, the blocks are.
+                    for name in &names[range.clone()] {
+                        crate::sys::look_up(dir.as_fd(), name);
+                    }
+                    Counters { meta_lookups: range.len() as u64, ..Counters::default() }
                 }
             };
             shared.accounting.record(origin, None, &d);

@@ -558,13 +558,13 @@ impl Executor {
     /// dropped, counted ([`Counters::meta_dirs_dropped`]); an empty request
     /// is refused.
     pub fn submit_meta(&self, request: MetaRequest) -> Result<(), SubmitError> {
-        if request.dirs.is_empty() {
+        if request.dirs.is_empty() && request.lookups.is_empty() {
             return Err(SubmitError::Empty);
         }
         if self.shared.stop.load(Ordering::Relaxed) {
             return Err(SubmitError::ShuttingDown);
         }
-        let wanted = request.dirs.len();
+        let wanted = request.dirs.len() + request.lookups.len();
         if self.meta.submit(request) == 0 {
             return Err(SubmitError::QueueFull { capacity: wanted });
         }

@@ -455,7 +455,7 @@ fn metadata_requests_list_their_directories() {
         crate::request::MetaDir::open(dir.path()).expect("dir opens"),
         crate::request::MetaDir::open(dir.path().join("sub")).expect("dir opens"),
     ];
-    exec.submit_meta(MetaRequest { dirs, origin }).expect("accepted");
+    exec.submit_meta(MetaRequest { lookups: Vec::new(), dirs, origin }).expect("accepted");
     assert!(exec.wait_idle(Duration::from_secs(5)));
     let c = exec.stats().total;
     assert_eq!((c.meta_dirs_requested, c.meta_dirs_listed, c.meta_dirs_dropped), (2, 2, 0));
@@ -463,7 +463,36 @@ fn metadata_requests_list_their_directories() {
     // are not entries).
     assert_eq!(c.meta_entries, 26);
     assert!(crate::request::MetaDir::open(dir.path().join("f0")).is_err(), "a file is not a directory");
-    assert_eq!(exec.submit_meta(MetaRequest { dirs: Vec::new(), origin }), Err(SubmitError::Empty));
+    assert_eq!(
+        exec.submit_meta(MetaRequest { lookups: Vec::new(), dirs: Vec::new(), origin }),
+        Err(SubmitError::Empty)
+    );
+}
+
+#[test]
+fn metadata_threads_look_names_up_in_jobs_of_bounded_size() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join("here"), b"x").expect("write");
+    let exec = Executor::with_parts(
+        ExecutorConfig::default(),
+        Box::new(FakeCache::default()),
+        Box::new(FakeBackend::default()),
+        calm(),
+        None,
+    )
+    .expect("starts");
+    let origin = exec.register_origin("t");
+    let mut names: Vec<Box<str>> = (0..70).map(|i| format!("missing{i}").into()).collect();
+    names.push("here".into());
+    let held = crate::request::MetaDir::open(dir.path()).expect("dir opens");
+    let lookups = vec![crate::request::MetaLookup { dir: held.clone(), names: names.into() }];
+    exec.submit_meta(MetaRequest { lookups, dirs: vec![held], origin }).expect("accepted");
+    assert!(exec.wait_idle(Duration::from_secs(5)));
+    let c = exec.stats().total;
+    // 71 names (three jobs of at most 32) and one listing.
+    assert_eq!((c.meta_lookups, c.meta_lookups_dropped, c.meta_dirs_listed, c.meta_entries), (71, 0, 1, 1));
+    assert!(crate::sys::look_up(crate::request::MetaDir::open(dir.path()).unwrap().as_fd(), "here"));
+    assert!(!crate::sys::look_up(crate::request::MetaDir::open(dir.path()).unwrap().as_fd(), "missing0"));
 }
 
 /// Rule: metadata beyond the queue's room is dropped and counted, never
@@ -477,8 +506,11 @@ fn metadata_beyond_the_queue_is_dropped_and_counted() {
             .expect("starts");
     let origin = exec.register_origin("t");
     let dirs = vec![crate::request::MetaDir::open(dir.path()).expect("dir opens"); 3];
-    assert!(exec.submit_meta(MetaRequest { dirs, origin }).is_err());
+    let names: Vec<Box<str>> = vec!["a".into(), "b".into()];
+    let lookups = vec![crate::request::MetaLookup { dir: dirs[0].clone(), names: names.into() }];
+    assert!(exec.submit_meta(MetaRequest { lookups, dirs, origin }).is_err());
     assert!(exec.wait_idle(Duration::from_secs(1)));
     let c = exec.stats().total;
     assert_eq!((c.meta_dirs_requested, c.meta_dirs_dropped, c.meta_dirs_listed), (3, 3, 0));
+    assert_eq!((c.meta_lookups_dropped, c.meta_lookups), (2, 0));
 }

@@ -12,13 +12,13 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use super::model::{WalkLimits, next_wave};
-use super::profile::{Freshness, Profile};
+use super::profile::{Freshness, MAX_DIRS, Profile};
 use super::recorder::{Recorder, WindowLimits};
 use crate::event::{Event, EventKind, EventKinds};
 use crate::file::{FileId, FileRef};
 use crate::page::PageRange;
 use crate::policy::{Policy, PolicyContext};
-use crate::request::{MetaDir, Urgency};
+use crate::request::{MetaDir, MetaLookup, Urgency};
 
 /// One file's share of a replay.
 #[derive(Clone, Debug)]
@@ -47,6 +47,9 @@ pub struct Replay {
     /// The directories the launch searched, held open, listed by the
     /// executor's metadata threads at exec.
     pub dirs: Vec<MetaDir>,
+    /// The launch's lookups, by held directory ([`lookups_of`]), looked up
+    /// again by the executor's metadata threads at exec.
+    pub lookups: Vec<MetaLookup>,
     /// Pages per request ([`WalkLimits::wave_pages`]; 0: one request per
     /// file).
     pub wave_pages: u64,
@@ -95,6 +98,7 @@ impl Replay {
             }
         }
         replay.dirs = profile.dirs.iter().filter_map(|d| MetaDir::open(d).ok()).collect();
+        replay.lookups = lookups_of(&profile.lookups);
         for (on, files) in plan.on_trigger {
             let trigger = profile.files[on].identity.id();
             let opened: Vec<ReplayFile> = files.into_iter().filter_map(|(i, r)| open_one(i, r, &mut replay)).collect();
@@ -110,6 +114,51 @@ impl Replay {
         let sum = |v: &[ReplayFile]| v.iter().flat_map(|f| &f.ranges).map(PageRange::len).sum::<u64>();
         sum(&self.at_exec) + self.on_trigger.iter().map(|t| sum(&t.1)).sum::<u64>()
     }
+}
+
+/// The lookups of `paths` (absolute), by directory: each path's deepest
+/// directory that exists now, held open, and the name looked up in it — the
+/// path's last component, or for a path whose parent is gone the first
+/// component that is missing, where that lookup stopped. Directories keep
+/// the order of their first path, names theirs; a pair appears once. Paths
+/// with `.` or `..` components are left out, and lookups in more than
+/// [`MAX_DIRS`] directories. Does I/O (opens directories): call it off the
+/// event path.
+pub fn lookups_of(paths: &[String]) -> Vec<MetaLookup> {
+    use std::path::{Component, Path};
+    let mut opened: HashMap<&Path, Option<MetaDir>> = HashMap::new();
+    let mut by_dir: Vec<(MetaDir, Vec<Box<str>>, std::collections::HashSet<Box<str>>)> = Vec::new();
+    let mut slot: HashMap<&Path, usize> = HashMap::new();
+    for path in paths {
+        let path = Path::new(path.as_str());
+        if !path.is_absolute() || path.components().any(|c| matches!(c, Component::CurDir | Component::ParentDir)) {
+            continue;
+        }
+        let mut name = path.file_name();
+        let mut dir = path.parent();
+        while let (Some(d), Some(_)) = (dir, name) {
+            if opened.len() >= MAX_DIRS && !opened.contains_key(d) {
+                dir = None;
+                break;
+            }
+            if opened.entry(d).or_insert_with(|| MetaDir::open(d).ok()).is_some() {
+                break;
+            }
+            name = d.file_name();
+            dir = d.parent();
+        }
+        let (Some(dir), Some(name)) = (dir, name.and_then(|n| n.to_str())) else { continue };
+        let Some(Some(held)) = opened.get(dir) else { continue };
+        let i = *slot.entry(dir).or_insert_with(|| {
+            by_dir.push((held.clone(), Vec::new(), std::collections::HashSet::new()));
+            by_dir.len() - 1
+        });
+        let (_, names, seen) = &mut by_dir[i];
+        if seen.insert(name.into()) {
+            names.push(name.into());
+        }
+    }
+    by_dir.into_iter().map(|(dir, names, _)| MetaLookup { dir, names: names.into() }).collect()
 }
 
 /// Replays by executable, shared between the policy and whoever prepares
@@ -332,7 +381,7 @@ impl Policy for LaunchPolicy {
                 }
                 self.last_exec.insert(*exe, *time_ns);
                 self.replays += 1;
-                ctx.request_metadata(replay.dirs.clone());
+                ctx.request_metadata(replay.lookups.clone(), replay.dirs.clone());
                 Self::emit(&replay.at_exec, &replay, ctx);
                 self.pending.retain(|_, (at, _)| time_ns.saturating_sub(*at) < TRIGGER_TTL_NS);
                 for (trigger, _) in &replay.on_trigger {
@@ -368,6 +417,36 @@ fn event_time(event: &Event) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn lookups_are_grouped_by_the_deepest_directory_that_exists() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("sub")).unwrap();
+        std::fs::write(dir.path().join("sub/f"), b"x").unwrap();
+        let root = dir.path().to_str().unwrap();
+        let paths: Vec<String> = [
+            format!("{root}/sub/f"),
+            format!("{root}/top-missing"),
+            format!("{root}/sub/missing"),
+            format!("{root}/gone/deeper/name"), // stops at "gone"
+            format!("{root}/sub/f"),            // again
+            format!("{root}/sub/../sub/f"),     // not normal
+            "relative/path".to_string(),
+        ]
+        .into();
+        let lookups = lookups_of(&paths);
+        let got: Vec<(String, Vec<String>)> = lookups
+            .iter()
+            .map(|l| (l.dir.path().to_string(), l.names.iter().map(|n| n.to_string()).collect()))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (format!("{root}/sub"), vec!["f".to_string(), "missing".to_string()]),
+                (root.to_string(), vec!["top-missing".to_string(), "gone".to_string()]),
+            ]
+        );
+    }
     use crate::event::AccessKind;
 
     #[test]
@@ -463,6 +542,7 @@ mod tests {
                 accesses: vec![PageRange::page(0)],
             }],
             window_ms: 1.0,
+            lookups: Vec::new(),
         };
         profile.merge(&run, &crate::launch::LearnLimits::default());
         profile.dirs.push("/nonexistent-predictio-dir".into());

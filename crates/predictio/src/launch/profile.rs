@@ -18,12 +18,16 @@ use super::model::{ModelLimits, PageModel, WalkLimits};
 use crate::file::FileId;
 use crate::page::PageRange;
 
-/// Version of the profile format. Version 1 (no [`Profile::dirs`]) is
-/// migrated on load ([`Profile::migrate`]); a store refuses other versions.
-pub const PROFILE_VERSION: u32 = 2;
+/// Version of the profile format. Versions 1 (no [`Profile::dirs`]) and 2
+/// (no [`Profile::lookups`]) are migrated on load ([`Profile::migrate`]); a
+/// store refuses other versions.
+pub const PROFILE_VERSION: u32 = 3;
 
 /// Directories a profile keeps at most.
 pub const MAX_DIRS: usize = 1024;
+
+/// Looked-up paths a profile keeps at most.
+pub const MAX_LOOKUPS: usize = 16384;
 
 /// Who a file is: where it was, and what it was when learned.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -97,6 +101,10 @@ pub struct LaunchRun {
     pub files: Vec<RunFile>,
     /// Length of the observed window, ms.
     pub window_ms: f64,
+    /// The absolute paths the launch looked up (opened, stat'ed, accessed,
+    /// exec'd; existing or not), each once, in order of first lookup.
+    #[serde(default)]
+    pub lookups: Vec<String>,
 }
 
 /// One file of a [`LaunchRun`].
@@ -173,6 +181,14 @@ pub struct Profile {
     /// not exist — find the directory blocks cached.
     #[serde(default)]
     pub dirs: Vec<String>,
+    /// The paths the launch looked up: the latest run's, in order of first
+    /// lookup, then those of earlier runs it did not repeat, at most
+    /// [`MAX_LOOKUPS`]. Replayed as a metadata request (looked up again by
+    /// the executor's metadata threads), so the directory blocks and inodes
+    /// those lookups read are cached, including those of names that do not
+    /// exist and of files the launch only stat'ed.
+    #[serde(default)]
+    pub lookups: Vec<String>,
 }
 
 /// Page lists of some files: `(index into Profile::files, ranges)`.
@@ -212,17 +228,21 @@ impl Profile {
             files: Vec::new(),
             triggers: Vec::new(),
             dirs: Vec::new(),
+            lookups: Vec::new(),
         }
     }
 
     /// Brings a profile of an older format up to [`PROFILE_VERSION`]:
     /// version 1 had no directories, which are derived from its files'
-    /// paths. Returns false for a version it cannot read.
+    /// paths; versions 1 and 2 had no lookups, which the next merge learns.
+    /// Returns false for a version it cannot read.
     pub fn migrate(&mut self) -> bool {
         match self.version {
             PROFILE_VERSION => true,
-            1 => {
-                self.dirs = dirs_of(&self.files);
+            1 | 2 => {
+                if self.version == 1 {
+                    self.dirs = dirs_of(&self.files);
+                }
                 self.version = PROFILE_VERSION;
                 true
             }
@@ -274,6 +294,11 @@ impl Profile {
         self.files.sort_by(|a, b| a.first_touch_ms.total_cmp(&b.first_touch_ms));
         self.triggers = phases(&self.files, limits.phase_gap_ms);
         self.dirs = dirs_of(&self.files);
+        if !run.lookups.is_empty() {
+            let latest: std::collections::HashSet<&str> = run.lookups.iter().map(String::as_str).collect();
+            let earlier = self.lookups.iter().filter(|p| !latest.contains(p.as_str()));
+            self.lookups = run.lookups.iter().chain(earlier).take(MAX_LOOKUPS).cloned().collect();
+        }
     }
 
     /// Pages the models cover.
@@ -364,6 +389,7 @@ mod tests {
         let run = LaunchRun {
             files: vec![file("/lib/b", 3, 5.0, &[9, 1]), file("/bin/x", 1, 0.0, &[0, 4])],
             window_ms: 20.0,
+            lookups: Vec::new(),
         };
         p.merge(&run, &LearnLimits::default());
         assert_eq!(p.files.iter().map(|f| f.identity.path.as_str()).collect::<Vec<_>>(), vec!["/bin/x", "/lib/b"]);
@@ -381,10 +407,16 @@ mod tests {
         let mut p = Profile::new(ident("/bin/x", 1));
         let limits = LearnLimits::default();
         for _ in 0..3 {
-            p.merge(&LaunchRun { files: vec![file("/lib/a", 2, 1.0, &[10, 11])], window_ms: 1.0 }, &limits);
+            p.merge(
+                &LaunchRun { files: vec![file("/lib/a", 2, 1.0, &[10, 11])], window_ms: 1.0, lookups: Vec::new() },
+                &limits,
+            );
         }
         // Same path, new inode: the old pages must not be predicted.
-        p.merge(&LaunchRun { files: vec![file("/lib/a", 99, 1.0, &[500])], window_ms: 1.0 }, &limits);
+        p.merge(
+            &LaunchRun { files: vec![file("/lib/a", 99, 1.0, &[500])], window_ms: 1.0, lookups: Vec::new() },
+            &limits,
+        );
         assert_eq!(p.files[0].identity.ino, 99);
         assert_eq!(p.plan(&WalkLimits::default()).at_exec, vec![(0, vec![PageRange::page(500)])]);
     }
@@ -400,6 +432,7 @@ mod tests {
                 file("/plugin/q", 4, 2510.0, &[6]),
             ],
             window_ms: 3000.0,
+            lookups: Vec::new(),
         };
         p.merge(&run, &LearnLimits::default());
         assert_eq!(p.triggers, vec![Trigger { on: 2, then: vec![2, 3] }]);
@@ -414,9 +447,12 @@ mod tests {
     fn files_no_longer_touched_age_out() {
         let mut p = Profile::new(ident("/bin/x", 1));
         let limits = LearnLimits::default();
-        p.merge(&LaunchRun { files: vec![file("/old", 5, 1.0, &[1])], window_ms: 1.0 }, &limits);
+        p.merge(&LaunchRun { files: vec![file("/old", 5, 1.0, &[1])], window_ms: 1.0, lookups: Vec::new() }, &limits);
         for _ in 0..8 {
-            p.merge(&LaunchRun { files: vec![file("/new", 6, 1.0, &[1])], window_ms: 1.0 }, &limits);
+            p.merge(
+                &LaunchRun { files: vec![file("/new", 6, 1.0, &[1])], window_ms: 1.0, lookups: Vec::new() },
+                &limits,
+            );
         }
         assert_eq!(p.files.iter().map(|f| f.identity.path.as_str()).collect::<Vec<_>>(), vec!["/new"]);
     }
@@ -431,15 +467,55 @@ mod tests {
                 file("/usr/lib/c.so", 4, 2.0, &[0]),
             ],
             window_ms: 3.0,
+            lookups: Vec::new(),
         };
         p.merge(&run, &LearnLimits::default());
         assert_eq!(p.dirs, vec!["/", "/usr", "/usr/lib", "/usr/lib/py", "/usr/lib/py/m"]);
     }
 
     #[test]
+    fn lookups_keep_the_latest_run_first_then_earlier_ones_bounded() {
+        let mut p = Profile::new(ident("/bin/x", 1));
+        let run = |lookups: &[&str]| LaunchRun {
+            files: vec![file("/lib/a", 2, 0.0, &[0])],
+            window_ms: 1.0,
+            lookups: lookups.iter().map(|s| s.to_string()).collect(),
+        };
+        p.merge(&run(&["/etc/a", "/etc/b"]), &LearnLimits::default());
+        p.merge(&run(&["/etc/c", "/etc/a"]), &LearnLimits::default());
+        assert_eq!(p.lookups, vec!["/etc/c", "/etc/a", "/etc/b"]);
+        // A run that saw none (observed without lookups) keeps what was learned.
+        p.merge(&run(&[]), &LearnLimits::default());
+        assert_eq!(p.lookups.len(), 3);
+        let many: Vec<String> = (0..MAX_LOOKUPS + 10).map(|i| format!("/n/{i}")).collect();
+        let refs: Vec<&str> = many.iter().map(String::as_str).collect();
+        p.merge(&run(&refs), &LearnLimits::default());
+        assert_eq!(p.lookups.len(), MAX_LOOKUPS);
+        assert_eq!(p.lookups[0], "/n/0");
+    }
+
+    #[test]
+    fn version_2_profiles_migrate_without_lookups() {
+        let mut p = Profile::new(ident("/bin/x", 1));
+        p.merge(
+            &LaunchRun { files: vec![file("/opt/a/b", 2, 0.0, &[0])], window_ms: 1.0, lookups: Vec::new() },
+            &LearnLimits::default(),
+        );
+        let mut v2 = serde_json::to_value(&p).unwrap();
+        v2["version"] = 2.into();
+        v2.as_object_mut().unwrap().remove("lookups");
+        let mut old: Profile = serde_json::from_value(v2).unwrap();
+        assert!(old.migrate());
+        assert_eq!(old, p, "dirs kept, no lookups");
+    }
+
+    #[test]
     fn version_1_profiles_migrate() {
         let mut p = Profile::new(ident("/bin/x", 1));
-        p.merge(&LaunchRun { files: vec![file("/opt/a/b", 2, 0.0, &[0])], window_ms: 1.0 }, &LearnLimits::default());
+        p.merge(
+            &LaunchRun { files: vec![file("/opt/a/b", 2, 0.0, &[0])], window_ms: 1.0, lookups: Vec::new() },
+            &LearnLimits::default(),
+        );
         let mut v1 = serde_json::to_value(&p).unwrap();
         v1["version"] = 1.into();
         v1.as_object_mut().unwrap().remove("dirs");

@@ -35,13 +35,25 @@ pub struct WindowLimits {
     pub max_files: usize,
     /// Accesses kept per file at most.
     pub max_accesses_per_file: usize,
+    /// Distinct looked-up paths kept at most.
+    pub max_lookups: usize,
 }
 
 impl Default for WindowLimits {
     fn default() -> Self {
-        Self { idle_ms: 500, cap_ms: 10_000, max_files: 4096, max_accesses_per_file: 1 << 16 }
+        Self {
+            idle_ms: 500,
+            cap_ms: 10_000,
+            max_files: 4096,
+            max_accesses_per_file: 1 << 16,
+            max_lookups: super::profile::MAX_LOOKUPS,
+        }
     }
 }
+
+/// Where looked-up paths are not replayed: filesystems with no disk blocks
+/// behind them.
+const VIRTUAL_ROOTS: [&str; 3] = ["/proc/", "/sys/", "/dev/"];
 
 /// Which observed pages a [`Recorder`] counts as the launch's accesses.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -77,6 +89,9 @@ pub struct Recorder {
     done: bool,
     /// The pids whose accesses were seen (to name files through them).
     pids: HashMap<FileId, u32>,
+    /// Looked-up paths, in order of first lookup, and the set of them.
+    lookups: Vec<std::sync::Arc<str>>,
+    looked_up: HashSet<std::sync::Arc<str>>,
 }
 
 impl Recorder {
@@ -94,6 +109,8 @@ impl Recorder {
             order: Vec::new(),
             done: false,
             pids: HashMap::new(),
+            lookups: Vec::new(),
+            looked_up: HashSet::new(),
         }
     }
 
@@ -129,6 +146,17 @@ impl Recorder {
                 self.last_ns = self.last_ns.max(*time_ns);
                 if self.source == AccessSource::Misses {
                     self.touch(*pid, *file, PageRange::page(*page), *time_ns);
+                }
+            }
+            // Lookups before the exec (a launcher's search of PATH) are
+            // over by the time a replay starts.
+            Event::Lookup { pid, path, time_ns } if self.tree.contains(pid) && *time_ns >= self.exec_ns => {
+                self.last_ns = self.last_ns.max(*time_ns);
+                if self.lookups.len() < self.limits.max_lookups
+                    && !VIRTUAL_ROOTS.iter().any(|root| path.starts_with(root))
+                    && self.looked_up.insert(std::sync::Arc::clone(path))
+                {
+                    self.lookups.push(std::sync::Arc::clone(path));
                 }
             }
             Event::PageAccess { pid, file, pages, kind, time_ns } if self.tree.contains(pid) => {
@@ -211,7 +239,8 @@ impl Recorder {
                 accesses: seen.accesses.clone(),
             });
         }
-        LaunchRun { files, window_ms }
+        let lookups = self.lookups.iter().map(|p| p.to_string()).collect();
+        LaunchRun { files, window_ms, lookups }
     }
 }
 
@@ -306,6 +335,28 @@ mod tests {
             vec![PageRange::new(0, 16), PageRange::page(3), PageRange::new(0, 16)],
             "by default every observed access counts and misses do not"
         );
+    }
+
+    #[test]
+    fn lookups_of_the_tree_are_kept_once_in_order_and_bounded() {
+        let limits = WindowLimits { max_lookups: 3, ..WindowLimits::default() };
+        let mut r = Recorder::new(1, 10, limits);
+        let look = |pid: u32, path: &str| Event::Lookup { pid, path: path.into(), time_ns: 11 };
+        r.on_event(&Event::Fork { parent: 1, child: 2, time_ns: 10 });
+        for e in [
+            Event::Lookup { pid: 1, path: "/usr/local/bin/x".into(), time_ns: 9 }, // before the exec
+            look(1, "/usr/lib/a.so"),
+            look(99, "/etc/other"), // not ours
+            look(2, "/usr/lib/missing.so"),
+            look(1, "/proc/self/maps"), // no disk blocks behind it
+            look(1, "/usr/lib/a.so"),   // again
+            look(2, "/etc/ld.so.cache"),
+            look(1, "/etc/beyond-the-bound"),
+        ] {
+            r.on_event(&e);
+        }
+        let run = r.finish(|id, _| ident(id));
+        assert_eq!(run.lookups, vec!["/usr/lib/a.so", "/usr/lib/missing.so", "/etc/ld.so.cache"]);
     }
 
     #[test]

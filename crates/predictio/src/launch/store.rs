@@ -315,7 +315,11 @@ mod tests {
         let mut p = Profile::new(ident.clone());
         let accesses = (0..pages).map(|i| PageRange::page(i * 7)).collect();
         p.merge(
-            &LaunchRun { files: vec![RunFile { identity: ident, first_touch_ms: 0.0, accesses }], window_ms: 5.0 },
+            &LaunchRun {
+                files: vec![RunFile { identity: ident, first_touch_ms: 0.0, accesses }],
+                window_ms: 5.0,
+                lookups: Vec::new(),
+            },
             &LearnLimits::default(),
         );
         p.last_used_s = last_used_s;

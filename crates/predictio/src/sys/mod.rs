@@ -352,3 +352,16 @@ pub fn list_dir(fd: BorrowedFd<'_>, max_entries: u64) -> io::Result<u64> {
     }
     Ok(n)
 }
+
+/// Looks `name` (one path component) up in the directory `dir`, without
+/// following a final symbolic link (`fstatat(AT_SYMLINK_NOFOLLOW)`), and
+/// returns whether it exists. Reads what the lookup needs: the directory's
+/// blocks, and the inode of a name that exists.
+pub fn look_up(dir: BorrowedFd<'_>, name: &str) -> bool {
+    let Ok(name) = std::ffi::CString::new(name) else { return false };
+    let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
+    // SAFETY: `dir` is an open descriptor for the call's duration, `name` a
+    // NUL-terminated string that outlives it, and `st` room for one `stat`,
+    // which the kernel only writes; it is never read.
+    unsafe { libc::fstatat(dir.as_raw_fd(), name.as_ptr(), st.as_mut_ptr(), libc::AT_SYMLINK_NOFOLLOW) == 0 }
+}
