@@ -134,7 +134,7 @@ impl Drop for ExactTraining {
 pub fn run(args: Args) -> Result<()> {
     let exe = program_identity(&args.command[0])?;
     let store = open_store(&args.store)?;
-    let (observer, note) = observer_or_note(false);
+    let (observer, note) = observer_or_note(false, false);
     let Some(mut observer) = observer else {
         bail!("record needs eBPF observation (run as root on a kernel with BTF): {}", note.unwrap_or_default());
     };

@@ -78,7 +78,7 @@ pub fn run(args: Args) -> Result<()> {
     let socket = socket_dir.path().join("hint.sock");
     let hints = HintSource::start_private(&socket, sender.clone())?;
 
-    let (mut observer, note) = observer_or_note(false);
+    let (mut observer, note) = observer_or_note(false, false);
     let me = std::process::id();
     let start = Instant::now();
     let mut cmd = Command::new(&args.command[0]);

@@ -212,6 +212,11 @@ pub struct LaunchSection {
     pub cap_ms: u64,
     /// Launch windows open at once; more execs are not learned (counted).
     pub max_windows: usize,
+    /// Learn the paths launches look up too, replayed as lookups at exec
+    /// (profiles from `predictio record` have them whatever this says).
+    /// Off by default: with it every process's path system calls (open,
+    /// stat, access, exec) cost an eBPF ring record each.
+    pub lookups: bool,
     /// Learn only executables under these path prefixes (empty: all).
     pub allow: Vec<String>,
     /// Never learn executables under these path prefixes.
@@ -228,6 +233,7 @@ impl Default for LaunchSection {
             idle_ms: 500,
             cap_ms: 10_000,
             max_windows: 8,
+            lookups: false,
             allow: Vec::new(),
             deny: Vec::new(),
         }

@@ -122,14 +122,17 @@ pub fn is_own(event: &predictio::Event, me: u32) -> bool {
 }
 
 /// Loads the eBPF observer, or says why not (and the caller runs without
-/// observation: hints still work).
-pub fn observer_or_note(follow_all: bool) -> (Option<Observer>, Option<String>) {
+/// observation: hints still work). `lookups_all`: under follow-all, report
+/// every process's path lookups too (explicitly followed processes' always
+/// are).
+pub fn observer_or_note(follow_all: bool, lookups_all: bool) -> (Option<Observer>, Option<String>) {
     if let Err(why) = predictio_bpf::available() {
         let note = format!("eBPF observation not built in ({why}); running on hints only");
         tracing::warn!("{note}");
         return (None, Some(note));
     }
-    let config = ObserverConfig { follow_all, evictions_any_process: follow_all, ..ObserverConfig::default() };
+    let config =
+        ObserverConfig { follow_all, lookups_all, evictions_any_process: follow_all, ..ObserverConfig::default() };
     match Observer::load(config) {
         Ok(observer) => (Some(observer), None),
         Err(err) => {
@@ -229,7 +232,8 @@ impl Sources {
                 "fanotify" => start_fanotify(config).map_err(|e| format!("fanotify: {e}")),
                 "perf" => start_perf().map_err(|e| format!("perf: {e}")),
                 _ => {
-                    let (observer, why) = observer_or_note(true);
+                    let lookups = config.launch.learn && config.launch.lookups;
+                    let (observer, why) = observer_or_note(true, lookups);
                     match observer {
                         Some(o) => Ok(Kernel::Ebpf(Box::new(o))),
                         None if wanted == "ebpf" => {

@@ -104,9 +104,16 @@ impl std::fmt::Debug for Store {
 impl Store {
     /// Opens (creating if needed) the store in `dir`, capped at `cap_bytes`
     /// of profiles. Waits up to `wait` for another holder to let go.
+    /// Directories it creates are private to their owner (mode 0700):
+    /// profiles name the files and paths other users' launches touched.
     pub fn open(dir: impl AsRef<Path>, cap_bytes: u64, wait: Duration) -> Result<Store, StoreError> {
+        use std::os::unix::fs::DirBuilderExt;
         let dir = dir.as_ref();
-        std::fs::create_dir_all(dir).map_err(|source| StoreError::Dir { path: dir.display().to_string(), source })?;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .map_err(|source| StoreError::Dir { path: dir.display().to_string(), source })?;
         let path = dir.join(FILE_NAME);
         let shown = path.display().to_string();
         let err = |e: redb::Error| StoreError::Db { path: shown.clone(), source: Box::new(e) };
@@ -324,6 +331,16 @@ mod tests {
         );
         p.last_used_s = last_used_s;
         p
+    }
+
+    #[test]
+    fn a_new_store_directory_is_private() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let store_dir = dir.path().join("a/store");
+        Store::open(&store_dir, 1 << 20, Duration::from_secs(1)).unwrap();
+        let mode = std::fs::metadata(&store_dir).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o700);
     }
 
     #[test]
