@@ -92,6 +92,14 @@ fn record_then_profile_commands_and_bad_input() {
     assert!(launch["counters"]["requested_pages"].as_u64().expect("requested") > 0, "{launch}");
     let show = ok(&predictio(&store, &["profile", "show", PYTHON]));
     assert!(show.contains("decimal"), "the decimal module's files are in the profile:\n{show}");
+    // The paths it looked up were learned too (its module search stats
+    // names that do not exist), and `run` looked them up again.
+    let shown: serde_json::Value =
+        serde_json::from_str(&ok(&predictio(&store, &["profile", "show", "--json", PYTHON]))).expect("show --json");
+    let lookups: Vec<&str> = shown["lookups"].as_array().expect("lookups").iter().filter_map(|v| v.as_str()).collect();
+    assert!(lookups.iter().all(|p| p.starts_with('/')), "{lookups:?}");
+    assert!(lookups.iter().any(|p| p.contains("decimal")), "the module search is learned: {lookups:?}");
+    assert!(launch["counters"]["meta_lookups"].as_u64().expect("meta_lookups") > 0, "{launch}");
     // A path with no profile names the stored executables of the same name.
     let name = Path::new(&exe).file_name().expect("file name").to_str().expect("utf8");
     let elsewhere = format!("/opt/nowhere/{name}");
@@ -241,6 +249,52 @@ fn daemon_learns_an_unknown_program_in_three_launches_and_speeds_up_the_fourth()
         fourth < 0.9 * best,
         "the 4th launch ({fourth:.3} s) should be at least 10 % faster than every cold baseline launch ({baseline:?})"
     );
+}
+
+#[test]
+fn daemon_with_lookups_on_learns_what_a_launch_looked_up() {
+    if !needs_root_and_ebpf() {
+        return;
+    }
+    let _machine = machine();
+    let exe = std::fs::canonicalize(PYTHON).expect("python path").display().to_string();
+    let dir = common::disk_dir("predictio-launch");
+    let store = dir.path().join("store");
+    let config = dir.path().join("predictio.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "policies = [\"hints\"]\n[hints]\nsocket = \"{d}/hint.sock\"\n[control]\nsocket = \"{d}/control.sock\"\n[observe]\nsource = \"ebpf\"\n\
+             [launch]\nstore = \"{s}\"\nallow = [\"{exe}\"]\nlookups = true\n",
+            d = dir.path().display(),
+            s = store.display()
+        ),
+    )
+    .expect("config");
+    let daemon = Daemon(
+        Command::new(bin())
+            .args(["daemon", "--config", config.to_str().expect("utf8")])
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("daemon starts"),
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !dir.path().join("control.sock").exists() {
+        assert!(Instant::now() < deadline, "daemon did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = Command::new(PYTHON).args(["-c", "import json, decimal; print(7)"]).output().expect("python runs");
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "7");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while stored_runs(&store, &exe) < 1 {
+        assert!(Instant::now() < deadline, "the daemon did not learn the launch");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    drop(daemon);
+    let shown: serde_json::Value =
+        serde_json::from_str(&ok(&predictio(&store, &["profile", "show", "--json", PYTHON]))).expect("show --json");
+    let lookups: Vec<&str> = shown["lookups"].as_array().expect("lookups").iter().filter_map(|v| v.as_str()).collect();
+    assert!(lookups.iter().any(|p| p.contains("decimal")), "the module search is learned: {lookups:?}");
 }
 
 /// Every backing device's readahead setting, by sysfs path.

@@ -358,7 +358,7 @@ impl Policy for LaunchPolicy {
     fn interests(&self) -> EventKinds {
         let replay = EventKinds::of(&[EventKind::Exec, EventKind::PageAccess]);
         if self.learning.is_some() {
-            replay.with(EventKinds::of(&[EventKind::PageMiss, EventKind::Fork, EventKind::Exit]))
+            replay.with(EventKinds::of(&[EventKind::PageMiss, EventKind::Fork, EventKind::Exit, EventKind::Lookup]))
         } else {
             replay
         }
