@@ -127,8 +127,9 @@ impl Replay {
 pub fn lookups_of(paths: &[String]) -> Vec<MetaLookup> {
     use std::path::{Component, Path};
     let mut opened: HashMap<&Path, Option<MetaDir>> = HashMap::new();
-    let mut by_dir: Vec<(MetaDir, Vec<Box<str>>, std::collections::HashSet<Box<str>>)> = Vec::new();
+    let mut by_dir: Vec<(MetaDir, Vec<Box<str>>)> = Vec::new();
     let mut slot: HashMap<&Path, usize> = HashMap::new();
+    let mut seen: std::collections::HashSet<(usize, &str)> = std::collections::HashSet::new();
     for path in paths {
         let path = Path::new(path.as_str());
         if !path.is_absolute() || path.components().any(|c| matches!(c, Component::CurDir | Component::ParentDir)) {
@@ -150,15 +151,14 @@ pub fn lookups_of(paths: &[String]) -> Vec<MetaLookup> {
         let (Some(dir), Some(name)) = (dir, name.and_then(|n| n.to_str())) else { continue };
         let Some(Some(held)) = opened.get(dir) else { continue };
         let i = *slot.entry(dir).or_insert_with(|| {
-            by_dir.push((held.clone(), Vec::new(), std::collections::HashSet::new()));
+            by_dir.push((held.clone(), Vec::new()));
             by_dir.len() - 1
         });
-        let (_, names, seen) = &mut by_dir[i];
-        if seen.insert(name.into()) {
-            names.push(name.into());
+        if seen.insert((i, name)) {
+            by_dir[i].1.push(name.into());
         }
     }
-    by_dir.into_iter().map(|(dir, names, _)| MetaLookup { dir, names: names.into() }).collect()
+    by_dir.into_iter().map(|(dir, names)| MetaLookup { dir, names: names.into() }).collect()
 }
 
 /// Replays by executable, shared between the policy and whoever prepares
