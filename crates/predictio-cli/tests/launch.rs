@@ -139,6 +139,36 @@ fn record_then_profile_commands_and_bad_input() {
 
 struct Daemon(Child);
 
+/// Starts the daemon on a config in `dir` that learns and replays only
+/// `exe`, its `[launch]` section ending with `launch_extra`; returns once
+/// its control socket is up.
+fn start_daemon(dir: &Path, store: &Path, exe: &str, launch_extra: &str) -> Daemon {
+    let config = dir.join("predictio.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "policies = [\"hints\"]\n[hints]\nsocket = \"{d}/hint.sock\"\n[control]\nsocket = \"{d}/control.sock\"\n[observe]\nsource = \"ebpf\"\n\
+             [launch]\nstore = \"{s}\"\nallow = [\"{exe}\"]\n{launch_extra}",
+            d = dir.display(),
+            s = store.display()
+        ),
+    )
+    .expect("config");
+    let daemon = Daemon(
+        Command::new(bin())
+            .args(["daemon", "--config", config.to_str().expect("utf8")])
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("daemon starts"),
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !dir.join("control.sock").exists() {
+        assert!(Instant::now() < deadline, "daemon did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    daemon
+}
+
 impl Drop for Daemon {
     fn drop(&mut self) {
         let _ = self.0.kill();
@@ -202,29 +232,7 @@ fn daemon_learns_an_unknown_program_in_three_launches_and_speeds_up_the_fourth()
     let baseline: Vec<f64> = (0..5).map(|_| timed_cold_launch(dir.path()).0).collect();
     let (_, expected) = timed_cold_launch(dir.path());
 
-    let config = dir.path().join("predictio.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "policies = [\"hints\"]\n[hints]\nsocket = \"{d}/hint.sock\"\n[control]\nsocket = \"{d}/control.sock\"\n[observe]\nsource = \"ebpf\"\n\
-             [launch]\nstore = \"{s}\"\nallow = [\"{exe}\"]\n",
-            d = dir.path().display(),
-            s = store.display()
-        ),
-    )
-    .expect("config");
-    let daemon = Daemon(
-        Command::new(bin())
-            .args(["daemon", "--config", config.to_str().expect("utf8")])
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("daemon starts"),
-    );
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !dir.path().join("control.sock").exists() {
-        assert!(Instant::now() < deadline, "daemon did not start");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let daemon = start_daemon(dir.path(), &store, &exe, "");
     // Never told about the program: it learns from the launches themselves.
     let mut learned_after = None;
     for launch in 1..=3u64 {
@@ -260,29 +268,7 @@ fn daemon_with_lookups_on_learns_what_a_launch_looked_up() {
     let exe = std::fs::canonicalize(PYTHON).expect("python path").display().to_string();
     let dir = common::disk_dir("predictio-launch");
     let store = dir.path().join("store");
-    let config = dir.path().join("predictio.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "policies = [\"hints\"]\n[hints]\nsocket = \"{d}/hint.sock\"\n[control]\nsocket = \"{d}/control.sock\"\n[observe]\nsource = \"ebpf\"\n\
-             [launch]\nstore = \"{s}\"\nallow = [\"{exe}\"]\nlookups = true\n",
-            d = dir.path().display(),
-            s = store.display()
-        ),
-    )
-    .expect("config");
-    let daemon = Daemon(
-        Command::new(bin())
-            .args(["daemon", "--config", config.to_str().expect("utf8")])
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("daemon starts"),
-    );
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !dir.path().join("control.sock").exists() {
-        assert!(Instant::now() < deadline, "daemon did not start");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let daemon = start_daemon(dir.path(), &store, &exe, "lookups = true\n");
     let out = Command::new(PYTHON).args(["-c", "import json, decimal; print(7)"]).output().expect("python runs");
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "7");
     let deadline = Instant::now() + Duration::from_secs(20);
