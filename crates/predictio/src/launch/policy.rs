@@ -98,7 +98,7 @@ impl Replay {
             }
         }
         replay.dirs = profile.dirs.iter().filter_map(|d| MetaDir::open(d).ok()).collect();
-        replay.lookups = lookups_of(&profile.lookups);
+        replay.lookups = lookups_of(&profile.lookups, &replay.dirs);
         for (on, files) in plan.on_trigger {
             let trigger = profile.files[on].identity.id();
             let opened: Vec<ReplayFile> = files.into_iter().filter_map(|(i, r)| open_one(i, r, &mut replay)).collect();
@@ -122,11 +122,14 @@ impl Replay {
 /// component that is missing, where that lookup stopped. Directories keep
 /// the order of their first path, names theirs; a pair appears once. Paths
 /// with `.` or `..` components are left out, and lookups in more than
-/// [`MAX_DIRS`] directories. Does I/O (opens directories): call it off the
-/// event path.
-pub fn lookups_of(paths: &[String]) -> Vec<MetaLookup> {
+/// [`MAX_DIRS`] directories beyond those of `held`, which are used as they
+/// are instead of being opened again. Does I/O (opens directories): call it
+/// off the event path.
+pub fn lookups_of(paths: &[String], held: &[MetaDir]) -> Vec<MetaLookup> {
     use std::path::{Component, Path};
-    let mut opened: HashMap<&Path, Option<MetaDir>> = HashMap::new();
+    let mut opened: HashMap<&Path, Option<MetaDir>> =
+        held.iter().map(|d| (Path::new(d.path()), Some(d.clone()))).collect();
+    let mut newly_opened = 0;
     let mut by_dir: Vec<(MetaDir, Vec<Box<str>>)> = Vec::new();
     let mut slot: HashMap<&Path, usize> = HashMap::new();
     let mut seen: std::collections::HashSet<(usize, &str)> = std::collections::HashSet::new();
@@ -138,9 +141,12 @@ pub fn lookups_of(paths: &[String]) -> Vec<MetaLookup> {
         let mut name = path.file_name();
         let mut dir = path.parent();
         while let (Some(d), Some(_)) = (dir, name) {
-            if opened.len() >= MAX_DIRS && !opened.contains_key(d) {
-                dir = None;
-                break;
+            if !opened.contains_key(d) {
+                if newly_opened >= MAX_DIRS {
+                    dir = None;
+                    break;
+                }
+                newly_opened += 1;
             }
             if opened.entry(d).or_insert_with(|| MetaDir::open(d).ok()).is_some() {
                 break;
@@ -434,7 +440,14 @@ mod tests {
             "relative/path".to_string(),
         ]
         .into();
-        let lookups = lookups_of(&paths);
+        let held = vec![MetaDir::open(dir.path()).unwrap()];
+        let lookups = lookups_of(&paths, &held);
+        use std::os::fd::AsRawFd;
+        assert_eq!(
+            lookups[1].dir.as_fd().as_raw_fd(),
+            held[0].as_fd().as_raw_fd(),
+            "a held directory is used, not opened again"
+        );
         let got: Vec<(String, Vec<String>)> = lookups
             .iter()
             .map(|l| (l.dir.path().to_string(), l.names.iter().map(|n| n.to_string()).collect()))
