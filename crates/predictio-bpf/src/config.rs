@@ -95,7 +95,7 @@ pub struct ObserverStats {
     pub forks: u64,
     /// Exit records (whole thread groups).
     pub exits: u64,
-    /// Lookup records (names looked up on disk, `d_splice_alias`); the perf
-    /// source has none.
+    /// Lookup records (absolute paths the path system calls were given); the
+    /// perf source has none.
     pub lookups: u64,
 }

@@ -143,11 +143,7 @@ impl Observer {
                 ebpf.program_mut(name).ok_or_else(|| BpfError::Config(format!("object lacks program {name}")))?;
             let step = |step, source| BpfError::Program { program: name, step, source };
             match attach {
-                Attach::TracePoint(category, event) => {
-                    let program: &mut TracePoint = program.try_into().map_err(|e| step("type", e))?;
-                    program.load().map_err(|e| step("load", e))?;
-                    program.attach(category, event).map_err(|e| step("attach", e))?;
-                }
+                Attach::TracePoint(category, event) => attach_tracepoint(program, name, category, event)?,
                 Attach::Btf(event) => {
                     let program: &mut BtfTracePoint = program.try_into().map_err(|e| step("type", e))?;
                     program.load(event, &btf).map_err(|e| step("load", e))?;
@@ -164,10 +160,7 @@ impl Observer {
         for &(name, call) in &layouts.path_calls {
             let program =
                 ebpf.program_mut(name).ok_or_else(|| BpfError::Config(format!("object lacks program {name}")))?;
-            let step = |step, source| BpfError::Program { program: name, step, source };
-            let program: &mut TracePoint = program.try_into().map_err(|e| step("type", e))?;
-            program.load().map_err(|e| step("load", e))?;
-            program.attach("syscalls", &format!("sys_enter_{call}")).map_err(|e| step("attach", e))?;
+            attach_tracepoint(program, name, "syscalls", &format!("sys_enter_{call}"))?;
         }
 
         let ring = RingBuf::try_from(take_map(&mut ebpf, "events")?).map_err(|source| BpfError::Map {
@@ -254,18 +247,18 @@ impl Observer {
                 self.stats.malformed += 1;
                 continue;
             };
+            let mut deliver = |event| {
+                delivered += 1;
+                on_event(event);
+            };
             let kind = if record.kind == PIO_KIND_LOOKUP {
                 let tail = item.get(PIO_RECORD_SIZE as usize..).unwrap_or_default();
                 record.lookup_event(tail).map(|event| {
-                    delivered += 1;
-                    on_event(event);
+                    deliver(event);
                     RecordKind::Lookup
                 })
             } else {
-                record.emit_events(&mut |event| {
-                    delivered += 1;
-                    on_event(event);
-                })
+                record.emit_events(&mut deliver)
             };
             let counter = match kind {
                 Some(RecordKind::Read) => &mut self.stats.reads,
@@ -333,4 +326,19 @@ fn take_map(ebpf: &mut Ebpf, name: &'static str) -> Result<aya::maps::Map, BpfEr
 
 fn map_mut<'a>(ebpf: &'a mut Ebpf, name: &'static str) -> Result<&'a mut aya::maps::Map, BpfError> {
     ebpf.map_mut(name).ok_or_else(|| BpfError::Config(format!("object lacks map {name}")))
+}
+
+/// Loads `program` (named `name` in the object) as a classic tracepoint and
+/// attaches it to `category`/`event`.
+fn attach_tracepoint(
+    program: &mut aya::programs::Program,
+    name: &'static str,
+    category: &str,
+    event: &str,
+) -> Result<(), BpfError> {
+    let step = |step, source| BpfError::Program { program: name, step, source };
+    let program: &mut TracePoint = program.try_into().map_err(|e| step("type", e))?;
+    program.load().map_err(|e| step("load", e))?;
+    program.attach(category, event).map_err(|e| step("attach", e))?;
+    Ok(())
 }

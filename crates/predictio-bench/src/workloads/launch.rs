@@ -246,7 +246,7 @@ fn prepare(profile: &Profile, exe: FileId) -> Result<Prepared, BenchError> {
         ..ExecutorConfig::default()
     };
     let executor = Arc::new(Executor::new(config).map_err(BenchError::Executor)?);
-    let replay = Replay::open(profile, &WalkLimits::default());
+    let mut replay = Replay::open(profile, &WalkLimits::default());
     let mut replay_pages: HashMap<FileId, Vec<PageRange>> = HashMap::new();
     let mut files: Vec<FileRef> = Vec::new();
     for f in replay.at_exec.iter().chain(replay.on_trigger.iter().flat_map(|t| t.1.iter())) {
@@ -267,7 +267,6 @@ fn prepare(profile: &Profile, exe: FileId) -> Result<Prepared, BenchError> {
     let changed = replay.changed.len() + replay.missing.len();
     let dirs = replay.dirs.len();
     let lookups = replay.lookups.iter().map(|l| l.names.len()).sum();
-    let mut replay = replay;
     if no_lookups() {
         replay.lookups.clear();
     }
