@@ -10,11 +10,15 @@ pub struct ObserverConfig {
     /// Report every process (the daemon's mode) instead of only followed
     /// ones. Can be changed later with [`crate::Observer::follow_all`].
     pub follow_all: bool,
-    /// Under follow-all, report every process's path lookups too
-    /// ([`predictio::Event::Lookup`]). Explicitly followed processes'
-    /// lookups are always reported; everyone's cost a ring record per path
-    /// system call, so the daemon asks for them only where configured.
-    pub lookups_all: bool,
+    /// Whose path lookups ([`predictio::Event::Lookup`]) are reported under
+    /// follow-all. Explicitly followed processes' are always reported.
+    pub follow_all_lookups: FollowAllLookups,
+    /// Attach the programs on the path system calls, which report lookups
+    /// at all. Without them no process's lookups are reported, followed or
+    /// not; with them every system call of every process takes the kernel's
+    /// tracing path (the syscall tracepoints switch it on for all tasks),
+    /// so a daemon that wants no lookups leaves them off.
+    pub path_calls: bool,
     /// Report only files on these devices (`st_dev` values, as in
     /// [`predictio::FileId::dev`]). Empty: every device. At most 64.
     pub devices: Vec<u64>,
@@ -47,11 +51,36 @@ pub struct ObserverConfig {
     pub mount_tracefs: bool,
 }
 
+/// Whose path lookups an observer in follow-all mode reports
+/// ([`ObserverConfig::follow_all_lookups`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum FollowAllLookups {
+    /// Nobody's: only explicitly followed processes' lookups are reported.
+    #[default]
+    None,
+    /// A process's during its launch: for `window` after its exec, at most
+    /// `per_launch` of them; a process it forks in that time shares the
+    /// deadline and starts with what is left of the budget. What launch
+    /// learning needs: ring records only for launching processes, at most
+    /// `per_launch` a launch (every path call still runs the program: see
+    /// [`ObserverConfig::path_calls`]). At most 8,192 processes are in their
+    /// launch at once; past that the oldest leave early.
+    Launches {
+        /// How long after the exec lookups are reported.
+        window: Duration,
+        /// How many at most (a fork starts with what its parent has left).
+        per_launch: u32,
+    },
+    /// Every process's, always: each path system call costs a ring record.
+    All,
+}
+
 impl Default for ObserverConfig {
     fn default() -> Self {
         Self {
             follow_all: false,
-            lookups_all: false,
+            follow_all_lookups: FollowAllLookups::None,
+            path_calls: true,
             devices: Vec::new(),
             cgroup: None,
             evictions_any_process: false,

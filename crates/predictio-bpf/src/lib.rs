@@ -161,7 +161,7 @@ mod record;
 mod source;
 mod sys;
 
-pub use config::{ObserverConfig, ObserverStats};
+pub use config::{FollowAllLookups, ObserverConfig, ObserverStats};
 pub use error::BpfError;
 pub use observer::Observer;
 pub use record::{kernel_dev_to_user, user_dev_to_kernel};

@@ -14,10 +14,10 @@ use predictio::Event;
 
 use crate::record::consts::{
     PIO_KIND_LOOKUP, PIO_LOST_FOLLOWS, PIO_LOST_RECORDS, PIO_MAX_DEVICES, PIO_RECORD_SIZE, PIO_SETTING_FOLLOW_ALL,
-    PIO_SETTING_LOOKUPS_ALL, PIO_SETTINGS_KEY,
+    PIO_SETTING_LOOKUPS_ALL, PIO_SETTING_LOOKUPS_LAUNCHES, PIO_SETTINGS_KEY,
 };
 use crate::record::{Record, RecordKind, user_dev_to_kernel};
-use crate::{BpfError, ObserverConfig, ObserverStats, layout, sys};
+use crate::{BpfError, FollowAllLookups, ObserverConfig, ObserverStats, layout, sys};
 
 /// The object compiled by `build.rs`.
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/observe.bpf.o"));
@@ -56,7 +56,7 @@ pub struct Observer {
     settings: Array<MapData, u32>,
     lost: PerCpuArray<MapData, u64>,
     stats: ObserverStats,
-    /// [`PIO_SETTING_LOOKUPS_ALL`] when configured, kept across
+    /// The [`ObserverConfig::follow_all_lookups`] bits, kept across
     /// [`Observer::follow_all`].
     lookup_bits: u32,
     poll_interval: Duration,
@@ -103,6 +103,13 @@ impl Observer {
         };
         let filter_devices = u32::from(!devices.is_empty());
         let evictions_any_process = u32::from(config.evictions_any_process);
+        let (lookup_bits, lookup_window_ns, lookup_budget) = match config.follow_all_lookups {
+            FollowAllLookups::None => (0, 0u64, 0u32),
+            FollowAllLookups::Launches { window, per_launch } => {
+                (PIO_SETTING_LOOKUPS_LAUNCHES, u64::try_from(window.as_nanos()).unwrap_or(u64::MAX), per_launch)
+            }
+            FollowAllLookups::All => (PIO_SETTING_LOOKUPS_ALL, 0, 0),
+        };
 
         let mut ebpf = EbpfLoader::new()
             .override_global("wakeup_bytes", &config.wakeup_bytes, true)
@@ -111,6 +118,8 @@ impl Observer {
             .override_global("cgroup_level", &cgroup_level, true)
             .override_global("evictions_any_process", &evictions_any_process, true)
             .override_global("exit_has_group_dead", &exit_has_group_dead, true)
+            .override_global("lookup_window_ns", &lookup_window_ns, true)
+            .override_global("lookup_budget", &lookup_budget, true)
             .map_max_entries("events", config.ring_bytes)
             .map_max_entries("followed", config.max_followed)
             .load(OBJECT)
@@ -129,7 +138,6 @@ impl Observer {
         }
         let mut settings: Array<MapData, u32> = Array::try_from(take_map(&mut ebpf, "settings")?)
             .map_err(|source| BpfError::Map { map: "settings", step: "open", source })?;
-        let lookup_bits = if config.lookups_all { PIO_SETTING_LOOKUPS_ALL } else { 0 };
         let bits = if config.follow_all { PIO_SETTING_FOLLOW_ALL } else { 0 } | lookup_bits;
         settings.set(PIO_SETTINGS_KEY, bits, 0).map_err(|source| BpfError::Map {
             map: "settings",
@@ -157,7 +165,8 @@ impl Observer {
             }
         }
 
-        for &(name, call) in &layouts.path_calls {
+        let path_calls = if config.path_calls { &layouts.path_calls[..] } else { &[] };
+        for &(name, call) in path_calls {
             let program =
                 ebpf.program_mut(name).ok_or_else(|| BpfError::Config(format!("object lacks program {name}")))?;
             attach_tracepoint(program, name, "syscalls", &format!("sys_enter_{call}"))?;
@@ -313,6 +322,13 @@ fn validate(config: &ObserverConfig) -> Result<(), BpfError> {
     }
     if config.devices.len() > PIO_MAX_DEVICES as usize {
         return Err(BpfError::Config(format!("{} devices to filter; at most {PIO_MAX_DEVICES}", config.devices.len())));
+    }
+    if let FollowAllLookups::Launches { window, per_launch } = config.follow_all_lookups
+        && (window.is_zero() || per_launch == 0)
+    {
+        return Err(BpfError::Config(format!(
+            "follow_all_lookups: a launch's window ({window:?}) and budget ({per_launch}) must be positive"
+        )));
     }
     if config.max_followed == 0 {
         return Err(BpfError::Config("max_followed must be positive".into()));

@@ -16,10 +16,10 @@ use std::time::{Duration, Instant};
 
 use predictio::event::AccessKind;
 use predictio::{Event, FileId, FileRef, PAGE_SIZE};
-use predictio_bpf::{Observer, ObserverConfig};
+use predictio_bpf::{FollowAllLookups, Observer, ObserverConfig};
 
 mod common;
-use common::{Held, forked_children, pages_accessed, path_str, wait_for_exec, which};
+use common::{Drain as _, Held, forked_children, pages_accessed, path_str, wait_for_exec, which};
 
 /// Loads an observer, or says why not: `None` (skip) outside CI, a panic
 /// under `CI=true`.
@@ -455,15 +455,127 @@ fn path_lookups_of_a_followed_process_are_reported_in_order() {
 #[test]
 fn follow_all_reports_lookups_only_when_asked() {
     let data = TestFile::new(1);
-    for lookups_all in [false, true] {
-        let config = ObserverConfig { follow_all: true, lookups_all, ..ObserverConfig::default() };
+    let window = FollowAllLookups::Launches { window: Duration::from_secs(10), per_launch: 1 << 14 };
+    for (lookups, reported) in [(FollowAllLookups::None, false), (FollowAllLookups::All, true), (window, true)] {
+        let config = ObserverConfig { follow_all: true, follow_all_lookups: lookups, ..ObserverConfig::default() };
         let Some(mut observer) = observer(config) else { return };
         let held = Held::spawn(&["cat", path_str(&data.path)]);
         let pid = held.pid();
         // Never followed explicitly: reported through follow-all.
         let events = held.run(&mut observer);
         let looked_up = lookups_of(&events, pid).iter().any(|p| p == path_str(&data.path));
-        assert_eq!(looked_up, lookups_all, "lookups_all {lookups_all}: {:?}", lookups_of(&events, pid));
+        assert_eq!(looked_up, reported, "{lookups:?}: {:?}", lookups_of(&events, pid));
         assert!(pages_accessed(&events, data.id(), &[AccessKind::Read], Some(pid)).is_superset(&all_pages(1)));
     }
+}
+
+#[test]
+fn follow_all_launch_lookups_stop_when_the_launch_window_ends() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("tempdir");
+    let name = |n: &str| dir.path().join(n);
+    let (early, late, forked, before) = (name("early"), name("late"), name("forked"), name("before"));
+    // Started before the observer loads: its exec is not seen, so it is not
+    // in a launch and its lookups are not reported.
+    let mut old = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!("read _; test -e '{}'; true", path_str(&before)))
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn sh");
+    let config = ObserverConfig {
+        follow_all: true,
+        follow_all_lookups: FollowAllLookups::Launches { window: Duration::from_millis(400), per_launch: 1 << 14 },
+        ..ObserverConfig::default()
+    };
+    let Some(mut observer) = observer(config) else {
+        let _ = old.kill();
+        let _ = old.wait();
+        return;
+    };
+    old.stdin.take().expect("stdin").write_all(b"go\n").expect("release");
+    assert!(old.wait().expect("wait").success());
+    // `test` is the shell's own stat: the first inside the window, the
+    // second 1 s after the exec; the subshell forked inside the window does
+    // its lookup after it.
+    let script = format!(
+        "test -e '{}'; (sleep 1; test -e '{}') & sleep 1; test -e '{}'; wait",
+        path_str(&early),
+        path_str(&forked),
+        path_str(&late)
+    );
+    let held = Held::spawn(&["sh", "-c", &script]);
+    let shell = held.pid();
+    let mut events = held.run(&mut observer);
+    observer.drain_into(&mut events);
+    // Every process's lookups in its launch are reported: keep this test's.
+    let ours = path_str(dir.path());
+    let seen: Vec<String> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Lookup { path, .. } if path.starts_with(ours) => Some(path.to_string()),
+            _ => None,
+        })
+        .collect();
+    assert!(lookups_of(&events, shell).iter().any(|p| p == path_str(&early)), "inside the window: {seen:?}");
+    for (path, what) in
+        [(&late, "after the window"), (&forked, "a child's, after the window"), (&before, "exec unseen")]
+    {
+        assert!(!seen.iter().any(|p| p == path_str(path)), "{what} ({}): {seen:?}", path.display());
+    }
+}
+
+#[test]
+fn follow_all_launch_lookups_stop_at_the_launch_budget() {
+    let budget = 40;
+    let config = ObserverConfig {
+        follow_all: true,
+        follow_all_lookups: FollowAllLookups::Launches { window: Duration::from_secs(10), per_launch: budget },
+        ..ObserverConfig::default()
+    };
+    let Some(mut observer) = observer(config) else { return };
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("tempdir");
+    // A hundred stats of absolute paths by the shell itself, after the
+    // loader's own few lookups (without cargo's library path): more than the
+    // budget.
+    let script = format!("for i in $(seq 100); do test -e '{}'/n$i; done; true", path_str(dir.path()));
+    let held = Held::spawn(&["env", "-u", "LD_LIBRARY_PATH", "sh", "-c", &script]);
+    let shell = held.pid();
+    let events = held.run(&mut observer);
+    // Before the last exec, `env` looked `sh` up on its PATH; the budget
+    // counts from that exec.
+    let exec_ns = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Exec { pid, time_ns, .. } if *pid == shell => Some(*time_ns),
+            _ => None,
+        })
+        .max()
+        .expect("the exec is reported");
+    let after: Vec<&str> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Lookup { pid, path, time_ns } if *pid == shell && *time_ns > exec_ns => Some(&**path),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(after.len(), budget as usize, "{after:?}");
+    assert!(
+        after.iter().any(|p| p.starts_with(path_str(dir.path()))),
+        "the script's own stats are among them: {after:?}"
+    );
+}
+
+#[test]
+fn without_the_path_call_programs_no_lookups_are_reported() {
+    let data = TestFile::new(1);
+    let Some(mut observer) = observer(ObserverConfig { path_calls: false, ..ObserverConfig::default() }) else {
+        return;
+    };
+    let held = Held::spawn(&["cat", path_str(&data.path)]);
+    let pid = held.pid();
+    observer.follow(pid).expect("follow");
+    let events = held.run(&mut observer);
+    assert!(!events.iter().any(|e| matches!(e, Event::Lookup { .. })), "{:?}", lookups_of(&events, pid));
+    assert_eq!(observer.stats().lookups, 0);
+    assert!(pages_accessed(&events, data.id(), &[AccessKind::Read], Some(pid)).is_superset(&all_pages(1)));
 }

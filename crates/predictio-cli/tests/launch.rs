@@ -260,27 +260,37 @@ fn daemon_learns_an_unknown_program_in_three_launches_and_speeds_up_the_fourth()
 }
 
 #[test]
-fn daemon_with_lookups_on_learns_what_a_launch_looked_up() {
+fn daemon_learns_what_a_launch_looked_up_only_when_told_to() {
     if !needs_root_and_ebpf() {
         return;
     }
     let _machine = machine();
     let exe = std::fs::canonicalize(PYTHON).expect("python path").display().to_string();
-    let dir = common::disk_dir("predictio-launch");
-    let store = dir.path().join("store");
-    let daemon = start_daemon(dir.path(), &store, &exe, "lookups = true\n");
-    let out = Command::new(PYTHON).args(["-c", "import json, decimal; print(7)"]).output().expect("python runs");
-    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "7");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while stored_runs(&store, &exe) < 1 {
-        assert!(Instant::now() < deadline, "the daemon did not learn the launch");
-        std::thread::sleep(Duration::from_millis(100));
+    // `lookups = true` learns lookups (those made in a launch window only);
+    // the default learns none.
+    for (extra, learned) in [("lookups = true\n", true), ("", false)] {
+        let dir = common::disk_dir("predictio-launch");
+        let store = dir.path().join("store");
+        let daemon = start_daemon(dir.path(), &store, &exe, extra);
+        let out = Command::new(PYTHON).args(["-c", "import json, decimal; print(7)"]).output().expect("python runs");
+        assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "7");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while stored_runs(&store, &exe) < 1 {
+            assert!(Instant::now() < deadline, "the daemon did not learn the launch");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        drop(daemon);
+        let shown: serde_json::Value =
+            serde_json::from_str(&ok(&predictio(&store, &["profile", "show", "--json", PYTHON]))).expect("show --json");
+        let lookups: Vec<&str> =
+            shown["lookups"].as_array().expect("lookups").iter().filter_map(|v| v.as_str()).collect();
+        if learned {
+            assert!(lookups.iter().any(|p| p.contains("decimal")), "the module search is learned: {lookups:?}");
+        } else {
+            assert!(lookups.is_empty(), "{extra:?} learns no lookups: {lookups:?}");
+        }
+        assert!(shown["files"].as_array().is_some_and(|f| !f.is_empty()), "pages are learned either way: {shown}");
     }
-    drop(daemon);
-    let shown: serde_json::Value =
-        serde_json::from_str(&ok(&predictio(&store, &["profile", "show", "--json", PYTHON]))).expect("show --json");
-    let lookups: Vec<&str> = shown["lookups"].as_array().expect("lookups").iter().filter_map(|v| v.as_str()).collect();
-    assert!(lookups.iter().any(|p| p.contains("decimal")), "the module search is learned: {lookups:?}");
 }
 
 /// Every backing device's readahead setting, by sysfs path.

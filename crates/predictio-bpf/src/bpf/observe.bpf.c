@@ -53,6 +53,30 @@ struct {
 	__type(value, __u8);
 } followed SEC(".maps");
 
+/* A process in its launch, under PIO_SETTING_LOOKUPS_LAUNCHES: its path
+ * lookups are reported until `deadline_ns` (CLOCK_MONOTONIC), at most `left`
+ * more of them. */
+struct pio_launch {
+	__u64 deadline_ns;
+	__s64 left;
+};
+
+/* Processes in their launch, by thread-group id. Set at exec; a fork within
+ * it gives the child the same deadline and what is left of the budget; exit
+ * removes it. An LRU map, so a burst of execs pushes out the oldest instead
+ * of failing. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, PIO_MAX_LAUNCHING);
+	__type(key, __u32);
+	__type(value, struct pio_launch);
+} launching SEC(".maps");
+
+/* How long after its exec a process's lookups are reported under
+ * PIO_SETTING_LOOKUPS_LAUNCHES, ns, and how many at most. */
+const volatile __u64 lookup_window_ns = 0;
+const volatile __u32 lookup_budget = 0;
+
 /* Devices of interest (kernel dev_t), when `filter_devices` is set. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -83,11 +107,23 @@ static __always_inline __u32 current_tgid(void)
 	return bpf_get_current_pid_tgid() >> 32;
 }
 
-static __always_inline int follow_all(void)
+static __always_inline __u32 settings_bits(void)
 {
 	__u32 key = PIO_SETTINGS_KEY;
 	__u32 *value = bpf_map_lookup_elem(&settings, &key);
-	return value && (*value & PIO_SETTING_FOLLOW_ALL);
+	return value ? *value : 0;
+}
+
+static __always_inline int follow_all(void)
+{
+	return settings_bits() & PIO_SETTING_FOLLOW_ALL;
+}
+
+/* Under follow-all with PIO_SETTING_LOOKUPS_LAUNCHES. */
+static __always_inline int launches_looked_up(void)
+{
+	__u32 want = PIO_SETTING_FOLLOW_ALL | PIO_SETTING_LOOKUPS_LAUNCHES;
+	return (settings_bits() & want) == want && lookup_window_ns;
 }
 
 static __always_inline int cgroup_wanted(void)
@@ -257,6 +293,13 @@ SEC("tracepoint/sched/sched_process_exec")
 int pio_exec(void *ctx)
 {
 	__u32 tgid = current_tgid();
+	if (launches_looked_up()) {
+		struct pio_launch launch = {
+			.deadline_ns = bpf_ktime_get_ns() + lookup_window_ns,
+			.left = lookup_budget,
+		};
+		bpf_map_update_elem(&launching, &tgid, &launch, BPF_ANY);
+	}
 	if (!process_wanted(tgid))
 		return 0;
 	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
@@ -291,6 +334,15 @@ int pio_fork(struct bpf_raw_tracepoint_args *ctx)
 		if (bpf_map_update_elem(&followed, &child_tgid, &one, BPF_ANY))
 			count_lost(PIO_LOST_FOLLOWS);
 	}
+	if (launches_looked_up()) {
+		/* A child forked during its parent's launch is part of it (a
+		 * shell's pipeline, Chromium's zygote) until the same deadline. */
+		struct pio_launch *launch = bpf_map_lookup_elem(&launching, &parent);
+		if (launch && bpf_ktime_get_ns() < launch->deadline_ns && launch->left > 0) {
+			struct pio_launch inherited = *launch;
+			bpf_map_update_elem(&launching, &child_tgid, &inherited, BPF_ANY);
+		}
+	}
 	if (!cgroup_wanted())
 		return 0;
 	emit(PIO_KIND_FORK, parent, 0, 0, 0, 0, child_tgid, 0);
@@ -304,6 +356,7 @@ int pio_exit(struct tp_sched_exit *ctx)
 	__u32 tgid = pid_tgid >> 32;
 	if (exit_has_group_dead ? !ctx->group_dead : (__u32)pid_tgid != tgid)
 		return 0; /* a thread, or not the last one */
+	bpf_map_delete_elem(&launching, &tgid);
 	int explicitly_followed = bpf_map_lookup_elem(&followed, &tgid) != 0;
 	if (explicitly_followed)
 		bpf_map_delete_elem(&followed, &tgid);
@@ -325,30 +378,43 @@ int pio_exit(struct tp_sched_exit *ctx)
  * the process's working directory or a descriptor, which are gone by the
  * time a recording is named.
  *
- * Reported for explicitly followed processes (`predictio record`/`run`);
- * under follow-all (the daemon) only with PIO_SETTING_LOOKUPS_ALL, since
- * every process's path calls then cost a record each.
+ * Reported for explicitly followed processes (`predictio record`/`run`).
+ * Under follow-all (the daemon), with PIO_SETTING_LOOKUPS_LAUNCHES for the
+ * processes in their launch (the `launching` map; each report uses one of
+ * the launch's budget), or with PIO_SETTING_LOOKUPS_ALL for everyone, every
+ * path call then costing a record. For a launch, `budget` is set to what
+ * is left of it, for the caller to use one of when it reports.
  */
-static __always_inline int lookups_wanted(__u32 tgid)
+static __always_inline int lookups_wanted(__u32 tgid, __s64 **budget)
 {
 	if (bpf_map_lookup_elem(&followed, &tgid))
 		return cgroup_wanted();
-	__u32 key = PIO_SETTINGS_KEY;
-	__u32 *value = bpf_map_lookup_elem(&settings, &key);
-	if (!value || (*value & (PIO_SETTING_FOLLOW_ALL | PIO_SETTING_LOOKUPS_ALL)) !=
-			      (PIO_SETTING_FOLLOW_ALL | PIO_SETTING_LOOKUPS_ALL))
+	__u32 bits = settings_bits();
+	if (!(bits & PIO_SETTING_FOLLOW_ALL))
 		return 0;
+	if (!(bits & PIO_SETTING_LOOKUPS_ALL)) {
+		if (!(bits & PIO_SETTING_LOOKUPS_LAUNCHES))
+			return 0;
+		struct pio_launch *launch = bpf_map_lookup_elem(&launching, &tgid);
+		if (!launch || launch->left <= 0 || bpf_ktime_get_ns() >= launch->deadline_ns)
+			return 0;
+		*budget = &launch->left;
+	}
 	return cgroup_wanted();
 }
 
 static __always_inline int on_path(const char *user_path)
 {
 	__u32 tgid = current_tgid();
-	if (!lookups_wanted(tgid))
+	__s64 *budget = 0;
+	if (!lookups_wanted(tgid, &budget))
 		return 0;
 	char first = 0;
 	if (bpf_probe_read_user(&first, 1, user_path) || first != '/')
 		return 0;
+	/* Threads racing here may overshoot a launch's budget by one each. */
+	if (budget)
+		__sync_fetch_and_add(budget, -1);
 	struct pio_lookup *lookup = bpf_ringbuf_reserve(&events, sizeof(*lookup), 0);
 	if (!lookup) {
 		count_lost(PIO_LOST_RECORDS);

@@ -48,6 +48,13 @@
 /* `settings` bit: with FOLLOW_ALL, report every process's path lookups too
  * (without it, only explicitly followed processes' lookups are reported). */
 #define PIO_SETTING_LOOKUPS_ALL 2
+/* `settings` bit: with FOLLOW_ALL, report a process's path lookups for
+ * `lookup_window_ns` after its exec (its launch), and those of the processes
+ * it forks within that time, until the same deadline. */
+#define PIO_SETTING_LOOKUPS_LAUNCHES 4
+
+/* Capacity of the map of launching processes (least recently used go). */
+#define PIO_MAX_LAUNCHING 8192
 
 struct pio_record {
 	__u64 time_ns; /* bpf_ktime_get_ns(): CLOCK_MONOTONIC */

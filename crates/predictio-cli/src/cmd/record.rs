@@ -24,6 +24,7 @@ use anyhow::{Context, Result, bail};
 use predictio::launch::naming::Namer;
 use predictio::launch::store::{DEFAULT_CAP_BYTES, DEFAULT_DIR};
 use predictio::launch::{AccessSource, FileIdentity, LearnLimits, Recorder, Store, WindowLimits};
+use predictio_bpf::FollowAllLookups;
 
 use crate::daemon::sources::{is_own, observer_or_note};
 
@@ -134,7 +135,7 @@ impl Drop for ExactTraining {
 pub fn run(args: Args) -> Result<()> {
     let exe = program_identity(&args.command[0])?;
     let store = open_store(&args.store)?;
-    let (observer, note) = observer_or_note(false, false);
+    let (observer, note) = observer_or_note(false, FollowAllLookups::None);
     let Some(mut observer) = observer else {
         bail!("record needs eBPF observation (run as root on a kernel with BTF): {}", note.unwrap_or_default());
     };

@@ -11,6 +11,7 @@ use anyhow::{Context, Result, bail};
 use predictio::Executor;
 use predictio::executor::{ExecutorConfig, Limits};
 use predictio::pipeline::Pipeline;
+use predictio_bpf::FollowAllLookups;
 
 use crate::daemon::sources::{HintSource, is_own, observer_or_note};
 use crate::daemon::status::Status;
@@ -78,7 +79,7 @@ pub fn run(args: Args) -> Result<()> {
     let socket = socket_dir.path().join("hint.sock");
     let hints = HintSource::start_private(&socket, sender.clone())?;
 
-    let (mut observer, note) = observer_or_note(false, false);
+    let (mut observer, note) = observer_or_note(false, FollowAllLookups::None);
     let me = std::process::id();
     let start = Instant::now();
     let mut cmd = Command::new(&args.command[0]);

@@ -13,7 +13,7 @@ use predictio::hints::{HintConfig, HintServer, HintStats};
 use predictio::pipeline::EventSender;
 use predictio_bpf::fallback::{FanotifyConfig, FanotifyObserver};
 use predictio_bpf::perf::{PerfConfig, PerfObserver};
-use predictio_bpf::{Observer, ObserverConfig, ObserverStats};
+use predictio_bpf::{FollowAllLookups, Observer, ObserverConfig, ObserverStats};
 
 use super::config::Config;
 
@@ -122,17 +122,25 @@ pub fn is_own(event: &predictio::Event, me: u32) -> bool {
 }
 
 /// Loads the eBPF observer, or says why not (and the caller runs without
-/// observation: hints still work). `lookups_all`: under follow-all, report
-/// every process's path lookups too (explicitly followed processes' always
-/// are).
-pub fn observer_or_note(follow_all: bool, lookups_all: bool) -> (Option<Observer>, Option<String>) {
+/// observation: hints still work). `follow_all_lookups`: whose path lookups
+/// are reported under follow-all (explicitly followed processes' always are).
+pub fn observer_or_note(follow_all: bool, follow_all_lookups: FollowAllLookups) -> (Option<Observer>, Option<String>) {
     if let Err(why) = predictio_bpf::available() {
         let note = format!("eBPF observation not built in ({why}); running on hints only");
         tracing::warn!("{note}");
         return (None, Some(note));
     }
-    let config =
-        ObserverConfig { follow_all, lookups_all, evictions_any_process: follow_all, ..ObserverConfig::default() };
+    // Under follow-all nobody is followed explicitly: without lookups
+    // wanted, the path-call programs would cost every system call for
+    // nothing.
+    let path_calls = !follow_all || follow_all_lookups != FollowAllLookups::None;
+    let config = ObserverConfig {
+        follow_all,
+        follow_all_lookups,
+        path_calls,
+        evictions_any_process: follow_all,
+        ..ObserverConfig::default()
+    };
     match Observer::load(config) {
         Ok(observer) => (Some(observer), None),
         Err(err) => {
@@ -232,7 +240,17 @@ impl Sources {
                 "fanotify" => start_fanotify(config).map_err(|e| format!("fanotify: {e}")),
                 "perf" => start_perf().map_err(|e| format!("perf: {e}")),
                 _ => {
-                    let lookups = config.launch.learn && config.launch.lookups;
+                    // Lookups only inside launch windows, as many as a
+                    // window keeps: the window's cap bounds how long a
+                    // process's path calls are reported.
+                    let lookups = if config.launch.learn && config.launch.lookups {
+                        FollowAllLookups::Launches {
+                            window: Duration::from_millis(config.launch.cap_ms),
+                            per_launch: u32::try_from(predictio::launch::profile::MAX_LOOKUPS).unwrap_or(u32::MAX),
+                        }
+                    } else {
+                        FollowAllLookups::None
+                    };
                     let (observer, why) = observer_or_note(true, lookups);
                     match observer {
                         Some(o) => Ok(Kernel::Ebpf(Box::new(o))),
