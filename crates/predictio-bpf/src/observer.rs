@@ -304,6 +304,28 @@ impl Observer {
         Ok(self.drain(on_event))
     }
 
+    /// Closes the observer without waiting for the kernel to detach its
+    /// programs, which takes one RCU grace period per program (here ~75 ms
+    /// each, over a second in all). A forked helper holds the last
+    /// references and exits once this process has dropped its own; this
+    /// returns then, with the helper's pid (a caller that lives on may reap
+    /// it; an exiting one leaves that to init). If the process cannot fork,
+    /// the observer is closed here, waiting, and `None` returned. For
+    /// commands that exit once their work is done (`predictio run`,
+    /// `record`, `trace`); a process that lives on can simply drop the
+    /// observer.
+    pub fn close_in_background(self) -> Option<u32> {
+        let mut observer = Some(self);
+        match sys::release_in_helper(|| drop(observer.take())) {
+            Ok(helper) => Some(helper),
+            Err(err) => {
+                tracing::debug!("closing the eBPF observer in place: cannot fork ({err})");
+                drop(observer);
+                None
+            }
+        }
+    }
+
     /// Counters since load; `lost` and `lost_follows` are read from the
     /// kernel's per-CPU counters.
     pub fn stats(&self) -> ObserverStats {

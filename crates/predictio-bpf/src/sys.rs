@@ -146,6 +146,63 @@ pub(crate) fn read_fanotify(
     Ok(len)
 }
 
+/// Forks a helper that holds a copy of every descriptor of this process
+/// until `release` runs, then exits; returns once `release` has run, with the
+/// helper's pid. The kernel then finishes closing whatever `release` closed
+/// (its last references are the helper's) in the helper's exit, which nobody
+/// waits for. `Err` when the process cannot fork; `release` has not run then.
+///
+/// The helper closes its standard input, output and error at once, so a
+/// reader of this process's output sees its end when this process exits.
+#[cfg_attr(predictio_bpf_unavailable, allow(dead_code, reason = "used by the eBPF observer only"))]
+pub(crate) fn release_in_helper(release: impl FnOnce()) -> io::Result<u32> {
+    let mut pipe = [0 as libc::c_int; 2];
+    // SAFETY: `pipe` is a valid array of two descriptors to fill.
+    if unsafe { libc::pipe2(pipe.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let [read_end, write_end] = pipe;
+    // SAFETY: the child calls only async-signal-safe functions (close, read,
+    // _exit) before it exits, as a fork of a multi-threaded process must; it
+    // never returns into Rust code.
+    let pid = unsafe { libc::fork() };
+    match pid {
+        -1 => {
+            let err = io::Error::last_os_error();
+            // SAFETY: both ends are ours and not used after this.
+            unsafe {
+                libc::close(read_end);
+                libc::close(write_end);
+            }
+            Err(err)
+        }
+        0 => {
+            // SAFETY: async-signal-safe calls on descriptors this process
+            // owns; `read` blocks until the parent's write end is closed
+            // (end of file), then the helper exits without unwinding.
+            unsafe {
+                libc::close(write_end);
+                libc::close(0);
+                libc::close(1);
+                libc::close(2);
+                let mut byte = 0u8;
+                while libc::read(read_end, (&raw mut byte).cast(), 1) < 0 && *libc::__errno_location() == libc::EINTR {}
+                libc::_exit(0)
+            }
+        }
+        child => {
+            release();
+            // SAFETY: both ends are ours; closing the write end lets the
+            // helper go.
+            unsafe {
+                libc::close(read_end);
+                libc::close(write_end);
+            }
+            Ok(child as u32)
+        }
+    }
+}
+
 /// `CLOCK_MONOTONIC` in nanoseconds, the clock of `bpf_ktime_get_ns`.
 pub(crate) fn monotonic_ns() -> u64 {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };

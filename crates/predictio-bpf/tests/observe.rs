@@ -579,3 +579,21 @@ fn without_the_path_call_programs_no_lookups_are_reported() {
     assert_eq!(observer.stats().lookups, 0);
     assert!(pages_accessed(&events, data.id(), &[AccessKind::Read], Some(pid)).is_superset(&all_pages(1)));
 }
+
+#[test]
+fn closing_in_the_background_returns_before_the_programs_are_detached() {
+    let Some(observer) = observer(ObserverConfig::default()) else { return };
+    let started = Instant::now();
+    let helper = observer.close_in_background().expect("a helper is forked");
+    let returned = started.elapsed();
+    let mut status = 0;
+    // SAFETY: waits for our own child; `status` is a valid place to write.
+    let reaped = unsafe { libc::waitpid(helper as libc::pid_t, &mut status, 0) };
+    // The helper exits once the kernel has released the last references:
+    // the programs are detached by now.
+    let detached = started.elapsed();
+    assert_eq!(reaped, helper as libc::pid_t);
+    assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "status {status:#x}");
+    eprintln!("returned after {returned:?}, detached after {detached:?}");
+    assert!(returned * 2 < detached, "returned after {returned:?}, detached after {detached:?}");
+}

@@ -176,6 +176,9 @@ pub fn run(args: Args) -> Result<()> {
         }
     };
     let window = started.elapsed();
+    let lost = observer.stats().lost;
+    // Detaching the programs takes over a second here: a helper finishes it.
+    observer.close_in_background();
     drop(exact);
     if interrupted.load(Ordering::Relaxed) {
         bail!("interrupted: nothing learned (readahead is back on)");
@@ -194,7 +197,7 @@ pub fn run(args: Args) -> Result<()> {
             "files_this_run": run.files.len(), "pages_touched_this_run": pages,
             "profile_files": profile.files.len(), "profile_pages": profile.pages(),
             "triggers": profile.triggers.len(), "store": store.path(),
-            "lost_events": observer.stats().lost,
+            "lost_events": lost,
         });
         if args.json {
             eprintln!("{}", serde_json::to_string_pretty(&summary)?);
@@ -214,7 +217,6 @@ pub fn run(args: Args) -> Result<()> {
                 learn.as_secs_f64() * 1e3,
                 store.path().display(),
             );
-            let lost = observer.stats().lost;
             if lost > 0 {
                 eprintln!(
                     "predictio record: {lost} events were lost (ring buffer full): this run's profile is incomplete"

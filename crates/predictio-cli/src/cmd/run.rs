@@ -131,6 +131,12 @@ pub fn run(args: Args) -> Result<()> {
     let hint_stats = hints.finish();
     pipeline.flush(Duration::from_secs(2));
     executor.wait_idle(Duration::from_secs(5));
+    let source = observer.as_ref().map_or("none", |o| o.source_name());
+    let observer_stats = observer.as_ref().map(|o| o.stats());
+    // Detaching the programs takes over a second here: a helper finishes it.
+    if let Some(observer) = observer.take() {
+        observer.close_in_background();
+    }
 
     if !args.quiet {
         let report = Status {
@@ -139,14 +145,14 @@ pub fn run(args: Args) -> Result<()> {
             uptime_s: elapsed.as_secs_f64(),
             backend: executor.backend().to_string(),
             fallback: executor.fallback_reason().map(str::to_owned),
-            source: observer.as_ref().map_or("none", |o| o.source_name()).into(),
+            source: source.into(),
             source_note: note,
             policies: names,
             executor: executor.stats(),
             pipeline: pipeline.stats(),
             hints: hint_stats,
-            observer: observer.as_ref().map_or(serde_json::Value::Null, |o| {
-                serde_json::to_value(crate::daemon::sources::observer_stats_json(&o.stats())).unwrap_or_default()
+            observer: observer_stats.map_or(serde_json::Value::Null, |stats| {
+                serde_json::to_value(crate::daemon::sources::observer_stats_json(&stats)).unwrap_or_default()
             }),
         };
         let mut err = std::io::stderr().lock();

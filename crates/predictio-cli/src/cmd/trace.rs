@@ -179,6 +179,8 @@ pub fn run(args: Args) -> Result<()> {
     }
     out.flush()?;
     let stats = observer.stats();
+    // Detaching the programs takes over a second here: a helper finishes it.
+    observer.close_in_background();
     eprintln!("predictio trace: {} events from {} records, {} lost", stats.events, stats.records, stats.lost);
     if let Some(s) = status
         && !s.success()
