@@ -35,6 +35,12 @@ impl Drop for Daemon {
     }
 }
 
+/// A metrics port for test `k` (0, 1 or 2) of this process: distinct for
+/// every test of the binary, which run at once, and for other runs of it.
+fn metrics_port(k: u16) -> u16 {
+    20000 + (std::process::id() % 10000) as u16 * 3 + k
+}
+
 fn start_daemon(dir: &Path, port: u16, source: &str) -> Daemon {
     let config = dir.join("predictio.toml");
     std::fs::write(
@@ -72,7 +78,7 @@ fn hints_through_the_daemon_become_prefetches_and_are_reported() {
     let dir = common::disk_dir("predictio-daemon");
     let file = dir.path().join("data");
     data(&file, 16);
-    let port = 20000 + (std::process::id() % 20000) as u16;
+    let port = metrics_port(0);
     let source = if is_root() { "auto" } else { "none" };
     let mut daemon = start_daemon(dir.path(), port, source);
     let f = file.to_str().expect("utf8");
@@ -223,7 +229,7 @@ fn the_daemon_runs_on_fanotify_when_asked_and_says_so() {
     let dir = common::disk_dir("predictio-daemon");
     let file = dir.path().join("data");
     data(&file, 1);
-    let port = 40000 + (std::process::id() % 20000) as u16;
+    let port = metrics_port(1);
     let daemon = start_daemon(dir.path(), port, "fanotify");
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
@@ -250,7 +256,7 @@ fn the_daemon_runs_on_perf_tracepoints_when_asked_and_sees_reads() {
     let dir = common::disk_dir("predictio-daemon");
     let file = dir.path().join("data");
     data(&file, 1);
-    let port = 30000 + (std::process::id() % 10000) as u16;
+    let port = metrics_port(2);
     let daemon = start_daemon(dir.path(), port, "perf");
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
