@@ -194,7 +194,7 @@ fn to_event(record: sys::FanotifyRecord, own_pid: u32, time_ns: u64, stats: &mut
     let file = FileId { dev: stat.dev(), ino: stat.ino() };
     if record.mask & libc::FAN_OPEN_EXEC != 0 {
         stats.execs += 1;
-        Some(Event::Exec { pid, exe: file, time_ns })
+        Some(Event::Exec { pid, exe: file, shape: crate::record::shape_of_process(pid), time_ns })
     } else {
         stats.opens += 1;
         Some(Event::FileOpen { pid, file, time_ns })

@@ -13,7 +13,7 @@ use aya::{Ebpf, EbpfLoader};
 use predictio::Event;
 
 use crate::record::consts::{
-    PIO_KIND_LOOKUP, PIO_LOST_FOLLOWS, PIO_LOST_RECORDS, PIO_MAX_DEVICES, PIO_RECORD_SIZE, PIO_SETTING_FOLLOW_ALL,
+    PIO_LOST_FOLLOWS, PIO_LOST_RECORDS, PIO_MAX_DEVICES, PIO_RECORD_SIZE, PIO_SETTING_FOLLOW_ALL,
     PIO_SETTING_LOOKUPS_ALL, PIO_SETTING_LOOKUPS_LAUNCHES, PIO_SETTINGS_KEY,
 };
 use crate::record::{Record, RecordKind, user_dev_to_kernel};
@@ -260,15 +260,8 @@ impl Observer {
                 delivered += 1;
                 on_event(event);
             };
-            let kind = if record.kind == PIO_KIND_LOOKUP {
-                let tail = item.get(PIO_RECORD_SIZE as usize..).unwrap_or_default();
-                record.lookup_event(tail).map(|event| {
-                    deliver(event);
-                    RecordKind::Lookup
-                })
-            } else {
-                record.emit_events(&mut deliver)
-            };
+            let tail = item.get(PIO_RECORD_SIZE as usize..).unwrap_or_default();
+            let kind = record.emit_events(tail, &mut deliver);
             let counter = match kind {
                 Some(RecordKind::Read) => &mut self.stats.reads,
                 Some(RecordKind::Fault) => &mut self.stats.faults,

@@ -720,7 +720,7 @@ impl PerfObserver {
                         _ => &mut stats.malformed,
                     };
                     *counter += 1;
-                    record.emit_events(&mut |event| {
+                    record.emit_events(&[], &mut |event| {
                         delivered += 1;
                         on_event(event);
                     });
@@ -732,7 +732,7 @@ impl PerfObserver {
                         FileId { dev: 0, ino: 0 }
                     });
                     delivered += 1;
-                    on_event(Event::Exec { pid, exe, time_ns });
+                    on_event(Event::Exec { pid, exe, shape: crate::record::shape_of_process(pid), time_ns });
                 }
             }
         }
@@ -940,11 +940,11 @@ mod tests {
         for item in items {
             match item {
                 Item::Record(record) => {
-                    record.emit_events(&mut |e| events.push(e));
+                    record.emit_events(&[], &mut |e| events.push(e));
                 }
                 Item::Exec { pid, time_ns, filename } => {
                     assert_eq!(filename, "/bin/true");
-                    events.push(Event::Exec { pid, exe: FileId { dev: 0, ino: 0 }, time_ns });
+                    events.push(Event::Exec { pid, exe: FileId { dev: 0, ino: 0 }, shape: "".into(), time_ns });
                 }
             }
         }

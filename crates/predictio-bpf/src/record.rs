@@ -90,10 +90,19 @@ impl Record {
         Some(Event::Lookup { pid: self.pid, path: path.into(), time_ns: self.time_ns })
     }
 
+    /// The shape of the command line an exec record (`struct pio_exec`)
+    /// carries in `tail` (empty when it has none).
+    fn exec_shape(&self, tail: &[u8]) -> std::sync::Arc<str> {
+        let len = (self.aux as usize).min(tail.len()).min(PIO_ARGS_BYTES as usize);
+        predictio::launch::shape::of_argv(&tail[..len]).into()
+    }
+
     /// Turns the record into events (several for a miss or eviction of a
-    /// large folio: one per page). Returns the record's [`RecordKind`], or
-    /// `None` for a kind this build does not know (nothing is emitted).
-    pub(crate) fn emit_events(&self, on_event: &mut impl FnMut(Event)) -> Option<RecordKind> {
+    /// large folio: one per page); `tail` is what follows the record (a
+    /// lookup's path, an exec's command line). Returns the record's
+    /// [`RecordKind`], or `None` for a kind this build does not know or a
+    /// lookup that cannot be reported (nothing is emitted).
+    pub(crate) fn emit_events(&self, tail: &[u8], on_event: &mut impl FnMut(Event)) -> Option<RecordKind> {
         let time_ns = self.time_ns;
         let pid = self.pid;
         let access = |kind| Event::PageAccess { pid, file: self.file(), pages: self.pages(), kind, time_ns };
@@ -125,8 +134,12 @@ impl Record {
                 RecordKind::Evict
             }
             PIO_KIND_EXEC => {
-                on_event(Event::Exec { pid, exe: self.file(), time_ns });
+                on_event(Event::Exec { pid, exe: self.file(), shape: self.exec_shape(tail), time_ns });
                 RecordKind::Exec
+            }
+            PIO_KIND_LOOKUP => {
+                on_event(self.lookup_event(tail)?);
+                RecordKind::Lookup
             }
             PIO_KIND_FORK => {
                 on_event(Event::Fork { parent: pid, child: self.aux, time_ns });
@@ -141,6 +154,25 @@ impl Record {
         Some(kind)
     }
 }
+
+/// The command shape of process `pid` from the first bytes of
+/// `/proc/PID/cmdline`, for the observers whose exec records carry no
+/// command line (perf, fanotify): read when the record is, so a process
+/// that has exited (or exec'd again) by then gets an empty (or its next)
+/// shape.
+pub(crate) fn shape_of_process(pid: u32) -> std::sync::Arc<str> {
+    use std::io::Read;
+    let mut argv = Vec::with_capacity(PIO_ARGS_BYTES as usize);
+    if let Ok(file) = std::fs::File::open(format!("/proc/{pid}/cmdline")) {
+        let _ = file.take(u64::from(PIO_ARGS_BYTES)).read_to_end(&mut argv);
+    }
+    predictio::launch::shape::of_argv(&argv).into()
+}
+
+const _: () = assert!(
+    PIO_ARGS_BYTES as usize == predictio::launch::shape::ARGV_BYTES,
+    "observe.h's PIO_ARGS_BYTES and launch::shape::ARGV_BYTES disagree: shapes would differ between observers"
+);
 
 /// What a record reported, for [`crate::ObserverStats`].
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -213,7 +245,7 @@ mod tests {
     #[test]
     fn read_becomes_inclusive_range() {
         let mut events = Vec::new();
-        assert_eq!(record(PIO_KIND_READ).emit_events(&mut |e| events.push(e)), Some(RecordKind::Read));
+        assert_eq!(record(PIO_KIND_READ).emit_events(&[], &mut |e| events.push(e)), Some(RecordKind::Read));
         let Event::PageAccess { pages, kind, file, pid, .. } = events[0] else { panic!("{events:?}") };
         assert_eq!((pages, kind, pid), (PageRange::new(3, 6), AccessKind::Read, 100));
         assert_eq!(file, FileId { dev: libc::makedev(8, 1), ino: 42 });
@@ -222,7 +254,7 @@ mod tests {
     #[test]
     fn folio_miss_is_one_event_per_page() {
         let mut events = Vec::new();
-        record(PIO_KIND_MISS).emit_events(&mut |e| events.push(e));
+        record(PIO_KIND_MISS).emit_events(&[], &mut |e| events.push(e));
         let pages: Vec<u64> = events
             .iter()
             .map(|e| match e {
@@ -249,12 +281,34 @@ mod tests {
     }
 
     #[test]
+    fn exec_carries_its_command_shape() {
+        let exec = Record { kind: PIO_KIND_EXEC, aux: 16, ..record(0) };
+        let mut tail = b"rustc\0--version\0".to_vec();
+        tail.resize(PIO_ARGS_BYTES as usize, 0xff);
+        let mut events = Vec::new();
+        assert_eq!(exec.emit_events(&tail, &mut |e| events.push(e)), Some(RecordKind::Exec));
+        assert_eq!(Record { aux: 0, ..exec }.emit_events(&tail, &mut |e| events.push(e)), Some(RecordKind::Exec));
+        let exe = FileId { dev: libc::makedev(8, 1), ino: 42 };
+        assert_eq!(
+            events,
+            [
+                Event::Exec { pid: 100, exe, shape: "rustc --version".into(), time_ns: 7 },
+                Event::Exec { pid: 100, exe, shape: "".into(), time_ns: 7 },
+            ]
+        );
+        // An `aux` beyond what arrived is cut to it, never trusted.
+        let mut short = Vec::new();
+        Record { aux: 4000, ..exec }.emit_events(b"gdb\0", &mut |e| short.push(e));
+        assert!(matches!(&short[..], [Event::Exec { shape, .. }] if &**shape == "gdb"), "{short:?}");
+    }
+
+    #[test]
     fn fork_and_unknown() {
         let mut events = Vec::new();
         let fork = Record { aux: 101, ..record(PIO_KIND_FORK) };
-        fork.emit_events(&mut |e| events.push(e));
+        fork.emit_events(&[], &mut |e| events.push(e));
         assert_eq!(events, [Event::Fork { parent: 100, child: 101, time_ns: 7 }]);
-        assert_eq!(record(999).emit_events(&mut |e| events.push(e)), None);
+        assert_eq!(record(999).emit_events(&[], &mut |e| events.push(e)), None);
         assert_eq!(events.len(), 1);
     }
 }

@@ -268,6 +268,41 @@ fn exec_reports_the_executable_and_exit_follows() {
     assert!(execs.len() <= 2 && execs.iter().all(|(p, _)| *p == pid), "{execs:?}");
     let exits = events.iter().filter(|e| matches!(e, Event::Exit { pid: p, .. } if *p == pid)).count();
     assert_eq!(exits, 1);
+    // The record carries the new program's command line, read in the
+    // kernel at the exec: its shape is the one `predictio run` makes of
+    // the same command, so a profile learned one way replays the other.
+    let shape = events.iter().rev().find_map(|e| match e {
+        Event::Exec { exe, shape, .. } if *exe == cat_id => Some(shape.to_string()),
+        _ => None,
+    });
+    let expected = predictio::launch::shape::of_args(&["cat", path_str(&data.path)]);
+    assert!(expected.starts_with("cat /"), "{expected}");
+    assert_eq!(shape.as_deref(), Some(expected.as_str()));
+}
+
+#[test]
+fn an_exec_with_a_long_command_line_carries_its_first_bytes() {
+    let Some(mut observer) = observer(ObserverConfig::default()) else { return };
+    let data = TestFile::new(1);
+    // 2 KiB of options after the file: only the first bytes count, as in
+    // `launch::shape::of_args` (which the kernel's copy must match).
+    let options: Vec<String> = (0..200).map(|i| format!("-{}", ['u', 's', 'v'][i % 3])).collect();
+    let mut args: Vec<&str> = vec!["cat", path_str(&data.path)];
+    args.extend(options.iter().map(String::as_str));
+    let held = Held::spawn(&args);
+    let pid = held.pid();
+    observer.follow(pid).expect("follow");
+    let events = held.run(&mut observer);
+    let shapes: Vec<String> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Exec { pid: p, shape, .. } if *p == pid => Some(shape.to_string()),
+            _ => None,
+        })
+        .collect();
+    let expected = predictio::launch::shape::of_args(&args);
+    assert_eq!(expected.split(' ').count(), 2 + predictio::launch::shape::MAX_OPTIONS, "{expected}");
+    assert_eq!(shapes.last(), Some(&expected), "{shapes:?}");
 }
 
 #[test]

@@ -137,6 +137,77 @@ fn record_then_profile_commands_and_bad_input() {
     assert!(ok(&predictio(&store, &["profile", "show", PYTHON])).contains("2 runs"), "nothing was replaced");
 }
 
+/// Pages the `launch` origin requested in a `run --json` (0: no replay).
+fn replayed_pages(store: &Path, command: &[&str]) -> u64 {
+    let mut args = vec!["run", "--json", "--"];
+    args.extend_from_slice(command);
+    let out = predictio(store, &args);
+    ok(&out);
+    let status: serde_json::Value =
+        serde_json::from_str(String::from_utf8_lossy(&out.stderr).trim()).expect("run --json prints the status");
+    status["executor"]["origins"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|o| o["name"] == "launch")
+        .and_then(|o| o["counters"]["requested_pages"].as_u64())
+        .unwrap_or(0)
+}
+
+#[test]
+fn each_command_shape_of_an_executable_has_its_own_profile() {
+    if !needs_root_and_ebpf() {
+        return;
+    }
+    let _machine = machine();
+    let dir = common::disk_dir("predictio-launch");
+    let store = dir.path().join("store");
+    let light = [PYTHON, "-c", "print(7)"];
+    let heavy = [PYTHON, "-c", "import decimal, email.mime.multipart, http.client, sqlite3; print(7)"];
+    let record = |command: &[&str]| {
+        let mut args = vec!["record", "-q", "--"];
+        args.extend_from_slice(command);
+        assert_eq!(ok(&predictio(&store, &args)).trim(), "7");
+    };
+    record(&heavy);
+    // One executable, another command line: the heavy launch's profile is
+    // not replayed for it (it would read what the light one never does).
+    assert_eq!(replayed_pages(&store, &light), 0, "a profile replayed for another command shape");
+    assert!(replayed_pages(&store, &heavy) > 0, "the heavy launch replays its own profile");
+    record(&light);
+    let list: serde_json::Value =
+        serde_json::from_str(&ok(&predictio(&store, &["profile", "list", "--json"]))).expect("list --json");
+    let exe = std::fs::canonicalize(PYTHON).expect("python path").display().to_string();
+    let mut shapes: Vec<&str> = list
+        .as_array()
+        .expect("array")
+        .iter()
+        .filter(|e| e["exe"] == exe.as_str())
+        .filter_map(|e| e["shape"].as_str())
+        .collect();
+    shapes.sort();
+    let mut expected = [predictio::launch::shape::of_args(&light), predictio::launch::shape::of_args(&heavy)];
+    expected.sort();
+    assert_eq!(shapes, expected, "one profile per command shape");
+    assert!(shapes.iter().all(|s| s.starts_with("python3 -c #")), "the code is stored as a hash: {shapes:?}");
+    let light_pages = replayed_pages(&store, &light);
+    assert!(light_pages > 0, "the light launch now replays its own profile");
+    assert!(light_pages < replayed_pages(&store, &heavy), "and less than the heavy one's");
+    // show names every shape; --json wants one.
+    let shown = ok(&predictio(&store, &["profile", "show", PYTHON]));
+    assert!(expected.iter().all(|s| shown.contains(s.as_str())), "{shown}");
+    fails_with(&predictio(&store, &["profile", "show", "--json", PYTHON]), "give --shape");
+    let one = ok(&predictio(&store, &["profile", "show", "--json", "--shape", &expected[0], PYTHON]));
+    let one: serde_json::Value = serde_json::from_str(&one).expect("show --json --shape");
+    assert_eq!(one["shape"], expected[0].as_str());
+    // forget --shape forgets that one; forget alone the rest.
+    ok(&predictio(&store, &["profile", "forget", "--shape", &expected[0], PYTHON]));
+    fails_with(&predictio(&store, &["profile", "show", "--shape", &expected[0], PYTHON]), "no profile");
+    ok(&predictio(&store, &["profile", "show", "--shape", &expected[1], PYTHON]));
+    ok(&predictio(&store, &["profile", "forget", PYTHON]));
+    fails_with(&predictio(&store, &["profile", "show", PYTHON]), "no profile");
+}
+
 struct Daemon(Child);
 
 /// Starts the daemon on a config in `dir` that learns and replays only

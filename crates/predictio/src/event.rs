@@ -65,6 +65,10 @@ pub enum Event {
         pid: u32,
         /// The executable.
         exe: FileId,
+        /// The shape of its command line ([`crate::launch::shape`]): with
+        /// `exe`, which launch profile is its own. Empty when the command
+        /// line could not be read.
+        shape: Arc<str>,
         /// Monotonic time, ns.
         time_ns: u64,
     },

@@ -29,7 +29,8 @@ fn profile_of(exe: &str, files: &[(&std::path::Path, Vec<u64>)], salt: u64) -> P
             mtime_ns: 0,
         })
     };
-    let mut profile = Profile::new(FileIdentity { path: exe.into(), dev: 1, ino: 1, size: 1, mtime_ns: 1 });
+    let exe_identity = FileIdentity { path: exe.into(), dev: 1, ino: 1, size: 1, mtime_ns: 1 };
+    let mut profile = Profile::new(exe_identity, "app --flag");
     let run = LaunchRun {
         files: files
             .iter()
@@ -130,11 +131,11 @@ fn changed_file_is_not_replayed() {
 
     let book = ReplayBook::default();
     let exe = predictio::FileId { dev: 1, ino: 1 };
-    book.insert(exe, replay);
+    book.insert(predictio::launch::LaunchKey::new(exe, "app --flag"), replay);
     let sink = Arc::new(Collect::default());
     let mut rt = Runtime::with_sink(sink.clone());
     rt.add_policy(Box::new(LaunchPolicy::new(book)));
-    rt.dispatch(&Event::Exec { pid: 7, exe, time_ns: 1 });
+    rt.dispatch(&Event::Exec { pid: 7, exe, shape: "app --flag".into(), time_ns: 1 });
     let requests = sink.0.lock().unwrap();
     assert_eq!(requests.len(), 1, "only the unchanged file is requested");
     let a_id = FileIdentity::of_path(&a).unwrap().id();
@@ -145,6 +146,11 @@ fn changed_file_is_not_replayed() {
     drop(requests);
 
     // An exec of another program replays nothing.
-    rt.dispatch(&Event::Exec { pid: 8, exe: predictio::FileId { dev: 1, ino: 2 }, time_ns: 2 });
+    rt.dispatch(&Event::Exec {
+        pid: 8,
+        exe: predictio::FileId { dev: 1, ino: 2 },
+        shape: "app --flag".into(),
+        time_ns: 2,
+    });
     assert_eq!(sink.0.lock().unwrap().len(), 1);
 }

@@ -200,6 +200,8 @@ fn no_lookups() -> bool {
 /// What the treatment sides need, prepared before the passes.
 struct Prepared {
     exe: FileId,
+    /// The command shape of the profile, which the exec event carries.
+    shape: Arc<str>,
     runtime: Runtime,
     executor: Arc<Executor>,
     whole: Vec<Request>,
@@ -271,10 +273,22 @@ fn prepare(profile: &Profile, exe: FileId) -> Result<Prepared, BenchError> {
         replay.lookups.clear();
     }
     let book = ReplayBook::default();
-    book.insert(exe, replay);
+    book.insert(predictio::launch::LaunchKey::new(exe, &profile.shape), replay);
     let mut runtime = Runtime::new(Arc::clone(&executor));
     runtime.add_policy(Box::new(LaunchPolicy::new(book)));
-    Ok(Prepared { exe, runtime, executor, whole, replay_pages, whole_pages, files, changed, dirs, lookups })
+    Ok(Prepared {
+        exe,
+        shape: profile.shape.as_str().into(),
+        runtime,
+        executor,
+        whole,
+        replay_pages,
+        whole_pages,
+        files,
+        changed,
+        dirs,
+        lookups,
+    })
 }
 
 fn pass(
@@ -305,7 +319,9 @@ fn pass(
     match (side, p.as_deref_mut()) {
         // The daemon's path: the exec event reaches the policy, which emits
         // the profile's requests to the executor.
-        (Side::Predictio, Some(p)) => p.runtime.dispatch(&Event::Exec { pid: child.id(), exe: p.exe, time_ns }),
+        (Side::Predictio, Some(p)) => {
+            p.runtime.dispatch(&Event::Exec { pid: child.id(), exe: p.exe, shape: Arc::clone(&p.shape), time_ns })
+        }
         (Side::WholeFile, Some(p)) => {
             for r in &p.whole {
                 let _ = p.executor.submit(r.clone());
@@ -343,7 +359,8 @@ fn touched_pages(p: &mut Prepared, argv: &[String], h: &Harness) -> Result<HashM
     let _ = observer.unfollow(me);
     let mut child = child.doing(|| format!("running {}", argv.join(" ")))?;
     // As in the timed passes: the replay starts once the child has exec'd.
-    p.runtime.dispatch(&Event::Exec { pid: child.id(), exe: p.exe, time_ns: u64::MAX / 2 });
+    let exec = Event::Exec { pid: child.id(), exe: p.exe, shape: Arc::clone(&p.shape), time_ns: u64::MAX / 2 };
+    p.runtime.dispatch(&exec);
     let mut touched: HashMap<FileId, HashSet<u64>> = HashMap::new();
     let mut on_event = |e: Event| {
         if let Event::PageAccess { pid, file, pages, .. } = e
@@ -420,9 +437,11 @@ fn measure(
     let profile = {
         let store = Store::open(store_dir, predictio::launch::store::DEFAULT_CAP_BYTES, Duration::from_secs(10))
             .map_err(|e| BenchError::Options(e.to_string()))?;
-        store.get(&key.path).map_err(|e| BenchError::Options(e.to_string()))?
+        // `record` keys the profile by the command's shape, as here.
+        let shape = predictio::launch::shape::of_args(argv);
+        store.get(&key.path, &shape).map_err(|e| BenchError::Options(e.to_string()))?
     };
-    let profile = profile.ok_or_else(|| BenchError::Options(format!("no profile learned for {}", key.path)))?;
+    let profile = profile.ok_or_else(|| BenchError::Options(format!("no profile learned for {}", argv.join(" "))))?;
     // The replay's descriptors (files, and the directories on their paths)
     // are the daemon's standing state: held, they keep those inodes and
     // dentries cached across drop_caches. So they are held only for the

@@ -41,6 +41,8 @@ struct file {
 
 struct mm_struct {
 	struct file *exe_file;
+	unsigned long arg_start; /* the command line: NUL-terminated arguments */
+	unsigned long arg_end;
 } __attribute__((preserve_access_index));
 
 struct task_struct {

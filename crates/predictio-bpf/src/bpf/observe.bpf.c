@@ -302,15 +302,40 @@ int pio_exec(void *ctx)
 	}
 	if (!process_wanted(tgid))
 		return 0;
+	struct pio_exec *exec = bpf_ringbuf_reserve(&events, sizeof(*exec), 0);
+	if (!exec) {
+		count_lost(PIO_LOST_RECORDS);
+		return 0;
+	}
 	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
-	struct inode *inode = BPF_CORE_READ(task, mm, exe_file, f_inode);
+	struct mm_struct *mm = BPF_CORE_READ(task, mm);
+	struct inode *inode = BPF_CORE_READ(mm, exe_file, f_inode);
 	__u64 ino = 0;
 	__u32 dev = 0;
 	if (inode) {
 		ino = BPF_CORE_READ(inode, i_ino);
 		dev = BPF_CORE_READ(inode, i_sb, s_dev);
 	}
-	emit(PIO_KIND_EXEC, tgid, dev, ino, 0, 0, 0, 1);
+	/* The new program's command line, just copied onto its stack by the
+	 * exec: resident, so readable here. What makes this launch's profile
+	 * its own (predictio's command shape) is in its first bytes. */
+	unsigned long arg_start = BPF_CORE_READ(mm, arg_start);
+	unsigned long arg_end = BPF_CORE_READ(mm, arg_end);
+	__u64 len = arg_end > arg_start ? arg_end - arg_start : 0;
+	if (len > PIO_ARGS_BYTES)
+		len = PIO_ARGS_BYTES;
+	if (len && bpf_probe_read_user(exec->args, len, (const void *)arg_start))
+		len = 0;
+	struct pio_record *record = &exec->record;
+	record->time_ns = bpf_ktime_get_ns();
+	record->ino = ino;
+	record->first = 0;
+	record->last = 0;
+	record->dev = dev;
+	record->pid = tgid;
+	record->aux = (__u32)len;
+	record->kind = PIO_KIND_EXEC;
+	bpf_ringbuf_submit(exec, wakeup_flags(1));
 	return 0;
 }
 

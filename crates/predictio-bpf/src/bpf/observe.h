@@ -18,7 +18,7 @@
 #define PIO_KIND_MAP_PAGES 3 /* filemap:mm_filemap_map_pages: first..last */
 #define PIO_KIND_MISS 4      /* filemap:mm_filemap_add_to_page_cache: first, 2^order pages */
 #define PIO_KIND_EVICT 5     /* filemap:mm_filemap_delete_from_page_cache: first, 2^order pages */
-#define PIO_KIND_EXEC 6      /* sched:sched_process_exec: ino/dev of mm->exe_file */
+#define PIO_KIND_EXEC 6      /* sched:sched_process_exec: ino/dev of mm->exe_file, the command line (struct pio_exec) */
 #define PIO_KIND_FORK 7      /* sched:sched_process_fork (raw): pid = parent, aux = child */
 #define PIO_KIND_EXIT 8      /* sched:sched_process_exit with group_dead */
 #define PIO_KIND_LOOKUP 9    /* syscalls:sys_enter_* of a path call: an absolute path (struct pio_lookup) */
@@ -32,6 +32,11 @@
 /* Bytes of a looked-up path a lookup record holds, its NUL included: longer
  * paths are not reported (`aux` 0). */
 #define PIO_PATH_BYTES 256
+
+/* Bytes of an exec'd command line an exec record holds (its first bytes: the
+ * arguments, each followed by a NUL); the same as predictio's
+ * `launch::shape::ARGV_BYTES`, which a command shape is made of. */
+#define PIO_ARGS_BYTES 256
 
 /* Indices of the per-CPU `lost` counters. */
 #define PIO_LOST_RECORDS 0 /* ring buffer full */
@@ -77,6 +82,15 @@ _Static_assert(sizeof(struct pio_record) == PIO_RECORD_SIZE, "PIO_RECORD_SIZE is
 struct pio_lookup {
 	struct pio_record record;
 	char path[PIO_PATH_BYTES];
+};
+
+/*
+ * An exec: `aux` is how many bytes of the new program's command line follow
+ * the record (0 when it could not be read).
+ */
+struct pio_exec {
+	struct pio_record record;
+	char args[PIO_ARGS_BYTES];
 };
 
 #endif

@@ -3,28 +3,26 @@
 
 use std::path::Path;
 
-use predictio::FileId;
-use predictio::launch::{Replay, ReplayBook, WalkLimits};
+use predictio::launch::{LaunchKey, Replay, ReplayBook, WalkLimits};
 
-/// The replay of `command`'s profile in the store at `dir`, if there is one:
-/// the executable's id (the key the policy replays on), the book, and a line
-/// saying what will be replayed. Problems (no store, no profile) mean no
-/// replay, never an error: the command runs as it would without us.
-pub fn prepare_replay(dir: &Path, command: &str) -> Option<(FileId, ReplayBook, String)> {
-    let exe = super::record::program_identity(command).ok()?;
+/// The replay of the profile of `command` (the program and its arguments:
+/// its executable and command shape) in the store at `dir`, if there is
+/// one: the key the policy replays on, the book, and a line saying what
+/// will be replayed. Problems (no store, no profile) mean no replay, never
+/// an error: the command runs as it would without us.
+pub fn prepare_replay(dir: &Path, command: &[String]) -> Option<(LaunchKey, ReplayBook, String)> {
+    let exe = super::record::program_identity(command.first()?).ok()?;
+    let shape = predictio::launch::shape::of_args(command);
+    let key = LaunchKey::new(exe.id(), &shape);
     if !dir.join(predictio::launch::store::FILE_NAME).exists() {
         return None;
     }
     let store = super::record::open_store(dir).ok()?;
-    let profile = store.get(&exe.path).ok()??;
+    let profile = store.get(&exe.path, &shape).ok()??;
     if profile.exe != exe {
-        return Some((
-            exe.id(),
-            ReplayBook::default(),
-            format!("{} changed since it was learned; not replayed", exe.path),
-        ));
+        return Some((key, ReplayBook::default(), format!("{} changed since it was learned; not replayed", exe.path)));
     }
-    let _ = store.touch(&exe.path);
+    let _ = store.touch(&exe.path, &shape);
     drop(store);
     let replay = Replay::open(&profile, &WalkLimits::default());
     let note = format!(
@@ -39,6 +37,6 @@ pub fn prepare_replay(dir: &Path, command: &str) -> Option<(FileId, ReplayBook, 
         }
     );
     let book = ReplayBook::default();
-    book.insert(exe.id(), replay);
-    Some((exe.id(), book, note))
+    book.insert(key.clone(), replay);
+    Some((key, book, note))
 }

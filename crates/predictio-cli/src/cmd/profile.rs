@@ -23,24 +23,36 @@ pub struct Args {
 
 #[derive(clap::Subcommand, Debug)]
 enum Action {
-    /// One line per profile: runs, files, predicted size, stored size.
+    /// One line per profile: runs, files, predicted size, stored size, the
+    /// executable and the command shape it is for (a profile is replayed
+    /// only for launches of its executable whose command line has its
+    /// shape: the program's name, its options without their values, and
+    /// its first argument — a script, a source file, `-c` code as a hash).
     List {
         /// As JSON.
         #[arg(long)]
         json: bool,
     },
-    /// A profile's files (changed ones marked), pages and triggers.
+    /// The profiles of an executable (one per command shape): files
+    /// (changed ones marked), pages and triggers.
     Show {
         /// The executable (a path, or a name found on PATH).
         exe: String,
-        /// The whole profile as JSON.
+        /// Only the profile for this command shape (as `list` shows it).
+        #[arg(long)]
+        shape: Option<String>,
+        /// The whole profile as JSON (one profile: with several shapes,
+        /// give --shape).
         #[arg(long)]
         json: bool,
     },
-    /// Delete a profile.
+    /// Delete the profiles of an executable.
     Forget {
         /// The executable (a path, or a name found on PATH).
         exe: String,
+        /// Only the profile for this command shape.
+        #[arg(long)]
+        shape: Option<String>,
     },
     /// Write every profile to FILE as JSON ("-" for stdout).
     Export {
@@ -96,16 +108,17 @@ pub fn run(args: Args) -> Result<()> {
             if json {
                 writeln!(out, "{}", serde_json::to_string_pretty(&list)?)?;
             } else {
-                writeln!(out, "{:>5} {:>6} {:>10} {:>10}  EXECUTABLE", "RUNS", "FILES", "PREDICTED", "STORED")?;
+                writeln!(out, "{:>5} {:>6} {:>10} {:>10}  EXECUTABLE  SHAPE", "RUNS", "FILES", "PREDICTED", "STORED")?;
                 for s in list {
                     writeln!(
                         out,
-                        "{:>5} {:>6} {:>6.1} MiB {:>6.1} KiB  {}",
+                        "{:>5} {:>6} {:>6.1} MiB {:>6.1} KiB  {}  {}",
                         s.runs,
                         s.files,
                         mib(s.pages),
                         s.stored_bytes as f64 / 1024.0,
-                        s.exe
+                        s.exe,
+                        shown_shape(&s.shape)
                     )?;
                 }
             }
@@ -115,64 +128,38 @@ pub fn run(args: Args) -> Result<()> {
                 eprintln!("predictio: not listed: {e}");
             }
         }
-        Action::Show { exe, json } => {
+        Action::Show { exe, shape, json } => {
             let k = key(&exe);
-            let Some(p) = store.get(&k)? else { return Err(no_profile(&store, &exe, &k)) };
-            if json {
-                writeln!(out, "{}", serde_json::to_string_pretty(&p)?)?;
-                return Ok(());
-            }
-            let plan = p.plan(&WalkLimits::default());
-            writeln!(
-                out,
-                "{}: {} runs, {} files, {:.1} MiB modelled, {:.1} MiB replayed, {} trigger(s), {} directories, {} \
-                 lookups, learned over {:.0} ms",
-                p.exe.path,
-                p.runs,
-                p.files.len(),
-                mib(p.pages()),
-                mib(plan.pages()),
-                p.triggers.len(),
-                p.dirs.len(),
-                p.lookups.len(),
-                p.learned_ms
-            )?;
-            writeln!(out, "{:>9} {:>6} {:>6} {:>9}  FILE", "FIRST(ms)", "NODES", "EDGES", "REPLAY")?;
-            for (i, f) in p.files.iter().enumerate() {
-                let replay: u64 = plan
-                    .at_exec
-                    .iter()
-                    .chain(plan.on_trigger.iter().flat_map(|t| t.1.iter()))
-                    .filter(|(j, _)| *j == i)
-                    .flat_map(|(_, r)| r)
-                    .map(|r| r.len())
-                    .sum();
-                let state = match f.identity.check() {
-                    Freshness::Fresh => "",
-                    Freshness::Changed => "  (changed since learned: not replayed)",
-                    Freshness::Missing => "  (missing: not replayed)",
-                };
-                writeln!(
-                    out,
-                    "{:>9.1} {:>6} {:>6} {:>5.1} MiB  {}{state}",
-                    f.first_touch_ms,
-                    f.model.nodes.len(),
-                    f.model.edges.len(),
-                    mib(replay),
-                    f.identity.path
-                )?;
-            }
-            for t in &p.triggers {
-                let then: Vec<&str> = t.then.iter().map(|&i| p.files[i].identity.path.as_str()).collect();
-                writeln!(out, "trigger: first touch of {} -> {}", p.files[t.on].identity.path, then.join(", "))?;
-            }
-        }
-        Action::Forget { exe } => {
-            let k = key(&exe);
-            if !store.remove(&k)? {
+            let profiles = match &shape {
+                Some(shape) => store.get(&k, shape)?.into_iter().collect(),
+                None => store.of_exe(&k)?,
+            };
+            if profiles.is_empty() {
                 return Err(no_profile(&store, &exe, &k));
             }
-            eprintln!("forgot {k}");
+            if json {
+                let [p] = &profiles[..] else {
+                    let shapes: Vec<String> = profiles.iter().map(|p| format!("\"{}\"", p.shape)).collect();
+                    bail!(
+                        "{k} has {} profiles, one per command shape ({}): give --shape",
+                        profiles.len(),
+                        shapes.join(", ")
+                    );
+                };
+                writeln!(out, "{}", serde_json::to_string_pretty(p)?)?;
+                return Ok(());
+            }
+            for p in &profiles {
+                show(&mut out, p)?;
+            }
+        }
+        Action::Forget { exe, shape } => {
+            let k = key(&exe);
+            let forgotten = store.remove(&k, shape.as_deref())?;
+            if forgotten == 0 {
+                return Err(no_profile(&store, &exe, &k));
+            }
+            eprintln!("forgot {forgotten} profile(s) of {k}");
         }
         Action::Export { file } => {
             let (profiles, bad) = store.all()?;
@@ -217,4 +204,64 @@ pub fn run(args: Args) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Writes one profile, as `show` shows it.
+fn show(out: &mut impl Write, p: &Profile) -> Result<()> {
+    let mib = |pages: u64| pages as f64 * 4096.0 / (1 << 20) as f64;
+    let plan = p.plan(&WalkLimits::default());
+    writeln!(
+        out,
+        "{} ({}): {} runs, {} files, {:.1} MiB modelled, {:.1} MiB replayed, {} trigger(s), {} directories, {} \
+         lookups, learned over {:.0} ms",
+        p.exe.path,
+        shown_shape(&p.shape),
+        p.runs,
+        p.files.len(),
+        mib(p.pages()),
+        mib(plan.pages()),
+        p.triggers.len(),
+        p.dirs.len(),
+        p.lookups.len(),
+        p.learned_ms
+    )?;
+    writeln!(out, "{:>9} {:>6} {:>6} {:>9}  FILE", "FIRST(ms)", "NODES", "EDGES", "REPLAY")?;
+    for (i, f) in p.files.iter().enumerate() {
+        let replay: u64 = plan
+            .at_exec
+            .iter()
+            .chain(plan.on_trigger.iter().flat_map(|t| t.1.iter()))
+            .filter(|(j, _)| *j == i)
+            .flat_map(|(_, r)| r)
+            .map(|r| r.len())
+            .sum();
+        let state = match f.identity.check() {
+            Freshness::Fresh => "",
+            Freshness::Changed => "  (changed since learned: not replayed)",
+            Freshness::Missing => "  (missing: not replayed)",
+        };
+        writeln!(
+            out,
+            "{:>9.1} {:>6} {:>6} {:>5.1} MiB  {}{state}",
+            f.first_touch_ms,
+            f.model.nodes.len(),
+            f.model.edges.len(),
+            mib(replay),
+            f.identity.path
+        )?;
+    }
+    for t in &p.triggers {
+        let then: Vec<&str> = t.then.iter().map(|&i| p.files[i].identity.path.as_str()).collect();
+        writeln!(out, "trigger: first touch of {} -> {}", p.files[t.on].identity.path, then.join(", "))?;
+    }
+    Ok(())
+}
+
+/// A shape as `list` and `show` print it.
+fn shown_shape(shape: &str) -> String {
+    if shape.is_empty() {
+        "(no shape: learned before command shapes, not replayed)".into()
+    } else {
+        format!("\"{shape}\"")
+    }
 }

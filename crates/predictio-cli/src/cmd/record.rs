@@ -187,12 +187,13 @@ pub fn run(args: Args) -> Result<()> {
     let learn_started = Instant::now();
     let mut namer = Namer::new();
     let run = recorder.finish(|id, pid| namer.name(id, pid));
-    let profile = store.merge_run(&exe, &run, &LearnLimits::default())?;
+    let shape = predictio::launch::shape::of_args(&args.command);
+    let profile = store.merge_run(&exe, &shape, &run, &LearnLimits::default())?;
     let learn = learn_started.elapsed();
     if !args.quiet {
         let pages: u64 = run.files.iter().flat_map(|f| &f.accesses).map(|r| r.len()).sum();
         let summary = serde_json::json!({
-            "exe": exe.path, "runs": profile.runs, "window_ms": run.window_ms,
+            "exe": exe.path, "shape": profile.shape, "runs": profile.runs, "window_ms": run.window_ms,
             "command_s": window.as_secs_f64(), "learn_ms": learn.as_secs_f64() * 1e3,
             "files_this_run": run.files.len(), "pages_touched_this_run": pages,
             "profile_files": profile.files.len(), "profile_pages": profile.pages(),
@@ -203,9 +204,10 @@ pub fn run(args: Args) -> Result<()> {
             eprintln!("{}", serde_json::to_string_pretty(&summary)?);
         } else {
             eprintln!(
-                "predictio record: {} run {} learned: {} files, {} accesses touching {:.1} MiB in a {:.0} ms window; \
+                "predictio record: {} (\"{}\") run {} learned: {} files, {} accesses touching {:.1} MiB in a {:.0} ms window; \
                  profile now {} files, {:.1} MiB predicted, {} trigger(s); learning took {:.1} ms ({})",
                 exe.path,
+                profile.shape,
                 profile.runs,
                 run.files.len(),
                 run.files.iter().map(|f| f.accesses.len()).sum::<usize>(),

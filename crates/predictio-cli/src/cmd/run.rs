@@ -57,11 +57,11 @@ pub fn run(args: Args) -> Result<()> {
             })?,
         );
     }
-    let replay = if args.no_replay { None } else { super::launch::prepare_replay(&args.store, &args.command[0]) };
-    if let Some((exe, book, replay_note)) = &replay {
+    let replay = if args.no_replay { None } else { super::launch::prepare_replay(&args.store, &args.command) };
+    if let Some((key, book, replay_note)) = &replay {
         policies.push(Box::new(predictio::launch::LaunchPolicy::new(book.clone())));
         if !args.quiet && !args.json {
-            eprintln!("predictio run: {replay_note} ({exe})");
+            eprintln!("predictio run: {replay_note} ({}, shape \"{}\")", key.exe, key.shape);
         }
     }
     // A replay paces its fadvise I/O (see REPLAY_MAX_UNSETTLED_PAGES).
@@ -96,14 +96,19 @@ pub fn run(args: Args) -> Result<()> {
         None => cmd.spawn(),
     };
     let mut child = spawned.with_context(|| format!("starting {}", args.command[0]))?;
-    if let Some((exe, _, _)) = &replay {
+    if let Some((key, _, _)) = &replay {
         // `spawn` returns once the command has exec'd: replay now, as the
         // daemon does on the exec event. Not before: the exec's own reads
         // (the directories on its path, its inode, its ELF headers) would
         // queue behind the replay's tens of MiB (measured: 40-150 ms more
         // per launch on the bench's programs, see docs/DESIGN.md).
         sender.send(
-            predictio::Event::Exec { pid: child.id(), exe: *exe, time_ns: predictio_bpf::monotonic_now_ns() },
+            predictio::Event::Exec {
+                pid: child.id(),
+                exe: key.exe,
+                shape: std::sync::Arc::clone(&key.shape),
+                time_ns: predictio_bpf::monotonic_now_ns(),
+            },
             None,
         );
     }

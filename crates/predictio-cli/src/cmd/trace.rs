@@ -72,7 +72,7 @@ pub fn describe(event: &Event) -> String {
         Event::PageAccess { pid, file, pages, .. } => format!("{pid:>7} {:<5} {file} {pages}", kind_of(event)),
         Event::PageMiss { pid, file, page, .. } => format!("{pid:>7} miss  {file} page {page}"),
         Event::PageEvict { file, page, .. } => format!("{:>7} evict {file} page {page}", "-"),
-        Event::Exec { pid, exe, .. } => format!("{pid:>7} exec  {exe} {}", exe_path(*pid)),
+        Event::Exec { pid, exe, shape, .. } => format!("{pid:>7} exec  {exe} {} \"{shape}\"", exe_path(*pid)),
         Event::Fork { parent, child, .. } => format!("{child:>7} fork  from {parent}"),
         Event::Exit { pid, .. } => format!("{pid:>7} exit"),
         Event::Lookup { pid, path, .. } => format!("{pid:>7} lookup {path}"),

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use predictio::launch::naming::Namer;
 use predictio::launch::policy::FinishedLaunch;
-use predictio::launch::{LearnLimits, Replay, ReplayBook, Store, WalkLimits};
+use predictio::launch::{LaunchKey, LearnLimits, Replay, ReplayBook, Store, WalkLimits};
 
 use super::config::LaunchSection;
 
@@ -42,7 +42,8 @@ pub fn load_book(config: &LaunchSection, book: &ReplayBook) -> usize {
     let mut loaded = 0;
     for profile in profiles.iter().take(predictio::launch::policy::MAX_REPLAYS) {
         if profile.exe.check() == predictio::launch::Freshness::Fresh {
-            book.insert(profile.exe.id(), Replay::open(profile, &WalkLimits::default()));
+            let key = LaunchKey::new(profile.exe.id(), &profile.shape);
+            book.insert(key, Replay::open(profile, &WalkLimits::default()));
             loaded += 1;
         }
     }
@@ -90,10 +91,15 @@ fn learn(
     if run.files.is_empty() {
         return Ok(false);
     }
-    let profile = open_store(config)?.merge_run(&exe, &run, &LearnLimits::default())?;
+    if done.shape.is_empty() {
+        // Its command line was gone before it could be read: which of the
+        // executable's programs ran is not known.
+        return Ok(false);
+    }
+    let profile = open_store(config)?.merge_run(&exe, &done.shape, &run, &LearnLimits::default())?;
     tracing::info!(exe = %exe.path, runs = profile.runs, files = profile.files.len(), "launch learned");
     if config.replay {
-        book.insert(exe.id(), Replay::open(&profile, &WalkLimits::default()));
+        book.insert(LaunchKey::new(exe.id(), &done.shape), Replay::open(&profile, &WalkLimits::default()));
     }
     Ok(true)
 }

@@ -19,6 +19,7 @@ pub mod naming;
 pub mod policy;
 pub mod profile;
 pub mod recorder;
+pub mod shape;
 pub mod store;
 
 /// The executor's unsettled window ([`crate::executor::Limits::max_unsettled_pages`])
@@ -39,7 +40,7 @@ pub mod store;
 pub const REPLAY_MAX_UNSETTLED_PAGES: u64 = 1024;
 
 pub use model::{ModelLimits, PageModel, WalkLimits};
-pub use policy::{LaunchPolicy, Replay, ReplayBook};
+pub use policy::{LaunchKey, LaunchPolicy, Replay, ReplayBook};
 pub use profile::{FileIdentity, Freshness, LaunchRun, LearnLimits, Profile};
 pub use recorder::{AccessSource, Recorder, WindowLimits};
 pub use store::{Store, StoreError};

@@ -167,43 +167,66 @@ pub fn lookups_of(paths: &[String], held: &[MetaDir]) -> Vec<MetaLookup> {
     by_dir.into_iter().map(|(dir, names)| MetaLookup { dir, names: names.into() }).collect()
 }
 
-/// Replays by executable, shared between the policy and whoever prepares
-/// them.
+/// Which profile a launch replays: its executable and the shape of its
+/// command line ([`super::shape`]).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct LaunchKey {
+    /// The executable.
+    pub exe: FileId,
+    /// The command shape.
+    pub shape: Arc<str>,
+}
+
+impl LaunchKey {
+    /// The key of launches of `exe` with command shape `shape`.
+    pub fn new(exe: FileId, shape: &str) -> Self {
+        Self { exe, shape: shape.into() }
+    }
+}
+
+/// Replays by executable and command shape, shared between the policy and
+/// whoever prepares them.
 #[derive(Clone, Debug, Default)]
 pub struct ReplayBook {
-    inner: Arc<Mutex<HashMap<FileId, Arc<Replay>>>>,
+    inner: Arc<Mutex<HashMap<LaunchKey, Arc<Replay>>>>,
 }
 
 /// Replays a book holds at most; inserting beyond drops an arbitrary one.
 pub const MAX_REPLAYS: usize = 256;
 
 impl ReplayBook {
-    /// Sets the replay of executable `exe`.
-    pub fn insert(&self, exe: FileId, replay: Replay) {
+    /// Sets the replay of launches `key`. An unshaped key (an empty shape:
+    /// a profile from before shapes, or a command line that could not be
+    /// read) is not kept: it would replay every program of its executable.
+    pub fn insert(&self, key: LaunchKey, replay: Replay) {
+        if key.shape.is_empty() {
+            return;
+        }
         if let Ok(mut map) = self.inner.lock() {
             if map.len() >= MAX_REPLAYS
-                && !map.contains_key(&exe)
-                && let Some(victim) = map.keys().next().copied()
+                && !map.contains_key(&key)
+                && let Some(victim) = map.keys().next().cloned()
             {
                 map.remove(&victim);
             }
-            map.insert(exe, Arc::new(replay));
+            map.insert(key, Arc::new(replay));
         }
     }
 
-    /// Forgets the replay of `exe`.
-    pub fn remove(&self, exe: FileId) {
+    /// Forgets the replay of launches `key`.
+    pub fn remove(&self, key: &LaunchKey) {
         if let Ok(mut map) = self.inner.lock() {
-            map.remove(&exe);
+            map.remove(key);
         }
     }
 
-    /// The replay of `exe`.
-    pub fn get(&self, exe: FileId) -> Option<Arc<Replay>> {
-        self.inner.lock().ok()?.get(&exe).cloned()
+    /// The replay of launches of `exe` with command shape `shape`.
+    pub fn get(&self, exe: FileId, shape: &str) -> Option<Arc<Replay>> {
+        let map = self.inner.lock().ok()?;
+        map.get(&LaunchKey { exe, shape: shape.into() }).cloned()
     }
 
-    /// Executables with a replay.
+    /// Launches (executable and shape) with a replay.
     pub fn len(&self) -> usize {
         self.inner.lock().map_or(0, |m| m.len())
     }
@@ -231,6 +254,8 @@ const REPEAT_NS: u64 = 200_000_000;
 pub struct FinishedLaunch {
     /// The executable of the exec that opened the window.
     pub exe: FileId,
+    /// The shape of that exec's command line.
+    pub shape: Arc<str>,
     /// The process that exec'd.
     pub pid: u32,
     /// The window.
@@ -243,7 +268,7 @@ pub struct FinishedLaunch {
 struct Learning {
     limits: WindowLimits,
     max_windows: usize,
-    windows: Vec<(FileId, u32, Recorder)>,
+    windows: Vec<(LaunchKey, u32, Recorder)>,
     done: std::sync::mpsc::SyncSender<FinishedLaunch>,
     /// Windows not opened because `max_windows` were open, or not handed
     /// over because the learner was behind.
@@ -255,7 +280,7 @@ struct Learning {
 pub struct LaunchPolicy {
     book: ReplayBook,
     pending: HashMap<FileId, (u64, Arc<Replay>)>,
-    last_exec: HashMap<FileId, u64>,
+    last_exec: HashMap<LaunchKey, u64>,
     replays: u64,
     learning: Option<Learning>,
 }
@@ -289,11 +314,12 @@ impl LaunchPolicy {
 
     fn learn(&mut self, event: &Event) {
         let Some(learning) = self.learning.as_mut() else { return };
-        if let Event::Exec { pid, exe, time_ns } = event
+        if let Event::Exec { pid, exe, shape, time_ns } = event
             && !learning.windows.iter().any(|w| w.2.follows(*pid))
         {
             if learning.windows.len() < learning.max_windows {
-                learning.windows.push((*exe, *pid, Recorder::new(*pid, *time_ns, learning.limits)));
+                let key = LaunchKey { exe: *exe, shape: Arc::clone(shape) };
+                learning.windows.push((key, *pid, Recorder::new(*pid, *time_ns, learning.limits)));
             } else {
                 learning.skipped += 1;
             }
@@ -304,8 +330,9 @@ impl LaunchPolicy {
             let window = &mut learning.windows[i].2;
             let done = window.on_event(event) || now.is_some_and(|t| window.tick(t));
             if done {
-                let (exe, pid, recorder) = learning.windows.swap_remove(i);
-                if learning.done.try_send(FinishedLaunch { exe, pid, recorder }).is_err() {
+                let (key, pid, recorder) = learning.windows.swap_remove(i);
+                let finished = FinishedLaunch { exe: key.exe, shape: key.shape, pid, recorder };
+                if learning.done.try_send(finished).is_err() {
                     learning.skipped += 1;
                 }
             } else {
@@ -377,15 +404,16 @@ impl Policy for LaunchPolicy {
     fn on_event(&mut self, event: &Event, ctx: &mut PolicyContext<'_>) {
         self.learn(event);
         match event {
-            Event::Exec { exe, time_ns, .. } => {
-                let Some(replay) = self.book.get(*exe) else { return };
-                if self.last_exec.get(exe).is_some_and(|t| time_ns.saturating_sub(*t) < REPEAT_NS) {
+            Event::Exec { exe, shape, time_ns, .. } => {
+                let Some(replay) = self.book.get(*exe, shape) else { return };
+                let key = LaunchKey { exe: *exe, shape: Arc::clone(shape) };
+                if self.last_exec.get(&key).is_some_and(|t| time_ns.saturating_sub(*t) < REPEAT_NS) {
                     return;
                 }
                 if self.last_exec.len() >= MAX_PENDING {
                     self.last_exec.clear();
                 }
-                self.last_exec.insert(*exe, *time_ns);
+                self.last_exec.insert(key, *time_ns);
                 self.replays += 1;
                 ctx.request_metadata(replay.lookups.clone(), replay.dirs.clone());
                 Self::emit(&replay.at_exec, &replay, ctx);
@@ -472,8 +500,9 @@ mod tests {
         let mut ctx = PolicyContext::new(&files, &mut out, crate::policy::PolicyId(1));
         let exe = FileId { dev: 1, ino: 1 };
         let lib = FileId { dev: 1, ino: 2 };
-        policy.on_event(&Event::Exec { pid: 5, exe, time_ns: 0 }, &mut ctx);
-        policy.on_event(&Event::Exec { pid: 6, exe, time_ns: 0 }, &mut ctx); // over max_windows
+        let shape: Arc<str> = "prog --flag".into();
+        policy.on_event(&Event::Exec { pid: 5, exe, shape: Arc::clone(&shape), time_ns: 0 }, &mut ctx);
+        policy.on_event(&Event::Exec { pid: 6, exe, shape: Arc::clone(&shape), time_ns: 0 }, &mut ctx); // over max_windows
         let access = |pid, ms: u64| Event::PageAccess {
             pid,
             file: lib,
@@ -487,7 +516,7 @@ mod tests {
         // Another process's event 200 ms later: idle ends the window.
         policy.on_event(&access(99, 200), &mut ctx);
         let finished = rx.try_recv().expect("window handed over");
-        assert_eq!((finished.exe, finished.pid), (exe, 5));
+        assert_eq!((finished.exe, finished.pid, finished.shape), (exe, 5, shape));
         let names = |id: FileId, _| {
             Some(crate::launch::FileIdentity {
                 path: format!("/{}", id.ino),
@@ -526,12 +555,12 @@ mod tests {
         let exe = FileId { dev: 1, ino: 1 };
         let dir = tempfile::tempdir().unwrap();
         let dirs = vec![MetaDir::open(dir.path()).unwrap(), MetaDir::open("/").unwrap()];
-        book.insert(exe, Replay { dirs, ..Replay::default() });
+        book.insert(LaunchKey::new(exe, "prog"), Replay { dirs, ..Replay::default() });
         let mut policy = LaunchPolicy::new(book);
         let files = crate::policy::FileTable::default();
         let mut out = Vec::new();
         let mut ctx = PolicyContext::new(&files, &mut out, crate::policy::PolicyId(3));
-        policy.on_event(&Event::Exec { pid: 5, exe, time_ns: 0 }, &mut ctx);
+        policy.on_event(&Event::Exec { pid: 5, exe, shape: "prog".into(), time_ns: 0 }, &mut ctx);
         let meta = ctx.take_metadata();
         assert_eq!(meta.len(), 1);
         assert_eq!(meta[0].origin, crate::policy::PolicyId(3));
@@ -547,7 +576,7 @@ mod tests {
         let file = lib.join("a.so");
         std::fs::write(&file, vec![1u8; 8192]).unwrap();
         let ident = crate::launch::FileIdentity::of_path(&file).unwrap();
-        let mut profile = Profile::new(ident.clone());
+        let mut profile = Profile::new(ident.clone(), "prog");
         let run = crate::launch::LaunchRun {
             files: vec![crate::launch::profile::RunFile {
                 identity: ident,
@@ -604,7 +633,7 @@ mod tests {
         std::fs::write(&path, vec![0u8; 8192]).unwrap();
         let file = FileRef::open(&path).unwrap();
         book.insert(
-            exe,
+            LaunchKey::new(exe, "rustc --version"),
             Replay {
                 at_exec: vec![ReplayFile { file, ranges: vec![PageRange::page(1)], first_touch_ms: 0.0 }],
                 ..Replay::default()
@@ -614,10 +643,41 @@ mod tests {
         let files = crate::policy::FileTable::default();
         let mut out = Vec::new();
         let mut ctx = PolicyContext::new(&files, &mut out, crate::policy::PolicyId(1));
-        policy.on_event(&Event::Exec { pid: 5, exe, time_ns: 0 }, &mut ctx);
-        policy.on_event(&Event::Exec { pid: 6, exe, time_ns: 10 }, &mut ctx); // the driver re-running itself
-        policy.on_event(&Event::Exec { pid: 7, exe, time_ns: 2_000_000_000 }, &mut ctx);
+        let exec = |pid, shape: &str, time_ns| Event::Exec { pid, exe, shape: shape.into(), time_ns };
+        policy.on_event(&exec(5, "rustc --version", 0), &mut ctx);
+        policy.on_event(&exec(6, "rustc --version", 10), &mut ctx); // the driver re-running itself
+        policy.on_event(&exec(7, "rustc --version", 2_000_000_000), &mut ctx);
         assert_eq!(out.len(), 2);
         assert_eq!(policy.replays(), 2);
+    }
+
+    #[test]
+    fn only_the_launches_of_its_command_shape_replay_a_profile() {
+        let book = ReplayBook::default();
+        let exe = FileId { dev: 1, ino: 1 };
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        std::fs::write(&path, vec![0u8; 8192]).unwrap();
+        let replay = || Replay {
+            at_exec: vec![ReplayFile {
+                file: FileRef::open(&path).unwrap(),
+                ranges: vec![PageRange::page(1)],
+                first_touch_ms: 0.0,
+            }],
+            ..Replay::default()
+        };
+        book.insert(LaunchKey::new(exe, "rustc --version"), replay());
+        book.insert(LaunchKey::new(exe, ""), replay());
+        assert_eq!(book.len(), 1, "an unshaped profile is never booked");
+        let mut policy = LaunchPolicy::new(book);
+        let files = crate::policy::FileTable::default();
+        let mut out = Vec::new();
+        let mut ctx = PolicyContext::new(&files, &mut out, crate::policy::PolicyId(1));
+        for (pid, shape) in [(5, "rustc hello.rs"), (6, ""), (7, "cargo --version")] {
+            policy.on_event(&Event::Exec { pid, exe, shape: shape.into(), time_ns: 0 }, &mut ctx);
+        }
+        assert_eq!(policy.replays(), 0, "other shapes of the executable replay nothing");
+        policy.on_event(&Event::Exec { pid: 8, exe, shape: "rustc --version".into(), time_ns: 0 }, &mut ctx);
+        assert_eq!((out.len(), policy.replays()), (1, 1));
     }
 }

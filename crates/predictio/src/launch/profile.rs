@@ -18,10 +18,10 @@ use super::model::{ModelLimits, PageModel, WalkLimits};
 use crate::file::FileId;
 use crate::page::PageRange;
 
-/// Version of the profile format. Versions 1 (no [`Profile::dirs`]) and 2
-/// (no [`Profile::lookups`]) are migrated on load ([`Profile::migrate`]); a
-/// store refuses other versions.
-pub const PROFILE_VERSION: u32 = 3;
+/// Version of the profile format. Versions 1 (no [`Profile::dirs`]), 2
+/// (no [`Profile::lookups`]) and 3 (no [`Profile::shape`]) are migrated on
+/// load ([`Profile::migrate`]); a store refuses other versions.
+pub const PROFILE_VERSION: u32 = 4;
 
 /// Directories a profile keeps at most.
 pub const MAX_DIRS: usize = 1024;
@@ -164,6 +164,13 @@ pub struct Profile {
     pub version: u32,
     /// The executable.
     pub exe: FileIdentity,
+    /// The shape of the command lines learned ([`super::shape`]): a profile
+    /// is replayed for launches of its executable with this shape only.
+    /// Empty in profiles written before shapes (version 3 and older), which
+    /// learned every command line of the executable together: kept, listed
+    /// and exported, never replayed.
+    #[serde(default)]
+    pub shape: String,
     /// Launches merged.
     pub runs: u32,
     /// Wall-clock seconds (UNIX) of the last merge or replay.
@@ -217,11 +224,12 @@ fn now_s() -> u64 {
 }
 
 impl Profile {
-    /// An empty profile for `exe`.
-    pub fn new(exe: FileIdentity) -> Self {
+    /// An empty profile for launches of `exe` with command shape `shape`.
+    pub fn new(exe: FileIdentity, shape: &str) -> Self {
         Self {
             version: PROFILE_VERSION,
             exe,
+            shape: shape.to_owned(),
             runs: 0,
             last_used_s: now_s(),
             learned_ms: 0.0,
@@ -234,12 +242,13 @@ impl Profile {
 
     /// Brings a profile of an older format up to [`PROFILE_VERSION`]:
     /// version 1 had no directories, which are derived from its files'
-    /// paths; versions 1 and 2 had no lookups, which the next merge learns.
+    /// paths; versions 1 and 2 had no lookups, which the next merge learns;
+    /// versions 1 to 3 had no shape (they stay unshaped: not replayed).
     /// Returns false for a version it cannot read.
     pub fn migrate(&mut self) -> bool {
         match self.version {
             PROFILE_VERSION => true,
-            1 | 2 => {
+            1..=3 => {
                 if self.version == 1 {
                     self.dirs = dirs_of(&self.files);
                 }
@@ -385,7 +394,7 @@ mod tests {
 
     #[test]
     fn merge_orders_files_by_first_touch_and_plans_them() {
-        let mut p = Profile::new(ident("/bin/x", 1));
+        let mut p = Profile::new(ident("/bin/x", 1), "x");
         let run = LaunchRun {
             files: vec![file("/lib/b", 3, 5.0, &[9, 1]), file("/bin/x", 1, 0.0, &[0, 4])],
             window_ms: 20.0,
@@ -404,7 +413,7 @@ mod tests {
 
     #[test]
     fn changed_file_is_relearned_not_mixed() {
-        let mut p = Profile::new(ident("/bin/x", 1));
+        let mut p = Profile::new(ident("/bin/x", 1), "x");
         let limits = LearnLimits::default();
         for _ in 0..3 {
             p.merge(
@@ -423,7 +432,7 @@ mod tests {
 
     #[test]
     fn a_late_phase_becomes_a_trigger() {
-        let mut p = Profile::new(ident("/bin/x", 1));
+        let mut p = Profile::new(ident("/bin/x", 1), "x");
         let run = LaunchRun {
             files: vec![
                 file("/bin/x", 1, 0.0, &[0]),
@@ -445,7 +454,7 @@ mod tests {
 
     #[test]
     fn files_no_longer_touched_age_out() {
-        let mut p = Profile::new(ident("/bin/x", 1));
+        let mut p = Profile::new(ident("/bin/x", 1), "x");
         let limits = LearnLimits::default();
         p.merge(&LaunchRun { files: vec![file("/old", 5, 1.0, &[1])], window_ms: 1.0, lookups: Vec::new() }, &limits);
         for _ in 0..8 {
@@ -459,7 +468,7 @@ mod tests {
 
     #[test]
     fn dirs_are_the_searched_directories_in_order() {
-        let mut p = Profile::new(ident("/bin/x", 1));
+        let mut p = Profile::new(ident("/bin/x", 1), "x");
         let run = LaunchRun {
             files: vec![
                 file("/usr/lib/a.so", 2, 0.0, &[0]),
@@ -475,7 +484,7 @@ mod tests {
 
     #[test]
     fn lookups_keep_the_latest_run_first_then_earlier_ones_bounded() {
-        let mut p = Profile::new(ident("/bin/x", 1));
+        let mut p = Profile::new(ident("/bin/x", 1), "x");
         let run = |lookups: &[&str]| LaunchRun {
             files: vec![file("/lib/a", 2, 0.0, &[0])],
             window_ms: 1.0,
@@ -495,8 +504,23 @@ mod tests {
     }
 
     #[test]
+    fn version_3_profiles_migrate_unshaped() {
+        let mut p = Profile::new(ident("/bin/x", 1), "");
+        p.merge(
+            &LaunchRun { files: vec![file("/opt/a/b", 2, 0.0, &[0])], window_ms: 1.0, lookups: vec!["/a".into()] },
+            &LearnLimits::default(),
+        );
+        let mut v3 = serde_json::to_value(&p).unwrap();
+        v3["version"] = 3.into();
+        v3.as_object_mut().unwrap().remove("shape");
+        let mut old: Profile = serde_json::from_value(v3).unwrap();
+        assert!(old.migrate());
+        assert_eq!(old, p, "no shape: learned from every command line, never replayed");
+    }
+
+    #[test]
     fn version_2_profiles_migrate_without_lookups() {
-        let mut p = Profile::new(ident("/bin/x", 1));
+        let mut p = Profile::new(ident("/bin/x", 1), "x");
         p.merge(
             &LaunchRun { files: vec![file("/opt/a/b", 2, 0.0, &[0])], window_ms: 1.0, lookups: Vec::new() },
             &LearnLimits::default(),
@@ -511,7 +535,7 @@ mod tests {
 
     #[test]
     fn version_1_profiles_migrate() {
-        let mut p = Profile::new(ident("/bin/x", 1));
+        let mut p = Profile::new(ident("/bin/x", 1), "x");
         p.merge(
             &LaunchRun { files: vec![file("/opt/a/b", 2, 0.0, &[0])], window_ms: 1.0, lookups: Vec::new() },
             &LearnLimits::default(),

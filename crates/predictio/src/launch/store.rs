@@ -71,11 +71,27 @@ pub enum StoreError {
     },
 }
 
+/// The key of the profile of `exe`'s launches with command shape `shape`
+/// ([`super::shape`]): the path alone for an unshaped profile (as profiles
+/// before shapes were keyed), else the path, a NUL and the shape, so that
+/// every profile of one executable sorts together.
+pub fn key(exe: &str, shape: &str) -> String {
+    if shape.is_empty() { exe.to_owned() } else { format!("{exe}\0{shape}") }
+}
+
+/// A key as shown in messages: its NUL as a space.
+fn shown_key(key: &str) -> String {
+    key.replace('\0', " ")
+}
+
 /// One line of [`Store::list`].
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub struct Summary {
     /// The executable's path.
     pub exe: String,
+    /// The command shape ([`Profile::shape`]; empty: learned before shapes,
+    /// not replayed).
+    pub shape: String,
     /// Launches learned.
     pub runs: u32,
     /// Files in the profile.
@@ -158,12 +174,12 @@ impl Store {
         StoreError::Db { path: self.path.display().to_string(), source: Box::new(e.into()) }
     }
 
-    fn decode(exe: &str, bytes: &[u8]) -> Result<Profile, StoreError> {
+    fn decode(key: &str, bytes: &[u8]) -> Result<Profile, StoreError> {
         let mut profile: Profile = serde_json::from_slice(bytes)
-            .map_err(|e| StoreError::Profile { exe: exe.to_owned(), reason: e.to_string() })?;
+            .map_err(|e| StoreError::Profile { exe: shown_key(key), reason: e.to_string() })?;
         if !profile.migrate() {
             return Err(StoreError::Profile {
-                exe: exe.to_owned(),
+                exe: shown_key(key),
                 reason: format!(
                     "profile version {}; this predictio reads versions 1 to {PROFILE_VERSION} (a newer predictio wrote it?)",
                     profile.version
@@ -173,13 +189,15 @@ impl Store {
         Ok(profile)
     }
 
-    /// Writes `profile` (keyed by its executable's path) in one commit, then
-    /// evicts least recently used profiles beyond the cap (never the one just
-    /// written). Returns the executables evicted.
+    /// Writes `profile` (keyed by its executable's path and its shape,
+    /// [`key`]) in one commit, then evicts least recently used profiles
+    /// beyond the cap (never the one just written). Returns the keys
+    /// evicted, each shown as the path and the shape.
     pub fn put(&self, profile: &Profile) -> Result<Vec<String>, StoreError> {
-        let exe = profile.exe.path.as_str();
+        let key = key(&profile.exe.path, &profile.shape);
+        let exe = key.as_str();
         let bytes = serde_json::to_vec(profile)
-            .map_err(|e| StoreError::Profile { exe: exe.to_owned(), reason: e.to_string() })?;
+            .map_err(|e| StoreError::Profile { exe: shown_key(exe), reason: e.to_string() })?;
         let txn = self.db.begin_write().map_err(|e| self.err(e))?;
         let mut evicted = Vec::new();
         {
@@ -203,25 +221,26 @@ impl Store {
                 }
                 table.remove(key.as_str()).map_err(|e| self.err(e))?;
                 total -= len;
-                evicted.push(key);
+                evicted.push(shown_key(&key));
             }
         }
         txn.commit().map_err(|e| self.err(e))?;
         Ok(evicted)
     }
 
-    /// Merges one run of `exe` into its profile (a new profile when there is
-    /// none, or when the executable itself changed) and writes it. Returns
-    /// the profile as stored.
+    /// Merges one run of `exe` with command shape `shape` into their
+    /// profile (a new profile when there is none, or when the executable
+    /// itself changed) and writes it. Returns the profile as stored.
     pub fn merge_run(
         &self,
         exe: &super::profile::FileIdentity,
+        shape: &str,
         run: &super::profile::LaunchRun,
         limits: &super::profile::LearnLimits,
     ) -> Result<Profile, StoreError> {
-        let mut profile = match self.get(&exe.path) {
+        let mut profile = match self.get(&exe.path, shape) {
             Ok(Some(p)) if p.exe == *exe => p,
-            Ok(_) | Err(StoreError::Profile { .. }) => Profile::new(exe.clone()),
+            Ok(_) | Err(StoreError::Profile { .. }) => Profile::new(exe.clone(), shape),
             Err(e) => return Err(e),
         };
         profile.merge(run, limits);
@@ -229,10 +248,10 @@ impl Store {
         Ok(profile)
     }
 
-    /// Marks the profile of `exe` used now (for least-recently-used
-    /// eviction).
-    pub fn touch(&self, exe: &str) -> Result<(), StoreError> {
-        if let Some(mut p) = self.get(exe)? {
+    /// Marks the profile of `exe` with shape `shape` used now (for
+    /// least-recently-used eviction).
+    pub fn touch(&self, exe: &str, shape: &str) -> Result<(), StoreError> {
+        if let Some(mut p) = self.get(exe, shape)? {
             p.last_used_s =
                 std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
             self.put(&p)?;
@@ -240,21 +259,58 @@ impl Store {
         Ok(())
     }
 
-    /// The profile of the executable at `exe`.
-    pub fn get(&self, exe: &str) -> Result<Option<Profile>, StoreError> {
+    /// The profile of the executable at `exe` for command shape `shape`.
+    pub fn get(&self, exe: &str, shape: &str) -> Result<Option<Profile>, StoreError> {
+        let key = key(exe, shape);
         let txn = self.db.begin_read().map_err(|e| self.err(e))?;
         let table = txn.open_table(PROFILES).map_err(|e| self.err(e))?;
-        let found = table.get(exe).map_err(|e| self.err(e))?;
-        found.map(|v| Self::decode(exe, v.value())).transpose()
+        let found = table.get(key.as_str()).map_err(|e| self.err(e))?;
+        found.map(|v| Self::decode(&key, v.value())).transpose()
     }
 
-    /// Forgets the profile of `exe`; false when there was none.
-    pub fn remove(&self, exe: &str) -> Result<bool, StoreError> {
-        let txn = self.db.begin_write().map_err(|e| self.err(e))?;
-        let removed = {
-            let mut table = txn.open_table(PROFILES).map_err(|e| self.err(e))?;
-            table.remove(exe).map_err(|e| self.err(e))?.is_some()
+    /// The keys of every profile of the executable at `exe`, whatever its
+    /// shape (an unshaped one first).
+    fn keys_of(&self, exe: &str) -> Result<Vec<String>, StoreError> {
+        let txn = self.db.begin_read().map_err(|e| self.err(e))?;
+        let table = txn.open_table(PROFILES).map_err(|e| self.err(e))?;
+        // `exe` itself, then `exe\0...`: nothing else sorts in between.
+        let end = format!("{exe}\u{1}");
+        let mut keys = Vec::new();
+        for item in table.range(exe..end.as_str()).map_err(|e| self.err(e))? {
+            keys.push(item.map_err(|e| self.err(e))?.0.value().to_owned());
+        }
+        Ok(keys)
+    }
+
+    /// Every profile of the executable at `exe`, one per command shape.
+    /// A profile that cannot be read is this error.
+    pub fn of_exe(&self, exe: &str) -> Result<Vec<Profile>, StoreError> {
+        let txn = self.db.begin_read().map_err(|e| self.err(e))?;
+        let table = txn.open_table(PROFILES).map_err(|e| self.err(e))?;
+        let end = format!("{exe}\u{1}");
+        let mut out = Vec::new();
+        for item in table.range(exe..end.as_str()).map_err(|e| self.err(e))? {
+            let (k, v) = item.map_err(|e| self.err(e))?;
+            out.push(Self::decode(k.value(), v.value())?);
+        }
+        Ok(out)
+    }
+
+    /// Forgets the profile of `exe` for shape `shape`, or with `None` every
+    /// profile of `exe`. Returns how many were forgotten.
+    pub fn remove(&self, exe: &str, shape: Option<&str>) -> Result<usize, StoreError> {
+        let keys = match shape {
+            Some(shape) => vec![key(exe, shape)],
+            None => self.keys_of(exe)?,
         };
+        let txn = self.db.begin_write().map_err(|e| self.err(e))?;
+        let mut removed = 0;
+        {
+            let mut table = txn.open_table(PROFILES).map_err(|e| self.err(e))?;
+            for key in &keys {
+                removed += usize::from(table.remove(key.as_str()).map_err(|e| self.err(e))?.is_some());
+            }
+        }
         txn.commit().map_err(|e| self.err(e))?;
         Ok(removed)
     }
@@ -299,6 +355,7 @@ impl Store {
             if let Ok(p) = decoded {
                 out.push(Summary {
                     exe: p.exe.path.clone(),
+                    shape: p.shape.clone(),
                     runs: p.runs,
                     files: p.files.len(),
                     pages: p.pages(),
@@ -319,7 +376,7 @@ mod tests {
 
     fn profile(exe: &str, pages: u64, last_used_s: u64) -> Profile {
         let ident = FileIdentity { path: exe.into(), dev: 1, ino: 2, size: 1 << 30, mtime_ns: 3 };
-        let mut p = Profile::new(ident.clone());
+        let mut p = Profile::new(ident.clone(), "");
         let accesses = (0..pages).map(|i| PageRange::page(i * 7)).collect();
         p.merge(
             &LaunchRun {
@@ -351,14 +408,34 @@ mod tests {
         store.put(&p).unwrap();
         drop(store);
         let store = Store::open(dir.path(), DEFAULT_CAP_BYTES, Duration::ZERO).unwrap();
-        assert_eq!(store.get("/usr/bin/a").unwrap().as_ref(), Some(&p));
-        assert_eq!(store.get("/usr/bin/b").unwrap(), None);
+        assert_eq!(store.get("/usr/bin/a", "").unwrap().as_ref(), Some(&p));
+        assert_eq!(store.get("/usr/bin/b", "").unwrap(), None);
         let list = store.list().unwrap();
         assert_eq!(list.len(), 1);
         assert_eq!((list[0].runs, list[0].files, list[0].pages), (1, 1, 50));
-        assert!(store.remove("/usr/bin/a").unwrap());
-        assert!(!store.remove("/usr/bin/a").unwrap());
+        assert_eq!(store.remove("/usr/bin/a", Some("")).unwrap(), 1);
+        assert_eq!(store.remove("/usr/bin/a", Some("")).unwrap(), 0);
         assert!(store.all().unwrap().0.is_empty());
+    }
+
+    #[test]
+    fn each_command_shape_has_its_own_profile() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), DEFAULT_CAP_BYTES, Duration::ZERO).unwrap();
+        let shaped = |exe: &str, shape: &str, pages| Profile { shape: shape.into(), ..profile(exe, pages, 5) };
+        let version = shaped("/x/rustc", "rustc --version", 10);
+        let hello = shaped("/x/rustc", "rustc hello.rs", 20);
+        for p in [&version, &hello, &profile("/x/rustc", 30, 5), &shaped("/x/rustc-ish", "rustc --version", 40)] {
+            store.put(p).unwrap();
+        }
+        assert_eq!(store.get("/x/rustc", "rustc --version").unwrap().as_ref(), Some(&version));
+        assert_eq!(store.get("/x/rustc", "rustc hello.rs").unwrap().as_ref(), Some(&hello));
+        assert_eq!(store.get("/x/rustc", "rustc -V").unwrap(), None);
+        let shapes: Vec<String> = store.of_exe("/x/rustc").unwrap().into_iter().map(|p| p.shape).collect();
+        assert_eq!(shapes, ["", "rustc --version", "rustc hello.rs"], "the unshaped one first, no sibling path");
+        assert_eq!(store.remove("/x/rustc", None).unwrap(), 3);
+        let left: Vec<(String, String)> = store.list().unwrap().into_iter().map(|s| (s.exe, s.shape)).collect();
+        assert_eq!(left, [("/x/rustc-ish".to_owned(), "rustc --version".to_owned())]);
     }
 
     #[test]
@@ -412,6 +489,6 @@ mod tests {
         assert_eq!(bad.len(), 2, "{bad:?}");
         assert!(bad.iter().any(|e| e.contains("/x/newer") && e.contains("version 99")), "{bad:?}");
         assert!(bad.iter().any(|e| e.starts_with("profile of /x/garbage")), "{bad:?}");
-        assert!(store.get("/x/newer").is_err(), "get of an unreadable profile is its error");
+        assert!(store.get("/x/newer", "").is_err(), "get of an unreadable profile is its error");
     }
 }
