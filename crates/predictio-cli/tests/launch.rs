@@ -364,6 +364,63 @@ fn daemon_learns_what_a_launch_looked_up_only_when_told_to() {
     }
 }
 
+#[test]
+fn the_daemon_learns_each_script_of_one_interpreter_apart() {
+    if !needs_root_and_ebpf() {
+        return;
+    }
+    let _machine = machine();
+    let bash = std::fs::canonicalize("/bin/bash").expect("bash").display().to_string();
+    let dir = common::disk_dir("predictio-launch");
+    let store = dir.path().join("store");
+    // Two scripts: the kernel runs each as `bash SCRIPT`, one executable.
+    // Under one profile per executable, every script on the machine would
+    // share bash's, and replay the heavy one's pages.
+    let script = |name: &str, body: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, format!("#!{bash}\n{body}\n")).expect("write script");
+        std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o755)).expect("chmod");
+        path.display().to_string()
+    };
+    let heavy =
+        script("heavy.sh", &format!("exec {PYTHON} -c 'import decimal, email.mime.multipart, sqlite3; print(7)'"));
+    let light = script("light.sh", "echo 7");
+    let daemon = start_daemon(dir.path(), &store, &bash, "");
+    let shape_of = |path: &str| predictio::launch::shape::of_args(&[bash.as_str(), path]);
+    for path in [&heavy, &light] {
+        let out = Command::new(path).output().expect("the script runs");
+        assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "7");
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let learned = |shape: &str| -> Option<serde_json::Value> {
+        let out = predictio(&store, &["profile", "show", "--json", "--shape", shape, &bash]);
+        out.status.success().then(|| serde_json::from_slice(&out.stdout).expect("show --json"))
+    };
+    let (heavy_profile, light_profile) = loop {
+        if let (Some(h), Some(l)) = (learned(&shape_of(&heavy)), learned(&shape_of(&light))) {
+            break (h, l);
+        }
+        assert!(Instant::now() < deadline, "the daemon did not learn both scripts");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    drop(daemon);
+    let files = |p: &serde_json::Value| -> Vec<String> {
+        p["files"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|f| f["identity"]["path"].as_str().map(str::to_owned))
+            .collect()
+    };
+    assert!(files(&heavy_profile).iter().any(|f| f.contains("decimal")), "{:?}", files(&heavy_profile));
+    assert!(
+        !files(&light_profile).iter().any(|f| f.contains("python") || f.contains("decimal")),
+        "the light script's profile holds none of the heavy one's files: {:?}",
+        files(&light_profile)
+    );
+    assert!(shape_of(&heavy).starts_with("bash /"), "the script's path is the shape: {}", shape_of(&heavy));
+}
+
 /// Every backing device's readahead setting, by sysfs path.
 fn readahead_settings() -> Vec<(std::path::PathBuf, String)> {
     let mut all: Vec<_> = std::fs::read_dir("/sys/class/bdi")
