@@ -3,7 +3,9 @@
 //! The `launch` policy (in the dispatcher) opens a window at every exec and
 //! hands each finished window here over a bounded channel. This thread names
 //! the files (through `/proc`, else by inode), applies the allow/deny list,
-//! merges the run into the store (opened for that one write: other
+//! keeps a command shape's first launch in memory ([`FirstRuns`]: a build's
+//! one-off commands are never written), and from its second launch on
+//! merges the runs into the store (opened for that one write: other
 //! `predictio` commands can use the store in between), walks the updated
 //! profile and opens its files, and puts the replay in the book the policy
 //! replays from at the next exec. At start it loads the stored profiles.
@@ -16,7 +18,7 @@ use std::time::Duration;
 
 use predictio::launch::naming::Namer;
 use predictio::launch::policy::FinishedLaunch;
-use predictio::launch::{LaunchKey, LearnLimits, Replay, ReplayBook, Store, WalkLimits};
+use predictio::launch::{FirstRuns, LaunchKey, LearnLimits, Replay, ReplayBook, Store, WalkLimits};
 
 use super::config::LaunchSection;
 
@@ -57,9 +59,10 @@ impl Learner {
         let flag = Arc::clone(&stop);
         let thread = std::thread::Builder::new().name("predictio-learn".into()).spawn(move || {
             let mut namer = Namer::new();
+            let mut first_runs = FirstRuns::new(FIRST_RUNS, FIRST_RUN_RANGES);
             while !flag.load(Ordering::Relaxed) {
                 let Ok(done) = finished.recv_timeout(Duration::from_millis(100)) else { continue };
-                if let Err(err) = learn(&config, &mut namer, done, &book) {
+                if let Err(err) = learn(&config, &mut namer, &mut first_runs, done, &book) {
                     tracing::warn!(%err, "launch not learned");
                 }
             }
@@ -77,9 +80,16 @@ impl Drop for Learner {
     }
 }
 
+/// First launches of command shapes kept until their second launch
+/// ([`FirstRuns`]): at most this many,
+const FIRST_RUNS: usize = 256;
+/// naming at most this many page ranges in all (16 MiB of them).
+const FIRST_RUN_RANGES: usize = 1 << 20;
+
 fn learn(
     config: &LaunchSection,
     namer: &mut Namer,
+    first_runs: &mut FirstRuns,
     done: FinishedLaunch,
     book: &ReplayBook,
 ) -> Result<bool, predictio::launch::StoreError> {
@@ -96,7 +106,16 @@ fn learn(
         // executable's programs ran is not known.
         return Ok(false);
     }
-    let profile = open_store(config)?.merge_run(&exe, &done.shape, &run, &LearnLimits::default())?;
+    let store = open_store(config)?;
+    let stored = matches!(store.get(&exe.path, &done.shape), Ok(Some(p)) if p.exe == exe);
+    // A shape reaches the store at its second launch (see `FirstRuns`).
+    let runs = if stored { vec![run] } else { first_runs.admit(&exe, &done.shape, run).unwrap_or_default() };
+    let mut merged = None;
+    for run in &runs {
+        merged = Some(store.merge_run(&exe, &done.shape, run, &LearnLimits::default())?);
+    }
+    drop(store);
+    let Some(profile) = merged else { return Ok(false) };
     tracing::info!(exe = %exe.path, runs = profile.runs, files = profile.files.len(), "launch learned");
     if config.replay {
         book.insert(LaunchKey::new(exe.id(), &done.shape), Replay::open(&profile, &WalkLimits::default()));

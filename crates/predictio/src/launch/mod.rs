@@ -41,6 +41,6 @@ pub const REPLAY_MAX_UNSETTLED_PAGES: u64 = 1024;
 
 pub use model::{ModelLimits, PageModel, WalkLimits};
 pub use policy::{LaunchKey, LaunchPolicy, Replay, ReplayBook};
-pub use profile::{FileIdentity, Freshness, LaunchRun, LearnLimits, Profile};
+pub use profile::{FileIdentity, FirstRuns, Freshness, LaunchRun, LearnLimits, Profile};
 pub use recorder::{AccessSource, Recorder, WindowLimits};
 pub use store::{Store, StoreError};

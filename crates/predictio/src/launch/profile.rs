@@ -139,6 +139,70 @@ pub struct Trigger {
     pub then: Vec<usize>,
 }
 
+/// The first launches of command shapes the store does not hold yet,
+/// kept in memory until their shape launches again (the daemon's).
+///
+/// With a profile per command shape, a build runs hundreds of commands
+/// that each launch once (a compile per source file): storing each would
+/// write a profile per command (hundreds of KiB each, fsync'd) and evict
+/// the profiles of programs that do launch again. So a shape reaches the
+/// store at its second launch, both runs merged; until then its first run
+/// waits here, bounded by count and by the pages it names, oldest out.
+#[derive(Debug)]
+pub struct FirstRuns {
+    runs: std::collections::VecDeque<(FileIdentity, String, LaunchRun)>,
+    max_runs: usize,
+    max_ranges: usize,
+    ranges: usize,
+}
+
+impl FirstRuns {
+    /// Keeps at most `max_runs` first runs naming at most `max_ranges`
+    /// page ranges in all.
+    pub fn new(max_runs: usize, max_ranges: usize) -> Self {
+        Self { runs: std::collections::VecDeque::new(), max_runs, max_ranges, ranges: 0 }
+    }
+
+    fn ranges_of(run: &LaunchRun) -> usize {
+        run.files.iter().map(|f| f.accesses.len()).sum()
+    }
+
+    /// A finished launch of `exe` with command shape `shape` whose profile
+    /// is not stored: `None` when it is the first seen (kept), else the
+    /// runs to store, the kept first one and then `run`. A first run of a
+    /// since changed executable does not count.
+    pub fn admit(&mut self, exe: &FileIdentity, shape: &str, run: LaunchRun) -> Option<Vec<LaunchRun>> {
+        if let Some(i) = self.runs.iter().position(|(e, s, _)| e.path == exe.path && s == shape) {
+            let (kept_exe, _, first) = self.runs.remove(i)?;
+            self.ranges -= Self::ranges_of(&first);
+            if kept_exe == *exe {
+                return Some(vec![first, run]);
+            }
+        }
+        let ranges = Self::ranges_of(&run);
+        if ranges > self.max_ranges || self.max_runs == 0 {
+            return None;
+        }
+        while self.runs.len() >= self.max_runs || self.ranges + ranges > self.max_ranges {
+            let Some((_, _, old)) = self.runs.pop_front() else { break };
+            self.ranges -= Self::ranges_of(&old);
+        }
+        self.ranges += ranges;
+        self.runs.push_back((exe.clone(), shape.to_owned(), run));
+        None
+    }
+
+    /// First runs kept.
+    pub fn len(&self) -> usize {
+        self.runs.len()
+    }
+
+    /// True when none is kept.
+    pub fn is_empty(&self) -> bool {
+        self.runs.is_empty()
+    }
+}
+
 /// Learning settings.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct LearnLimits {
@@ -501,6 +565,33 @@ mod tests {
         p.merge(&run(&refs), &LearnLimits::default());
         assert_eq!(p.lookups.len(), MAX_LOOKUPS);
         assert_eq!(p.lookups[0], "/n/0");
+    }
+
+    #[test]
+    fn a_shape_is_stored_from_its_second_launch() {
+        let one = |pages: &[u64]| LaunchRun {
+            files: vec![file("/lib/a", 2, 0.0, pages)],
+            window_ms: 1.0,
+            lookups: Vec::new(),
+        };
+        let exe = ident("/bin/cc", 1);
+        let mut first = FirstRuns::new(2, 10);
+        assert_eq!(first.admit(&exe, "cc -c a.c", one(&[1])), None, "a first launch is kept");
+        assert_eq!(first.admit(&exe, "cc -c b.c", one(&[2])), None);
+        assert_eq!(first.admit(&exe, "cc -c a.c", one(&[3])), Some(vec![one(&[1]), one(&[3])]), "both runs stored");
+        assert_eq!(first.len(), 1);
+        // The executable changed since its first run: that run is dropped.
+        assert_eq!(first.admit(&ident("/bin/cc", 2), "cc -c b.c", one(&[4])), None);
+        assert_eq!(first.admit(&ident("/bin/cc", 2), "cc -c b.c", one(&[5])), Some(vec![one(&[4]), one(&[5])]));
+        // Bounded by count, oldest out, and by pages named.
+        for shape in ["x", "y", "z"] {
+            assert_eq!(first.admit(&exe, shape, one(&[1, 2, 3])), None);
+        }
+        assert_eq!(first.len(), 2);
+        assert_eq!(first.admit(&exe, "x", one(&[1])), None, "x was pushed out: a first launch again");
+        assert_eq!(first.admit(&exe, "huge", one(&(0..11).map(|i| i * 9).collect::<Vec<_>>())), None);
+        assert_eq!(first.admit(&exe, "huge", one(&[1])), None, "a run over the page bound is not kept");
+        assert!(first.ranges <= 10);
     }
 
     #[test]
