@@ -118,11 +118,21 @@ fn record_then_profile_commands_and_bad_input() {
     for p in profiles.as_array_mut().expect("array") {
         p["version"] = 1.into();
         p.as_object_mut().expect("object").remove("dirs");
+        p.as_object_mut().expect("object").remove("shape");
     }
     let older = dir.path().join("older.json");
     std::fs::write(&older, profiles.to_string()).expect("write");
     ok(&predictio(&store, &["profile", "forget", PYTHON]));
-    ok(&predictio(&store, &["profile", "import", older.to_str().expect("utf8")]));
+    let imported = predictio(&store, &["profile", "import", older.to_str().expect("utf8")]);
+    ok(&imported);
+    let said = String::from_utf8_lossy(&imported.stderr);
+    assert!(said.contains("before command shapes") && said.contains("never replayed"), "{said}");
+    // Unshaped, it is kept but not replayed.
+    let out = predictio(&store, &["run", "--json", "--", PYTHON, "-c", "import json, decimal; print(7)"]);
+    let status: serde_json::Value =
+        serde_json::from_str(String::from_utf8_lossy(&out.stderr).trim()).expect("run --json prints the status");
+    let replayed = status["executor"]["origins"].as_array().into_iter().flatten().any(|o| o["name"] == "launch");
+    assert!(!replayed, "an unshaped profile was replayed: {status}");
     let shown: serde_json::Value =
         serde_json::from_str(&ok(&predictio(&store, &["profile", "show", "--json", PYTHON]))).expect("show --json");
     assert_eq!(shown["version"], predictio::launch::profile::PROFILE_VERSION, "migrated");
@@ -202,7 +212,10 @@ fn each_command_shape_of_an_executable_has_its_own_profile() {
     assert_eq!(one["shape"], expected[0].as_str());
     // forget --shape forgets that one; forget alone the rest.
     ok(&predictio(&store, &["profile", "forget", "--shape", &expected[0], PYTHON]));
-    fails_with(&predictio(&store, &["profile", "show", "--shape", &expected[0], PYTHON]), "no profile");
+    fails_with(
+        &predictio(&store, &["profile", "show", "--shape", &expected[0], PYTHON]),
+        &format!("its shapes: \"{}\"", expected[1]),
+    );
     ok(&predictio(&store, &["profile", "show", "--shape", &expected[1], PYTHON]));
     ok(&predictio(&store, &["profile", "forget", PYTHON]));
     fails_with(&predictio(&store, &["profile", "show", PYTHON]), "no profile");

@@ -87,8 +87,18 @@ fn same_name(store: &predictio::launch::Store, exe: &str) -> Result<Vec<String>>
     Ok(found)
 }
 
-/// "no profile for K", naming the stored executables of the same name.
-fn no_profile(store: &predictio::launch::Store, exe: &str, k: &str) -> anyhow::Error {
+/// "no profile for K", naming the shapes K has (when one was asked for)
+/// or the stored executables of the same name.
+fn no_profile(store: &predictio::launch::Store, exe: &str, k: &str, shape: Option<&str>) -> anyhow::Error {
+    if let Some(shape) = shape {
+        let shapes: Vec<String> = store.list().map_or_else(
+            |_| Vec::new(),
+            |list| list.into_iter().filter(|s| s.exe == k).map(|s| shown_shape(&s.shape)).collect(),
+        );
+        if !shapes.is_empty() {
+            return anyhow::anyhow!("no profile for {k} with shape \"{shape}\"; its shapes: {}", shapes.join(", "));
+        }
+    }
     match same_name(store, exe) {
         Ok(found) if !found.is_empty() => {
             anyhow::anyhow!("no profile for {k}; profiles of that name: {} (give the path)", found.join(", "))
@@ -135,7 +145,7 @@ pub fn run(args: Args) -> Result<()> {
                 None => store.of_exe(&k)?,
             };
             if profiles.is_empty() {
-                return Err(no_profile(&store, &exe, &k));
+                return Err(no_profile(&store, &exe, &k, shape.as_deref()));
             }
             if json {
                 let [p] = &profiles[..] else {
@@ -157,7 +167,7 @@ pub fn run(args: Args) -> Result<()> {
             let k = key(&exe);
             let forgotten = store.remove(&k, shape.as_deref())?;
             if forgotten == 0 {
-                return Err(no_profile(&store, &exe, &k));
+                return Err(no_profile(&store, &exe, &k, shape.as_deref()));
             }
             eprintln!("forgot {forgotten} profile(s) of {k}");
         }
@@ -200,7 +210,16 @@ pub fn run(args: Args) -> Result<()> {
             for p in &profiles {
                 store.put(p)?;
             }
-            eprintln!("imported {} profile(s)", profiles.len());
+            let unshaped = profiles.iter().filter(|p| p.shape.is_empty()).count();
+            eprintln!(
+                "imported {} profile(s){}",
+                profiles.len(),
+                if unshaped == 0 {
+                    String::new()
+                } else {
+                    format!("; {unshaped} learned before command shapes (no shape): kept and listed, never replayed")
+                }
+            );
         }
     }
     Ok(())
