@@ -281,6 +281,37 @@ fn exec_reports_the_executable_and_exit_follows() {
 }
 
 #[test]
+fn a_script_execs_as_its_interpreter_with_the_shape_record_and_run_expect() {
+    let Some(mut observer) = observer(ObserverConfig::default()) else { return };
+    let dir = tempfile::tempdir().expect("tempdir");
+    // `#!/usr/bin/env sh` too: env runs, then sh in the same process.
+    for shebang in ["#!/bin/sh -e", "#!/usr/bin/env sh"] {
+        let script = dir.path().join("tool.sh");
+        std::fs::write(&script, format!("{shebang}\ntrue\n")).expect("write");
+        std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).expect("chmod");
+        let command = [path_str(&script), "--opt", "x.txt"];
+        let expected = predictio::launch::command::launch_of(&command).expect("launch_of");
+        let held = Held::spawn(&command);
+        let pid = held.pid();
+        observer.follow(pid).expect("follow");
+        let events = held.run(&mut observer);
+        let meta = std::fs::metadata(&expected.exe.path).expect("stat interpreter");
+        let interpreter = FileId { dev: meta.dev(), ino: meta.ino() };
+        // The holding shell's own exec may be seen first, and env execs
+        // its command after: the script's exec is among them (the daemon
+        // keys the launch by the first of its window).
+        let execs: Vec<(FileId, String)> = events
+            .iter()
+            .filter_map(|e| match e {
+                Event::Exec { pid: p, exe, shape, .. } if *p == pid => Some((*exe, shape.to_string())),
+                _ => None,
+            })
+            .collect();
+        assert!(execs.contains(&(interpreter, expected.shape.clone())), "{shebang}: {:?} in {execs:?}", expected.shape);
+    }
+}
+
+#[test]
 fn an_exec_with_a_long_command_line_carries_its_first_bytes() {
     let Some(mut observer) = observer(ObserverConfig::default()) else { return };
     let data = TestFile::new(1);

@@ -442,6 +442,15 @@ fn the_daemon_learns_each_script_of_one_interpreter_apart() {
         files(&light_profile)
     );
     assert!(shape_of(&heavy).starts_with("bash /"), "the script's path is the shape: {}", shape_of(&heavy));
+    // `record` keys a script as the daemon does (by its interpreter and
+    // the command line the kernel makes): its run lands in the same profile.
+    let before = heavy_profile["runs"].as_u64().expect("runs");
+    assert_eq!(ok(&predictio(&store, &["record", "-q", "--", &heavy])).trim(), "7");
+    let after = learned(&shape_of(&heavy)).expect("still there")["runs"].as_u64().expect("runs");
+    assert_eq!(after, before + 1, "record merged into the daemon's profile of the script");
+    // `profile show SCRIPT` shows the script's profiles, not every bash one.
+    let shown = ok(&predictio(&store, &["profile", "show", &heavy]));
+    assert!(shown.contains(&shape_of(&heavy)) && !shown.contains(&shape_of(&light)), "{shown}");
 }
 
 /// Every backing device's readahead setting, by sysfs path.

@@ -419,12 +419,6 @@ fn train(h: &Harness, store_dir: &Path, argv: &[String], runs: usize) -> Result<
     Ok(total)
 }
 
-fn program_key(argv0: &str) -> Result<predictio::launch::FileIdentity, BenchError> {
-    let path = which(argv0).ok_or_else(|| BenchError::Options(format!("{argv0} not found")))?;
-    let path = path.canonicalize().doing(|| format!("resolving {}", path.display()))?;
-    predictio::launch::FileIdentity::of_path(&path).doing(|| format!("stat {}", path.display()))
-}
-
 fn measure(
     h: &Harness,
     store_dir: &Path,
@@ -437,13 +431,14 @@ fn measure(
     let argv = &prog.argv;
     h.say(format!("{}: training ({train_runs} recorded runs)", prog.name));
     let training_s = train(h, store_dir, argv, train_runs)?;
-    let key = program_key(&argv[0])?;
+    // `record` keys the profile as the kernel will run the command (a
+    // script by its interpreter), as here.
+    let launch = predictio::launch::command::launch_of(argv).map_err(|e| BenchError::Options(e.to_string()))?;
+    let key = launch.exe;
     let profile = {
         let store = Store::open(store_dir, predictio::launch::store::DEFAULT_CAP_BYTES, Duration::from_secs(10))
             .map_err(|e| BenchError::Options(e.to_string()))?;
-        // `record` keys the profile by the command's shape, as here.
-        let shape = predictio::launch::shape::of_args(argv);
-        store.get(&key.path, &shape).map_err(|e| BenchError::Options(e.to_string()))?
+        store.get(&key.path, &launch.shape).map_err(|e| BenchError::Options(e.to_string()))?
     };
     let profile = profile.ok_or_else(|| BenchError::Options(format!("no profile learned for {}", argv.join(" "))))?;
     // The replay's descriptors (files, and the directories on their paths)

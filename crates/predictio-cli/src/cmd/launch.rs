@@ -11,8 +11,8 @@ use predictio::launch::{LaunchKey, Replay, ReplayBook, WalkLimits};
 /// will be replayed. Problems (no store, no profile) mean no replay, never
 /// an error: the command runs as it would without us.
 pub fn prepare_replay(dir: &Path, command: &[String]) -> Option<(LaunchKey, ReplayBook, String)> {
-    let exe = super::record::program_identity(command.first()?).ok()?;
-    let shape = predictio::launch::shape::of_args(command);
+    let launch = predictio::launch::command::launch_of(command).ok()?;
+    let (exe, shape) = (launch.exe, launch.shape);
     let key = LaunchKey::new(exe.id(), &shape);
     if !dir.join(predictio::launch::store::FILE_NAME).exists() {
         return None;

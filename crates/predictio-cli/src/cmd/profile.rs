@@ -9,7 +9,7 @@ use anyhow::{Context, Result, bail};
 use predictio::launch::store::DEFAULT_DIR;
 use predictio::launch::{Freshness, Profile, WalkLimits};
 
-use super::record::{open_store, program_path};
+use super::record::open_store;
 
 /// Arguments of `profile`.
 #[derive(clap::Args, Debug)]
@@ -67,8 +67,27 @@ enum Action {
     },
 }
 
-fn key(exe: &str) -> String {
-    program_path(exe).map_or_else(|_| exe.to_owned(), |p| p.display().to_string())
+/// The stored executable `exe` names (a path or a name on PATH, links
+/// resolved; as given when it is not there), and for a `#!` script, which
+/// is stored under its interpreter, the shape prefix of its own profiles
+/// (`python3 /usr/bin/ipython3`): `show ipython3` is not every Python
+/// program's profile.
+fn key(exe: &str) -> (String, Option<String>) {
+    match predictio::launch::command::launch_of(&[exe]) {
+        Ok(launch) => {
+            let direct = predictio::launch::command::find_program(exe.as_ref())
+                .ok()
+                .and_then(|p| p.canonicalize().ok())
+                .is_some_and(|p| p.display().to_string() == launch.exe.path);
+            (launch.exe.path, (!direct).then_some(launch.shape))
+        }
+        Err(_) => (exe.to_owned(), None),
+    }
+}
+
+/// Whether `shape` is the script's (`prefix`) or a longer one of it.
+fn of_script(shape: &str, prefix: Option<&str>) -> bool {
+    prefix.is_none_or(|p| shape == p || shape.strip_prefix(p).is_some_and(|rest| rest.starts_with(' ')))
 }
 
 /// The stored executables whose file name is `exe`'s: what the user may have
@@ -139,10 +158,10 @@ pub fn run(args: Args) -> Result<()> {
             }
         }
         Action::Show { exe, shape, json } => {
-            let k = key(&exe);
-            let profiles = match &shape {
+            let (k, script) = key(&exe);
+            let profiles: Vec<Profile> = match &shape {
                 Some(shape) => store.get(&k, shape)?.into_iter().collect(),
-                None => store.of_exe(&k)?,
+                None => store.of_exe(&k)?.into_iter().filter(|p| of_script(&p.shape, script.as_deref())).collect(),
             };
             if profiles.is_empty() {
                 return Err(no_profile(&store, &exe, &k, shape.as_deref()));
@@ -164,8 +183,17 @@ pub fn run(args: Args) -> Result<()> {
             }
         }
         Action::Forget { exe, shape } => {
-            let k = key(&exe);
-            let forgotten = store.remove(&k, shape.as_deref())?;
+            let (k, script) = key(&exe);
+            let forgotten = match (&shape, &script) {
+                (None, Some(_)) => {
+                    let mut n = 0;
+                    for p in store.of_exe(&k)?.iter().filter(|p| of_script(&p.shape, script.as_deref())) {
+                        n += store.remove(&k, Some(&p.shape))?;
+                    }
+                    n
+                }
+                _ => store.remove(&k, shape.as_deref())?,
+            };
             if forgotten == 0 {
                 return Err(no_profile(&store, &exe, &k, shape.as_deref()));
             }

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use predictio::launch::naming::Namer;
 use predictio::launch::store::{DEFAULT_CAP_BYTES, DEFAULT_DIR};
-use predictio::launch::{AccessSource, FileIdentity, LearnLimits, Recorder, Store, WindowLimits};
+use predictio::launch::{AccessSource, LearnLimits, Recorder, Store, WindowLimits};
 use predictio_bpf::FollowAllLookups;
 
 use crate::daemon::sources::{is_own, observer_or_note};
@@ -58,28 +58,6 @@ pub struct Args {
     /// The command and its arguments.
     #[arg(last = true, required = true)]
     pub command: Vec<String>,
-}
-
-/// The executable a command name runs: a path as given, or the first match
-/// on `PATH`; symbolic links resolved (the profile is keyed by it).
-pub fn program_path(name: &str) -> Result<PathBuf> {
-    let found = if name.contains('/') {
-        Some(PathBuf::from(name))
-    } else {
-        std::env::var_os("PATH")
-            .map(|p| std::env::split_paths(&p).map(|d| d.join(name)).collect::<Vec<_>>())
-            .unwrap_or_default()
-            .into_iter()
-            .find(|p| p.is_file())
-    };
-    let Some(found) = found else { bail!("{name}: command not found on PATH") };
-    found.canonicalize().with_context(|| format!("{}: no such program", found.display()))
-}
-
-/// The identity of the program `name` runs.
-pub fn program_identity(name: &str) -> Result<FileIdentity> {
-    let path = program_path(name)?;
-    FileIdentity::of_path(&path).with_context(|| format!("stat {}", path.display()))
 }
 
 /// Opens the store with an error that says where and why.
@@ -133,7 +111,10 @@ impl Drop for ExactTraining {
 
 /// Runs `record`.
 pub fn run(args: Args) -> Result<()> {
-    let exe = program_identity(&args.command[0])?;
+    // Keyed as the kernel will run it (a script by its interpreter), so
+    // that the daemon replays what was recorded here.
+    let launch = predictio::launch::command::launch_of(&args.command)?;
+    let (exe, shape) = (launch.exe, launch.shape);
     let store = open_store(&args.store)?;
     let (observer, note) = observer_or_note(false, FollowAllLookups::None);
     let Some(mut observer) = observer else {
@@ -187,7 +168,6 @@ pub fn run(args: Args) -> Result<()> {
     let learn_started = Instant::now();
     let mut namer = Namer::new();
     let run = recorder.finish(|id, pid| namer.name(id, pid));
-    let shape = predictio::launch::shape::of_args(&args.command);
     let profile = store.merge_run(&exe, &shape, &run, &LearnLimits::default())?;
     let learn = learn_started.elapsed();
     if !args.quiet {

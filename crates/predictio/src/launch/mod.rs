@@ -14,6 +14,7 @@
 //! checked only by [`policy::Replay::open`] and the store, which their owners
 //! (the CLI, the daemon) call off the event path.
 
+pub mod command;
 pub mod model;
 pub mod naming;
 pub mod policy;

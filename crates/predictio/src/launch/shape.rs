@@ -20,6 +20,9 @@
 //!   only name characters), else as a hash (`#` and 12 hex digits), so no
 //!   inline code, URL or secret is stored; later positionals are not kept.
 //!
+//! `env` (a `#!/usr/bin/env python3` script) is shaped by the command it
+//! runs: `env python3 /path/script.py`.
+//!
 //! `python3 -c 'import json'` and `python3 -c 'import sqlite3'` get two
 //! profiles; `clang -O2 -c a.c` and `clang -O0 -c a.c` one. Only the first
 //! [`ARGV_BYTES`] bytes of the command line count, whoever reads it (the
@@ -47,6 +50,9 @@ pub fn of_argv(argv: &[u8]) -> String {
     let mut args = argv.split(|&b| b == 0);
     let arg0 = args.next().unwrap_or_default();
     let name = arg0.rsplit(|&b| b == b'/').next().unwrap_or_default();
+    if name == b"env" {
+        return env_shape(args.collect());
+    }
     let mut out = token(name, |t| t.iter().all(|&b| name_byte(b)));
     let (mut options, mut positional, mut only_positional) = (0, false, false);
     for arg in args {
@@ -70,6 +76,37 @@ pub fn of_argv(argv: &[u8]) -> String {
         }
     }
     out
+}
+
+/// `env [options] [NAME=value…] command…` (a `#!/usr/bin/env python3`
+/// script, as the kernel runs it): `env` and the shape of its command, so
+/// every such script is told apart by its path as any other. `-S` (split
+/// one argument into several, for `#!` lines with options) is honoured;
+/// other options and the assignments are left out.
+fn env_shape(args: Vec<&[u8]>) -> String {
+    let mut command: Vec<u8> = Vec::new();
+    let mut rest = args.into_iter().peekable();
+    while let Some(arg) = rest.peek() {
+        if let Some(split) = arg.strip_prefix(b"-S") {
+            let split = split.to_vec();
+            rest.next();
+            for word in split.split(|b| b.is_ascii_whitespace()).filter(|w| !w.is_empty()) {
+                command.extend_from_slice(word);
+                command.push(0);
+            }
+            break;
+        } else if arg.starts_with(b"-") || arg.contains(&b'=') {
+            rest.next();
+        } else {
+            break;
+        }
+    }
+    for arg in rest {
+        command.extend_from_slice(arg);
+        command.push(0);
+    }
+    let inner = of_argv(&command);
+    if inner.is_empty() { "env".to_owned() } else { format!("env {inner}") }
 }
 
 /// The shape of a command given as its arguments (`argv[0]` first), as
@@ -141,6 +178,15 @@ mod tests {
         assert!(!shape(&["tool", "hunter2"]).contains("hunter2"));
         // Later positionals do not count.
         assert_eq!(shape(&["cp", "a.txt", "b.txt"]), shape(&["cp", "a.txt", "c.txt"]));
+    }
+
+    #[test]
+    fn env_is_shaped_by_its_command() {
+        assert_eq!(shape(&["/usr/bin/env", "python3", "/opt/tool.py", "-v"]), "env python3 /opt/tool.py -v");
+        assert_ne!(shape(&["/usr/bin/env", "python3", "/opt/a.py"]), shape(&["/usr/bin/env", "python3", "/opt/b.py"]));
+        assert_eq!(shape(&["env", "-i", "FOO=1", "cc", "-c", "x.c"]), "env cc -c x.c");
+        assert_eq!(shape(&["/usr/bin/env", "-S python3 -u", "/opt/t.py"]), "env python3 -u /opt/t.py");
+        assert_eq!(shape(&["env"]), "env");
     }
 
     #[test]
