@@ -93,17 +93,17 @@ fn learn(
     done: FinishedLaunch,
     book: &ReplayBook,
 ) -> Result<bool, predictio::launch::StoreError> {
+    if done.shape.is_empty() {
+        // Its command line was gone before it could be read: which of the
+        // executable's programs ran is not known.
+        return Ok(false);
+    }
     let Some(exe) = namer.name(done.exe, done.pid) else { return Ok(false) };
     if !config.may_learn(&exe.path) {
         return Ok(false);
     }
     let run = done.recorder.finish(|id, pid| namer.name(id, pid));
     if run.files.is_empty() {
-        return Ok(false);
-    }
-    if done.shape.is_empty() {
-        // Its command line was gone before it could be read: which of the
-        // executable's programs ran is not known.
         return Ok(false);
     }
     let store = open_store(config)?;
