@@ -38,7 +38,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use predictio::executor::{ExecutorConfig, Limits};
-use predictio::launch::{LaunchPolicy, Profile, Replay, ReplayBook, Store, WalkLimits};
+use predictio::launch::{LaunchKey, LaunchPolicy, Profile, Replay, ReplayBook, Store, WalkLimits};
 use predictio::page::PageRange;
 use predictio::{Event, Executor, FileId, FileRef, Request, Runtime, Urgency};
 
@@ -203,9 +203,9 @@ fn no_lookups() -> bool {
 
 /// What the treatment sides need, prepared before the passes.
 struct Prepared {
-    exe: FileId,
-    /// The command shape of the profile, which the exec event carries.
-    shape: Arc<str>,
+    /// The profile's executable and command shape, which the exec event
+    /// carries.
+    key: LaunchKey,
     runtime: Runtime,
     executor: Arc<Executor>,
     whole: Vec<Request>,
@@ -277,22 +277,11 @@ fn prepare(profile: &Profile, exe: FileId) -> Result<Prepared, BenchError> {
         replay.lookups.clear();
     }
     let book = ReplayBook::default();
-    book.insert(predictio::launch::LaunchKey::new(exe, &profile.shape), replay);
+    let key = LaunchKey::new(exe, &profile.shape);
+    book.insert(key.clone(), replay);
     let mut runtime = Runtime::new(Arc::clone(&executor));
     runtime.add_policy(Box::new(LaunchPolicy::new(book)));
-    Ok(Prepared {
-        exe,
-        shape: profile.shape.as_str().into(),
-        runtime,
-        executor,
-        whole,
-        replay_pages,
-        whole_pages,
-        files,
-        changed,
-        dirs,
-        lookups,
-    })
+    Ok(Prepared { key, runtime, executor, whole, replay_pages, whole_pages, files, changed, dirs, lookups })
 }
 
 fn pass(
@@ -323,9 +312,12 @@ fn pass(
     match (side, p.as_deref_mut()) {
         // The daemon's path: the exec event reaches the policy, which emits
         // the profile's requests to the executor.
-        (Side::Predictio, Some(p)) => {
-            p.runtime.dispatch(&Event::Exec { pid: child.id(), exe: p.exe, shape: Arc::clone(&p.shape), time_ns })
-        }
+        (Side::Predictio, Some(p)) => p.runtime.dispatch(&Event::Exec {
+            pid: child.id(),
+            exe: p.key.exe,
+            shape: Arc::clone(&p.key.shape),
+            time_ns,
+        }),
         (Side::WholeFile, Some(p)) => {
             for r in &p.whole {
                 let _ = p.executor.submit(r.clone());
@@ -363,7 +355,7 @@ fn touched_pages(p: &mut Prepared, argv: &[String], h: &Harness) -> Result<HashM
     let _ = observer.unfollow(me);
     let mut child = child.doing(|| format!("running {}", argv.join(" ")))?;
     // As in the timed passes: the replay starts once the child has exec'd.
-    let exec = Event::Exec { pid: child.id(), exe: p.exe, shape: Arc::clone(&p.shape), time_ns: u64::MAX / 2 };
+    let exec = Event::Exec { pid: child.id(), exe: p.key.exe, shape: Arc::clone(&p.key.shape), time_ns: u64::MAX / 2 };
     p.runtime.dispatch(&exec);
     let mut touched: HashMap<FileId, HashSet<u64>> = HashMap::new();
     let mut on_event = |e: Event| {

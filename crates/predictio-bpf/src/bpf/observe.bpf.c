@@ -170,6 +170,20 @@ static __always_inline void count_lost(__u32 counter)
 		*count += 1;
 }
 
+/* Fills a reserved record, stamped now. */
+static __always_inline void fill(struct pio_record *record, __u32 kind, __u32 pid, __u32 dev, __u64 ino,
+				 __u64 first, __u64 last, __u32 aux)
+{
+	record->time_ns = bpf_ktime_get_ns();
+	record->ino = ino;
+	record->first = first;
+	record->last = last;
+	record->dev = dev;
+	record->pid = pid;
+	record->aux = aux;
+	record->kind = kind;
+}
+
 /* Writes one record. `urgent` wakes the consumer at once whatever the fill:
  * for rare records a policy reacts to (an exec starts a launch replay). */
 static __always_inline void emit(__u32 kind, __u32 pid, __u32 dev, __u64 ino, __u64 first,
@@ -180,14 +194,7 @@ static __always_inline void emit(__u32 kind, __u32 pid, __u32 dev, __u64 ino, __
 		count_lost(PIO_LOST_RECORDS);
 		return;
 	}
-	record->time_ns = bpf_ktime_get_ns();
-	record->ino = ino;
-	record->first = first;
-	record->last = last;
-	record->dev = dev;
-	record->pid = pid;
-	record->aux = aux;
-	record->kind = kind;
+	fill(record, kind, pid, dev, ino, first, last, aux);
 	bpf_ringbuf_submit(record, wakeup_flags(urgent));
 }
 
@@ -326,15 +333,7 @@ int pio_exec(void *ctx)
 		len = PIO_ARGS_BYTES;
 	if (len && bpf_probe_read_user(exec->args, len, (const void *)arg_start))
 		len = 0;
-	struct pio_record *record = &exec->record;
-	record->time_ns = bpf_ktime_get_ns();
-	record->ino = ino;
-	record->first = 0;
-	record->last = 0;
-	record->dev = dev;
-	record->pid = tgid;
-	record->aux = (__u32)len;
-	record->kind = PIO_KIND_EXEC;
+	fill(&exec->record, PIO_KIND_EXEC, tgid, dev, ino, 0, 0, (__u32)len);
 	bpf_ringbuf_submit(exec, wakeup_flags(1));
 	return 0;
 }
@@ -446,16 +445,9 @@ static __always_inline int on_path(const char *user_path)
 		return 0;
 	}
 	long len = bpf_probe_read_user_str(lookup->path, sizeof(lookup->path), user_path);
-	struct pio_record *record = &lookup->record;
-	record->time_ns = bpf_ktime_get_ns();
-	record->ino = 0;
-	record->first = 0;
-	record->last = 0;
-	record->dev = 0;
-	record->pid = tgid;
 	/* A path that filled the buffer may have been cut: not reported. */
-	record->aux = len > 1 && len < (long)sizeof(lookup->path) ? len - 1 : 0;
-	record->kind = PIO_KIND_LOOKUP;
+	__u32 reported = len > 1 && len < (long)sizeof(lookup->path) ? len - 1 : 0;
+	fill(&lookup->record, PIO_KIND_LOOKUP, tgid, 0, 0, 0, 0, reported);
 	bpf_ringbuf_submit(lookup, wakeup_flags(0));
 	return 0;
 }

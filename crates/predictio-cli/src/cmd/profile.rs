@@ -75,11 +75,9 @@ enum Action {
 fn key(exe: &str) -> (String, Option<String>) {
     match predictio::launch::command::launch_of(&[exe]) {
         Ok(launch) => {
-            let direct = predictio::launch::command::find_program(exe.as_ref())
-                .ok()
-                .and_then(|p| p.canonicalize().ok())
-                .is_some_and(|p| p.display().to_string() == launch.exe.path);
-            (launch.exe.path, (!direct).then_some(launch.shape))
+            // A script's command line starts with its interpreter instead.
+            let script = launch.argv.first().is_none_or(|first| first.as_os_str() != std::ffi::OsStr::new(exe));
+            (launch.exe.path, script.then_some(launch.shape))
         }
         Err(_) => (exe.to_owned(), None),
     }

@@ -107,15 +107,17 @@ fn learn(
         return Ok(false);
     }
     let store = open_store(config)?;
-    let stored = matches!(store.get(&exe.path, &done.shape), Ok(Some(p)) if p.exe == exe);
+    let learned = store.learned(&exe, &done.shape)?;
     // A shape reaches the store at its second launch (see `FirstRuns`).
-    let runs = if stored { vec![run] } else { first_runs.admit(&exe, &done.shape, run).unwrap_or_default() };
-    let mut merged = None;
-    for run in &runs {
-        merged = Some(store.merge_run(&exe, &done.shape, run, &LearnLimits::default())?);
-    }
+    let runs = match learned {
+        Some(_) => vec![run],
+        None => match first_runs.admit(&exe, &done.shape, run) {
+            Some(runs) => runs,
+            None => return Ok(false),
+        },
+    };
+    let profile = store.merge_runs(learned, &exe, &done.shape, &runs, &LearnLimits::default())?;
     drop(store);
-    let Some(profile) = merged else { return Ok(false) };
     tracing::info!(exe = %exe.path, runs = profile.runs, files = profile.files.len(), "launch learned");
     if config.replay {
         book.insert(LaunchKey::new(exe.id(), &done.shape), Replay::open(&profile, &WalkLimits::default()));

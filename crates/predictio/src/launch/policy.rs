@@ -220,10 +220,9 @@ impl ReplayBook {
         }
     }
 
-    /// The replay of launches of `exe` with command shape `shape`.
-    pub fn get(&self, exe: FileId, shape: &str) -> Option<Arc<Replay>> {
-        let map = self.inner.lock().ok()?;
-        map.get(&LaunchKey { exe, shape: shape.into() }).cloned()
+    /// The replay of launches `key`.
+    pub fn get(&self, key: &LaunchKey) -> Option<Arc<Replay>> {
+        self.inner.lock().ok()?.get(key).cloned()
     }
 
     /// Launches (executable and shape) with a replay.
@@ -405,8 +404,8 @@ impl Policy for LaunchPolicy {
         self.learn(event);
         match event {
             Event::Exec { exe, shape, time_ns, .. } => {
-                let Some(replay) = self.book.get(*exe, shape) else { return };
                 let key = LaunchKey { exe: *exe, shape: Arc::clone(shape) };
+                let Some(replay) = self.book.get(&key) else { return };
                 if self.last_exec.get(&key).is_some_and(|t| time_ns.saturating_sub(*t) < REPEAT_NS) {
                     return;
                 }

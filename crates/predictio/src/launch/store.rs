@@ -238,12 +238,35 @@ impl Store {
         run: &super::profile::LaunchRun,
         limits: &super::profile::LearnLimits,
     ) -> Result<Profile, StoreError> {
-        let mut profile = match self.get(&exe.path, shape) {
-            Ok(Some(p)) if p.exe == *exe => p,
-            Ok(_) | Err(StoreError::Profile { .. }) => Profile::new(exe.clone(), shape),
-            Err(e) => return Err(e),
-        };
-        profile.merge(run, limits);
+        self.merge_runs(self.learned(exe, shape)?, exe, shape, std::slice::from_ref(run), limits)
+    }
+
+    /// The stored profile of `exe`'s launches with shape `shape`, when it
+    /// was learned of this very executable: `None` when there is none, it
+    /// cannot be read, or the executable changed since.
+    pub fn learned(&self, exe: &super::profile::FileIdentity, shape: &str) -> Result<Option<Profile>, StoreError> {
+        match self.get(&exe.path, shape) {
+            Ok(Some(p)) if p.exe == *exe => Ok(Some(p)),
+            Ok(_) | Err(StoreError::Profile { .. }) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Merges `runs` of `exe` with shape `shape` into `learned` (what
+    /// [`Store::learned`] returned; a new profile for `None`) and writes it.
+    /// Returns the profile as stored.
+    pub fn merge_runs(
+        &self,
+        learned: Option<Profile>,
+        exe: &super::profile::FileIdentity,
+        shape: &str,
+        runs: &[super::profile::LaunchRun],
+        limits: &super::profile::LearnLimits,
+    ) -> Result<Profile, StoreError> {
+        let mut profile = learned.unwrap_or_else(|| Profile::new(exe.clone(), shape));
+        for run in runs {
+            profile.merge(run, limits);
+        }
         self.put(&profile)?;
         Ok(profile)
     }
