@@ -9,7 +9,10 @@
 //! older version is migrated when read, an other version is a typed error,
 //! never a misread. The store is size-capped: after a write
 //! the least recently used profiles are evicted until the values fit
-//! [`Store::cap_bytes`]. The database file is locked while open, so holders
+//! [`Store::cap_bytes`]. Beside the profiles a `used` table holds each
+//! profile's last use and stored size, so that eviction and
+//! [`Store::touch`] read and write a few bytes per profile, never a
+//! profile's JSON. The database file is locked while open, so holders
 //! keep it open only for one operation.
 
 use std::path::{Path, PathBuf};
@@ -19,8 +22,9 @@ use redb::{Database, ReadableTable, TableDefinition};
 
 use super::profile::{PROFILE_VERSION, Profile};
 
-/// Version of the store's layout.
-pub const STORE_VERSION: u64 = 1;
+/// Version of the store's layout: 1 held the profiles alone; 2 adds the
+/// `used` table (a version-1 store is upgraded when opened).
+pub const STORE_VERSION: u64 = 2;
 
 /// Default directory.
 pub const DEFAULT_DIR: &str = "/var/lib/predictio";
@@ -33,6 +37,9 @@ pub const FILE_NAME: &str = "launch.redb";
 
 const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 const PROFILES: TableDefinition<&str, &[u8]> = TableDefinition::new("profiles");
+/// Per profile key: (last used, UNIX seconds; stored bytes of its profile).
+/// Kept in the same commits as `profiles`, so the two always agree.
+const USED: TableDefinition<&str, (u64, u64)> = TableDefinition::new("used");
 
 /// Store errors.
 #[derive(Debug, thiserror::Error)]
@@ -147,14 +154,25 @@ impl Store {
         {
             let mut meta = txn.open_table(META).map_err(|e| err(e.into()))?;
             let found = meta.get("version").map_err(|e| err(e.into()))?.map(|v| v.value());
+            let profiles = txn.open_table(PROFILES).map_err(|e| err(e.into()))?;
+            let mut used = txn.open_table(USED).map_err(|e| err(e.into()))?;
             match found {
-                Some(v) if v != STORE_VERSION => return Err(StoreError::Version { path: shown, found: v }),
-                Some(_) => {}
+                Some(STORE_VERSION) => {}
+                // Version 1: build the `used` table from the profiles, the
+                // one time every profile is decoded for it.
+                Some(1) => {
+                    for item in profiles.iter().map_err(|e| err(e.into()))? {
+                        let (k, v) = item.map_err(|e| err(e.into()))?;
+                        let last = Self::decode(k.value(), v.value()).map_or(0, |p| p.last_used_s);
+                        used.insert(k.value(), (last, v.value().len() as u64)).map_err(|e| err(e.into()))?;
+                    }
+                    meta.insert("version", STORE_VERSION).map_err(|e| err(e.into()))?;
+                }
+                Some(v) => return Err(StoreError::Version { path: shown, found: v }),
                 None => {
                     meta.insert("version", STORE_VERSION).map_err(|e| err(e.into()))?;
                 }
             }
-            txn.open_table(PROFILES).map_err(|e| err(e.into()))?;
         }
         txn.commit().map_err(|e| err(e.into()))?;
         Ok(Store { db, path, cap_bytes })
@@ -192,7 +210,8 @@ impl Store {
     /// Writes `profile` (keyed by its executable's path and its shape,
     /// [`key`]) in one commit, then evicts least recently used profiles
     /// beyond the cap (never the one just written). Returns the keys
-    /// evicted, each shown as the path and the shape.
+    /// evicted, each shown as the path and the shape. Eviction reads the
+    /// `used` table only: no stored profile is decoded.
     pub fn put(&self, profile: &Profile) -> Result<Vec<String>, StoreError> {
         let key = key(&profile.exe.path, &profile.shape);
         let exe = key.as_str();
@@ -202,14 +221,15 @@ impl Store {
         let mut evicted = Vec::new();
         {
             let mut table = txn.open_table(PROFILES).map_err(|e| self.err(e))?;
+            let mut used = txn.open_table(USED).map_err(|e| self.err(e))?;
             table.insert(exe, bytes.as_slice()).map_err(|e| self.err(e))?;
+            used.insert(exe, (profile.last_used_s, bytes.len() as u64)).map_err(|e| self.err(e))?;
             let mut sizes: Vec<(u64, u64, String)> = Vec::new();
             let mut total = 0u64;
-            for item in table.iter().map_err(|e| self.err(e))? {
+            for item in used.iter().map_err(|e| self.err(e))? {
                 let (k, v) = item.map_err(|e| self.err(e))?;
-                let len = v.value().len() as u64;
+                let (last, len) = v.value();
                 total += len;
-                let last = Self::decode(k.value(), v.value()).map_or(0, |p| p.last_used_s);
                 if k.value() != exe {
                     sizes.push((last, len, k.value().to_owned()));
                 }
@@ -220,6 +240,7 @@ impl Store {
                     break;
                 }
                 table.remove(key.as_str()).map_err(|e| self.err(e))?;
+                used.remove(key.as_str()).map_err(|e| self.err(e))?;
                 total -= len;
                 evicted.push(shown_key(&key));
             }
@@ -272,14 +293,35 @@ impl Store {
     }
 
     /// Marks the profile of `exe` with shape `shape` used now (for
-    /// least-recently-used eviction).
+    /// least-recently-used eviction). Writes its `used` entry only.
     pub fn touch(&self, exe: &str, shape: &str) -> Result<(), StoreError> {
-        if let Some(mut p) = self.get(exe, shape)? {
-            p.last_used_s =
-                std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
-            self.put(&p)?;
+        let key = key(exe, shape);
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        let txn = self.db.begin_write().map_err(|e| self.err(e))?;
+        {
+            let mut used = txn.open_table(USED).map_err(|e| self.err(e))?;
+            let len = used.get(key.as_str()).map_err(|e| self.err(e))?.map(|v| v.value().1);
+            if let Some(len) = len {
+                used.insert(key.as_str(), (now, len)).map_err(|e| self.err(e))?;
+            }
         }
+        txn.commit().map_err(|e| self.err(e))?;
         Ok(())
+    }
+
+    /// Decodes a stored profile and gives it its last use from `used`
+    /// (which [`Store::touch`] moves without rewriting the profile).
+    fn read(
+        &self,
+        key: &str,
+        bytes: &[u8],
+        used: &impl ReadableTable<&'static str, (u64, u64)>,
+    ) -> Result<Profile, StoreError> {
+        let mut profile = Self::decode(key, bytes)?;
+        if let Some(v) = used.get(key).map_err(|e| self.err(e))? {
+            profile.last_used_s = profile.last_used_s.max(v.value().0);
+        }
+        Ok(profile)
     }
 
     /// The profile of the executable at `exe` for command shape `shape`.
@@ -287,8 +329,9 @@ impl Store {
         let key = key(exe, shape);
         let txn = self.db.begin_read().map_err(|e| self.err(e))?;
         let table = txn.open_table(PROFILES).map_err(|e| self.err(e))?;
+        let used = txn.open_table(USED).map_err(|e| self.err(e))?;
         let found = table.get(key.as_str()).map_err(|e| self.err(e))?;
-        found.map(|v| Self::decode(&key, v.value())).transpose()
+        found.map(|v| self.read(&key, v.value(), &used)).transpose()
     }
 
     /// The keys of every profile of the executable at `exe`, whatever its
@@ -310,11 +353,12 @@ impl Store {
     pub fn of_exe(&self, exe: &str) -> Result<Vec<Profile>, StoreError> {
         let txn = self.db.begin_read().map_err(|e| self.err(e))?;
         let table = txn.open_table(PROFILES).map_err(|e| self.err(e))?;
+        let used = txn.open_table(USED).map_err(|e| self.err(e))?;
         let end = format!("{exe}\u{1}");
         let mut out = Vec::new();
         for item in table.range(exe..end.as_str()).map_err(|e| self.err(e))? {
             let (k, v) = item.map_err(|e| self.err(e))?;
-            out.push(Self::decode(k.value(), v.value())?);
+            out.push(self.read(k.value(), v.value(), &used)?);
         }
         Ok(out)
     }
@@ -330,8 +374,10 @@ impl Store {
         let mut removed = 0;
         {
             let mut table = txn.open_table(PROFILES).map_err(|e| self.err(e))?;
+            let mut used = txn.open_table(USED).map_err(|e| self.err(e))?;
             for key in &keys {
                 removed += usize::from(table.remove(key.as_str()).map_err(|e| self.err(e))?.is_some());
+                used.remove(key.as_str()).map_err(|e| self.err(e))?;
             }
         }
         txn.commit().map_err(|e| self.err(e))?;
@@ -343,9 +389,10 @@ impl Store {
     fn each(&self, mut f: impl FnMut(&str, Result<Profile, StoreError>, u64)) -> Result<(), StoreError> {
         let txn = self.db.begin_read().map_err(|e| self.err(e))?;
         let table = txn.open_table(PROFILES).map_err(|e| self.err(e))?;
+        let used = txn.open_table(USED).map_err(|e| self.err(e))?;
         for item in table.iter().map_err(|e| self.err(e))? {
             let (k, v) = item.map_err(|e| self.err(e))?;
-            f(k.value(), Self::decode(k.value(), v.value()), v.value().len() as u64);
+            f(k.value(), self.read(k.value(), v.value(), &used), v.value().len() as u64);
         }
         Ok(())
     }
@@ -474,6 +521,61 @@ mod tests {
         let mut left: Vec<String> = store.list().unwrap().into_iter().map(|s| s.exe).collect();
         left.sort();
         assert_eq!(left, vec!["/x/p0", "/x/p2", "/x/p3"]);
+    }
+
+    #[test]
+    fn a_touch_moves_the_last_use_without_rewriting_the_profile() {
+        let dir = tempfile::tempdir().unwrap();
+        let one = serde_json::to_vec(&profile("/x/p0", 200, 0)).unwrap().len() as u64;
+        let store = Store::open(dir.path(), one * 2 + one / 2, Duration::ZERO).unwrap();
+        store.put(&profile("/x/old", 200, 10)).unwrap();
+        store.put(&profile("/x/mid", 200, 20)).unwrap();
+        let stored = |store: &Store| {
+            let txn = store.db.begin_read().unwrap();
+            let table = txn.open_table(PROFILES).unwrap();
+            table.get("/x/old").unwrap().unwrap().value().to_vec()
+        };
+        let before = stored(&store);
+        store.touch("/x/old", "").unwrap();
+        assert_eq!(stored(&store), before, "the profile's bytes are not rewritten");
+        let old = store.get("/x/old", "").unwrap().unwrap();
+        assert!(old.last_used_s > 1_000_000_000, "get sees the touch: {}", old.last_used_s);
+        let listed = store.list().unwrap();
+        assert!(listed.iter().any(|s| s.exe == "/x/old" && s.last_used_s == old.last_used_s), "{listed:?}");
+        // /x/mid is now the least recently used.
+        let evicted = store.put(&profile("/x/new", 200, 30)).unwrap();
+        assert_eq!(evicted, vec!["/x/mid".to_owned()]);
+        store.touch("/x/missing", "").unwrap();
+        assert_eq!(store.get("/x/missing", "").unwrap(), None, "a touch of no profile makes none");
+    }
+
+    #[test]
+    fn a_version_1_store_is_upgraded_with_its_last_uses() {
+        let dir = tempfile::tempdir().unwrap();
+        let one = serde_json::to_vec(&profile("/x/p0", 200, 0)).unwrap().len() as u64;
+        let (a, b) = (profile("/x/a", 200, 50), profile("/x/b", 200, 10));
+        {
+            // A store as version 1 wrote it: the profiles table alone.
+            let db = Database::create(dir.path().join(FILE_NAME)).unwrap();
+            let txn = db.begin_write().unwrap();
+            txn.open_table(META).unwrap().insert("version", 1).unwrap();
+            {
+                let mut table = txn.open_table(PROFILES).unwrap();
+                for p in [&a, &b] {
+                    table.insert(p.exe.path.as_str(), serde_json::to_vec(p).unwrap().as_slice()).unwrap();
+                }
+            }
+            txn.commit().unwrap();
+        }
+        let store = Store::open(dir.path(), one * 2 + one / 2, Duration::ZERO).unwrap();
+        assert_eq!(store.get("/x/a", "").unwrap().as_ref(), Some(&a));
+        let evicted = store.put(&profile("/x/c", 200, 60)).unwrap();
+        assert_eq!(evicted, vec!["/x/b".to_owned()], "the upgrade kept each profile's last use and size");
+        drop(store);
+        let db = Database::create(dir.path().join(FILE_NAME)).unwrap();
+        let txn = db.begin_read().unwrap();
+        let version = txn.open_table(META).unwrap().get("version").unwrap().unwrap().value();
+        assert_eq!(version, STORE_VERSION);
     }
 
     #[test]
