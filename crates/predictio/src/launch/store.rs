@@ -296,7 +296,7 @@ impl Store {
     /// least-recently-used eviction). Writes its `used` entry only.
     pub fn touch(&self, exe: &str, shape: &str) -> Result<(), StoreError> {
         let key = key(exe, shape);
-        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        let now = super::profile::now_s();
         let txn = self.db.begin_write().map_err(|e| self.err(e))?;
         {
             let mut used = txn.open_table(USED).map_err(|e| self.err(e))?;
