@@ -155,10 +155,29 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) if is_broken_pipe(&err) => ExitCode::SUCCESS,
         Err(err) => {
-            eprintln!("predictio: {err:#}");
+            eprintln!("predictio: {}", error_message(&err));
             ExitCode::FAILURE
         }
     }
+}
+
+/// `err` and its causes, outermost first, joined by ": ", leaving out a
+/// cause whose text the message already holds: the library errors name
+/// their source in their own text (`cannot open FILE: No such file…`), and
+/// `{:#}` would print it a second time.
+pub(crate) fn error_message(err: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in err.chain() {
+        let text = cause.to_string();
+        if out.contains(&text) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&text);
+    }
+    out
 }
 
 fn is_broken_pipe(err: &anyhow::Error) -> bool {
@@ -175,4 +194,41 @@ fn init_logging(verbose: u8) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).init();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::error_message;
+
+    /// A library-style error: its text names its source, which it also
+    /// gives as `source()`.
+    #[derive(Debug)]
+    struct Open {
+        source: std::io::Error,
+    }
+
+    impl std::fmt::Display for Open {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "cannot open /x: {}", self.source)
+        }
+    }
+
+    impl std::error::Error for Open {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&self.source)
+        }
+    }
+
+    #[test]
+    fn a_source_the_message_already_names_is_not_repeated() {
+        let io = std::io::Error::new(std::io::ErrorKind::NotFound, "No such file");
+        let err = anyhow::Error::new(Open { source: io }).context("opening the store");
+        assert_eq!(error_message(&err), "opening the store: cannot open /x: No such file");
+    }
+
+    #[test]
+    fn a_source_the_message_does_not_name_is_kept() {
+        let err = anyhow::anyhow!("disk full").context("writing /y");
+        assert_eq!(error_message(&err), "writing /y: disk full");
+    }
 }

@@ -41,8 +41,22 @@ fn missing_file_directory_and_empty_file_are_clear_errors() {
     let dir = common::disk_dir("predictio-cli");
     let missing = dir.path().join("nope");
     for cmd in ["prefetch", "residency", "evict"] {
-        fails_with(&predictio(&[cmd, missing.to_str().expect("utf8")]), "no such file");
+        let out = predictio(&[cmd, missing.to_str().expect("utf8")]);
+        fails_with(&out, "no such file");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(stderr.matches("no such file").count(), 1, "{cmd}: said once: {stderr}");
         fails_with(&predictio(&[cmd, dir.path().to_str().expect("utf8")]), "is a directory");
+    }
+    // Of several files, each failure is named and the summary counts them.
+    let present = dir.path().join("present");
+    write_file(&present, 4096);
+    for (cmd, summary) in
+        [("residency", "1 of 2 files could not be inspected"), ("evict", "1 of 2 files could not be evicted")]
+    {
+        let out = predictio(&[cmd, missing.to_str().expect("utf8"), present.to_str().expect("utf8")]);
+        fails_with(&out, summary);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(stderr.matches("no such file").count(), 1, "{cmd}: said once: {stderr}");
     }
     let empty = dir.path().join("empty");
     File::create(&empty).expect("create");

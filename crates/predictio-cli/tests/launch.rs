@@ -63,6 +63,14 @@ fn record_then_profile_commands_and_bad_input() {
     fails_with(&out, "not a profile export");
     let out = predictio(&store, &["record", "--", "/no/such/program"]);
     fails_with(&out, "/no/such/program");
+    // The store may also follow the action: a file where the store's
+    // directory should be is named in the error, once.
+    let file = dir.path().join("a-file");
+    std::fs::write(&file, "x").expect("write");
+    let out = Command::new(bin()).args(["profile", "list", "--store"]).arg(&file).output().expect("runs");
+    fails_with(&out, &format!("cannot create the store directory {}", file.display()));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stderr.matches("File exists").count(), 1, "the cause once: {stderr}");
 
     if !needs_root_and_ebpf() {
         return;

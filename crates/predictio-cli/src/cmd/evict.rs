@@ -39,7 +39,7 @@ pub fn run(args: Args) -> Result<()> {
                 }
             }
             Err(err) => {
-                eprintln!("predictio: {err:#}");
+                eprintln!("predictio: {}", crate::error_message(&err));
                 failures += 1;
             }
         }

@@ -14,8 +14,9 @@ use super::record::open_store;
 /// Arguments of `profile`.
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// The profile store's directory.
-    #[arg(long, default_value = DEFAULT_DIR, value_name = "DIR")]
+    /// The profile store's directory (before or after the action:
+    /// `profile --store DIR list` and `profile list --store DIR` are the same).
+    #[arg(long, global = true, default_value = DEFAULT_DIR, value_name = "DIR")]
     store: PathBuf,
     #[command(subcommand)]
     action: Action,

@@ -30,14 +30,16 @@ struct Row {
 pub fn run(args: Args) -> Result<()> {
     let mut rows = Vec::new();
     let mut failed = None;
+    let mut failures = 0;
     for path in &args.files {
         match super::open(path).and_then(|f| predictio::cache::residency(&f).context("cachestat")) {
             Ok(residency) => {
                 rows.push(Row { file: path.display().to_string(), fraction: residency.fraction(), residency })
             }
+            Err(err) if args.files.len() == 1 => failed = Some(err),
             Err(err) => {
-                eprintln!("predictio: {err:#}");
-                failed = Some(err);
+                eprintln!("predictio: {}", crate::error_message(&err));
+                failures += 1;
             }
         }
     }
@@ -67,8 +69,8 @@ pub fn run(args: Args) -> Result<()> {
         }
     }
     match failed {
-        Some(err) if rows.is_empty() || args.files.len() == 1 => Err(err),
-        Some(_) => anyhow::bail!("some files could not be inspected"),
+        Some(err) => Err(err),
+        None if failures > 0 => anyhow::bail!("{failures} of {} files could not be inspected", args.files.len()),
         None => Ok(()),
     }
 }
