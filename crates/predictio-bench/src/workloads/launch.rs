@@ -206,12 +206,7 @@ fn fill_alone(h: &Harness, p: &mut Prepared, disk: Option<&Path>, clock: &mut u6
         settle();
         *clock += 10_000_000_000;
         let start = Instant::now();
-        p.runtime.dispatch(&Event::Exec {
-            pid: std::process::id(),
-            exe: p.key.exe,
-            shape: Arc::clone(&p.key.shape),
-            time_ns: *clock,
-        });
+        p.exec(std::process::id(), *clock);
         if !p.executor.wait_idle(Duration::from_secs(30)) {
             return Err(BenchError::Options("the replay alone was not done after 30 s".into()));
         }
@@ -275,6 +270,15 @@ struct Prepared {
     dirs: usize,
     /// Names the replay looks up again (`Replay::lookups`).
     lookups: usize,
+}
+
+impl Prepared {
+    /// Dispatches the exec of the profile's executable by `pid` at
+    /// `time_ns`, as the daemon's exec event does: the `launch` policy
+    /// replays the profile.
+    fn exec(&mut self, pid: u32, time_ns: u64) {
+        self.runtime.dispatch(&Event::Exec { pid, exe: self.key.exe, shape: Arc::clone(&self.key.shape), time_ns });
+    }
 }
 
 /// Drops caches and returns the resident fraction of the pages the replay
@@ -371,12 +375,7 @@ fn pass(
     match (side, p.as_deref_mut()) {
         // The daemon's path: the exec event reaches the policy, which emits
         // the profile's requests to the executor.
-        (Side::Predictio, Some(p)) => p.runtime.dispatch(&Event::Exec {
-            pid: child.id(),
-            exe: p.key.exe,
-            shape: Arc::clone(&p.key.shape),
-            time_ns,
-        }),
+        (Side::Predictio, Some(p)) => p.exec(child.id(), time_ns),
         (Side::WholeFile, Some(p)) => {
             for r in &p.whole {
                 let _ = p.executor.submit(r.clone());
@@ -414,8 +413,7 @@ fn touched_pages(p: &mut Prepared, argv: &[String], h: &Harness) -> Result<HashM
     let _ = observer.unfollow(me);
     let mut child = child.doing(|| format!("running {}", argv.join(" ")))?;
     // As in the timed passes: the replay starts once the child has exec'd.
-    let exec = Event::Exec { pid: child.id(), exe: p.key.exe, shape: Arc::clone(&p.key.shape), time_ns: u64::MAX / 2 };
-    p.runtime.dispatch(&exec);
+    p.exec(child.id(), u64::MAX / 2);
     let mut touched: HashMap<FileId, HashSet<u64>> = HashMap::new();
     let mut on_event = |e: Event| {
         if let Event::PageAccess { pid, file, pages, .. } = e
