@@ -391,6 +391,92 @@ fn daemon_learns_what_a_launch_looked_up_only_when_told_to() {
     }
 }
 
+/// Stops the daemon as a service manager would (SIGTERM), and waits.
+fn stop_daemon(mut daemon: Daemon) {
+    Command::new("kill").args(["-TERM", &daemon.0.id().to_string()]).status().expect("kill");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some(status) = daemon.0.try_wait().expect("wait") {
+            assert!(status.success(), "daemon exit: {status}");
+            return;
+        }
+        assert!(Instant::now() < deadline, "daemon did not stop on SIGTERM");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Pages the daemon's `launch` policy asked for so far.
+fn daemon_replayed_pages(dir: &Path) -> u64 {
+    let out = Command::new(bin())
+        .args(["stat", "--json", "--control"])
+        .arg(dir.join("control.sock"))
+        .output()
+        .expect("stat runs");
+    let status: serde_json::Value = serde_json::from_str(&ok(&out)).expect("stat --json");
+    status["executor"]["origins"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|o| o["name"] == "launch")
+        .and_then(|o| o["counters"]["requested_pages"].as_u64())
+        .unwrap_or(0)
+}
+
+#[test]
+fn the_daemon_marks_what_it_replays_used_and_replays_nothing_when_told_not_to() {
+    if !needs_root_and_ebpf() {
+        return;
+    }
+    let _machine = machine();
+    let dir = common::disk_dir("predictio-launch");
+    let store = dir.path().join("store");
+    let command = ["-c", "import json, decimal; print(7)"];
+    ok(&predictio(&store, &["record", "-q", "--", PYTHON, command[0], command[1]]));
+    // The profile, last used long ago (an export edited and imported back).
+    let export = dir.path().join("export.json");
+    ok(&predictio(&store, &["profile", "export", export.to_str().expect("utf8")]));
+    let mut profiles: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&export).expect("export")).expect("export is JSON");
+    for p in profiles.as_array_mut().expect("array") {
+        p["last_used_s"] = 1000.into();
+    }
+    std::fs::write(&export, profiles.to_string()).expect("write export");
+    ok(&predictio(&store, &["profile", "import", export.to_str().expect("utf8")]));
+    let last_used = || {
+        let list: serde_json::Value =
+            serde_json::from_str(&ok(&predictio(&store, &["profile", "list", "--json"]))).expect("list --json");
+        let entries = list.as_array().expect("array");
+        assert_eq!(entries.len(), 1, "{list}");
+        entries[0]["last_used_s"].as_u64().expect("last_used_s")
+    };
+    assert_eq!(last_used(), 1000);
+    let exe = std::fs::canonicalize(PYTHON).expect("python path").display().to_string();
+    let started = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock").as_secs();
+    // Replaying only (learning nothing, so nothing else writes the store):
+    // the replayed profile is marked used. Then learning only, told not to
+    // replay: the stored profile is not replayed.
+    for (launch, replay) in [("learn = false\nreplay = true\n", true), ("learn = true\nreplay = false\n", false)] {
+        let daemon = start_daemon(dir.path(), &store, &exe, launch);
+        let out = Command::new(PYTHON).args(command).output().expect("python runs");
+        assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "7");
+        // The exec event reaches the policy asynchronously.
+        let deadline = Instant::now() + Duration::from_secs(if replay { 10 } else { 2 });
+        let mut pages = daemon_replayed_pages(dir.path());
+        while pages == 0 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+            pages = daemon_replayed_pages(dir.path());
+        }
+        stop_daemon(daemon);
+        if replay {
+            assert!(pages > 0, "the daemon replayed the stored profile");
+            // Marked at stop at the latest (else once a minute).
+            assert!(last_used() >= started, "the replayed profile is marked used");
+        } else {
+            assert_eq!(pages, 0, "replay = false replays nothing");
+        }
+    }
+}
+
 #[test]
 fn the_daemon_learns_each_script_of_one_interpreter_apart() {
     if !needs_root_and_ebpf() {

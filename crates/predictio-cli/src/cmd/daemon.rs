@@ -55,9 +55,17 @@ pub fn run(args: Args) -> Result<()> {
     // Launch learning and replay: the policy in the dispatcher, the
     // learner (naming, store, opening files) on its own thread.
     let mut _learner = None;
+    let mut _marker = None;
     if config.launch.learn || config.launch.replay {
         let book = predictio::launch::ReplayBook::default();
-        let loaded = crate::daemon::launch::load_book(&config.launch, &book);
+        // Learning alone (`replay = false`) books nothing: the learner
+        // puts replays in the book only when replaying, and so does this.
+        let loaded = if config.launch.replay {
+            _marker = Some(crate::daemon::launch::UseMarker::start(config.launch.clone(), book.clone())?);
+            crate::daemon::launch::load_book(&config.launch, &book)
+        } else {
+            0
+        };
         let policy = if config.launch.learn {
             let (tx, rx) = std::sync::mpsc::sync_channel(64);
             let limits = predictio::launch::WindowLimits {

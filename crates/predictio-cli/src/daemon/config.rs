@@ -200,7 +200,8 @@ pub struct LaunchSection {
     /// Learn the launch window of every exec (needs observation of all
     /// processes: eBPF or perf).
     pub learn: bool,
-    /// Replay the profile of a known executable on its exec.
+    /// Replay the profile of a known executable on its exec (off: nothing
+    /// is replayed, stored profiles included; learning goes on if `learn`).
     pub replay: bool,
     /// Directory of the profile store.
     pub store: PathBuf,

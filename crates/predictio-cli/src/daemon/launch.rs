@@ -9,12 +9,16 @@
 //! `predictio` commands can use the store in between), walks the updated
 //! profile and opens its files, and puts the replay in the book the policy
 //! replays from at the next exec. At start it loads the stored profiles.
+//! A second thread ([`UseMarker`]) marks the profiles the daemon replayed
+//! used in the store, once a minute and when the daemon stops, so that the
+//! store's least-recently-used eviction spares the profiles in use even
+//! when nothing is being learned.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::Receiver;
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use predictio::launch::naming::Namer;
 use predictio::launch::policy::FinishedLaunch;
@@ -77,6 +81,57 @@ impl Drop for Learner {
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
+    }
+}
+
+/// Marks replayed profiles used in the store (see the module docs).
+pub struct UseMarker {
+    thread: Option<JoinHandle<()>>,
+    stop: Arc<AtomicBool>,
+}
+
+/// How often [`UseMarker`] writes: replays are many, a store commit per
+/// replay would be a write per exec.
+const MARK_EVERY: Duration = Duration::from_secs(60);
+
+impl UseMarker {
+    /// Starts marking the profiles `book` replays used in the store.
+    pub fn start(config: LaunchSection, book: ReplayBook) -> std::io::Result<Self> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&stop);
+        let thread = std::thread::Builder::new().name("predictio-used".into()).spawn(move || {
+            let mut last = Instant::now();
+            while !flag.load(Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(100));
+                if last.elapsed() >= MARK_EVERY {
+                    mark_used(&config, &book);
+                    last = Instant::now();
+                }
+            }
+            mark_used(&config, &book);
+        })?;
+        Ok(Self { thread: Some(thread), stop })
+    }
+}
+
+impl Drop for UseMarker {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn mark_used(config: &LaunchSection, book: &ReplayBook) {
+    let replayed = book.take_replayed();
+    if replayed.is_empty() {
+        return;
+    }
+    let pairs: Vec<(&str, &str)> = replayed.iter().map(|(e, s)| (e.as_str(), s.as_str())).collect();
+    match open_store(config).and_then(|store| store.touch_all(&pairs)) {
+        Ok(marked) => tracing::debug!(marked, "replayed profiles marked used"),
+        Err(err) => tracing::warn!(%err, profiles = pairs.len(), "replayed profiles not marked used"),
     }
 }
 

@@ -8,7 +8,7 @@
 //! [`ReplayBook`]. On the event path it only looks up and emits: no I/O, no
 //! blocking beyond a short uncontended lock.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use super::model::{WalkLimits, next_wave};
@@ -36,6 +36,9 @@ pub struct ReplayFile {
 /// A profile ready to replay: descriptors opened, files checked.
 #[derive(Clone, Debug, Default)]
 pub struct Replay {
+    /// The executable's path, as its profile is stored (with the shape in
+    /// its [`LaunchKey`], the profile's key in the store).
+    pub exe: String,
     /// Files to fetch at exec, in order of expected first use.
     pub at_exec: Vec<ReplayFile>,
     /// Files to fetch when a trigger file is first touched.
@@ -68,7 +71,12 @@ impl Replay {
         let plan = profile.plan(walk);
         let latest = profile.files.iter().map(|f| f.first_touch_ms).fold(0.0f64, f64::max);
         let window = profile.learned_ms / f64::from(profile.runs.max(1));
-        let mut replay = Replay { wave_pages: walk.wave_pages, span_ms: window.max(latest), ..Replay::default() };
+        let mut replay = Replay {
+            exe: profile.exe.path.clone(),
+            wave_pages: walk.wave_pages,
+            span_ms: window.max(latest),
+            ..Replay::default()
+        };
         let open_one = |index: usize, ranges: Vec<PageRange>, replay: &mut Replay| -> Option<ReplayFile> {
             let identity = &profile.files[index].identity;
             let file = match FileRef::open(&identity.path) {
@@ -185,10 +193,20 @@ impl LaunchKey {
 }
 
 /// Replays by executable and command shape, shared between the policy and
-/// whoever prepares them.
+/// whoever prepares them. The book also remembers which of them replayed
+/// since its owner last asked ([`ReplayBook::take_replayed`]), so that the
+/// profiles a daemon replays count as used in the store (least recently
+/// used eviction) without the event path touching the store.
 #[derive(Clone, Debug, Default)]
 pub struct ReplayBook {
-    inner: Arc<Mutex<HashMap<LaunchKey, Arc<Replay>>>>,
+    inner: Arc<Mutex<Book>>,
+}
+
+#[derive(Debug, Default)]
+struct Book {
+    replays: HashMap<LaunchKey, Arc<Replay>>,
+    /// Keys replayed since the last `take_replayed` (at most the booked).
+    replayed: HashSet<LaunchKey>,
 }
 
 /// Replays a book holds at most; inserting beyond drops an arbitrary one.
@@ -202,32 +220,58 @@ impl ReplayBook {
         if key.shape.is_empty() {
             return;
         }
-        if let Ok(mut map) = self.inner.lock() {
-            if map.len() >= MAX_REPLAYS
-                && !map.contains_key(&key)
-                && let Some(victim) = map.keys().next().cloned()
+        if let Ok(mut book) = self.inner.lock() {
+            if book.replays.len() >= MAX_REPLAYS
+                && !book.replays.contains_key(&key)
+                && let Some(victim) = book.replays.keys().next().cloned()
             {
-                map.remove(&victim);
+                book.replays.remove(&victim);
+                book.replayed.remove(&victim);
             }
-            map.insert(key, Arc::new(replay));
+            book.replays.insert(key, Arc::new(replay));
         }
     }
 
     /// Forgets the replay of launches `key`.
     pub fn remove(&self, key: &LaunchKey) {
-        if let Ok(mut map) = self.inner.lock() {
-            map.remove(key);
+        if let Ok(mut book) = self.inner.lock() {
+            book.replays.remove(key);
+            book.replayed.remove(key);
         }
     }
 
     /// The replay of launches `key`.
     pub fn get(&self, key: &LaunchKey) -> Option<Arc<Replay>> {
-        self.inner.lock().ok()?.get(key).cloned()
+        self.inner.lock().ok()?.replays.get(key).cloned()
+    }
+
+    /// Notes that the replay of `key` was just replayed.
+    pub fn mark_replayed(&self, key: &LaunchKey) {
+        if let Ok(mut book) = self.inner.lock()
+            && book.replays.contains_key(key)
+            && !book.replayed.contains(key)
+        {
+            book.replayed.insert(key.clone());
+        }
+    }
+
+    /// The profiles replayed since the last call, each as its store key's
+    /// parts (executable path, shape), sorted; forgets them.
+    pub fn take_replayed(&self) -> Vec<(String, String)> {
+        let Ok(mut book) = self.inner.lock() else { return Vec::new() };
+        let keys = std::mem::take(&mut book.replayed);
+        let mut out: Vec<(String, String)> = keys
+            .iter()
+            .filter_map(|k| book.replays.get(k).map(|r| (r.exe.clone(), k.shape.to_string())))
+            .filter(|(exe, _)| !exe.is_empty())
+            .collect();
+        out.sort();
+        out
     }
 
     /// Launches (executable and shape) with a replay.
     pub fn len(&self) -> usize {
-        self.inner.lock().map_or(0, |m| m.len())
+        self.inner.lock().map_or(0, |b| b.replays.len())
     }
 
     /// True when the book is empty.
@@ -412,6 +456,7 @@ impl Policy for LaunchPolicy {
                 if self.last_exec.len() >= MAX_PENDING {
                     self.last_exec.clear();
                 }
+                self.book.mark_replayed(&key);
                 self.last_exec.insert(key, *time_ns);
                 self.replays += 1;
                 ctx.request_metadata(replay.lookups.clone(), replay.dirs.clone());
@@ -634,18 +679,27 @@ mod tests {
         book.insert(
             LaunchKey::new(exe, "rustc --version"),
             Replay {
+                exe: "/x/rustc".into(),
                 at_exec: vec![ReplayFile { file, ranges: vec![PageRange::page(1)], first_touch_ms: 0.0 }],
                 ..Replay::default()
             },
         );
-        let mut policy = LaunchPolicy::new(book);
+        assert!(book.take_replayed().is_empty(), "nothing replayed yet");
+        let mut policy = LaunchPolicy::new(book.clone());
         let files = crate::policy::FileTable::default();
         let mut out = Vec::new();
         let mut ctx = PolicyContext::new(&files, &mut out, crate::policy::PolicyId(1));
         let exec = |pid, shape: &str, time_ns| Event::Exec { pid, exe, shape: shape.into(), time_ns };
         policy.on_event(&exec(5, "rustc --version", 0), &mut ctx);
         policy.on_event(&exec(6, "rustc --version", 10), &mut ctx); // the driver re-running itself
+        let replayed = vec![("/x/rustc".to_owned(), "rustc --version".to_owned())];
+        assert_eq!(book.take_replayed(), replayed, "a replay marks its profile used");
+        assert!(book.take_replayed().is_empty(), "once per take");
         policy.on_event(&exec(7, "rustc --version", 2_000_000_000), &mut ctx);
+        assert_eq!(book.take_replayed(), replayed);
+        policy.on_event(&exec(8, "rustc -V", 4_000_000_000), &mut ctx);
+        assert!(book.take_replayed().is_empty(), "an exec with no profile marks nothing");
+        drop(ctx);
         assert_eq!(out.len(), 2);
         assert_eq!(policy.replays(), 2);
     }

@@ -295,22 +295,31 @@ impl Store {
     /// Marks the profile of `exe` with shape `shape` used now (for
     /// least-recently-used eviction). Writes its `used` entry only.
     pub fn touch(&self, exe: &str, shape: &str) -> Result<(), StoreError> {
-        let key = key(exe, shape);
+        self.touch_all(&[(exe, shape)]).map(|_| ())
+    }
+
+    /// Marks the profiles of these (executable path, shape) pairs used now,
+    /// in one commit that writes their `used` entries only. Pairs with no
+    /// stored profile are passed over. Returns how many were marked.
+    pub fn touch_all(&self, profiles: &[(&str, &str)]) -> Result<usize, StoreError> {
         let now = super::profile::now_s();
         let txn = self.db.begin_write().map_err(|e| self.err(e))?;
+        let mut marked = 0;
         {
             let mut used = txn.open_table(USED).map_err(|e| self.err(e))?;
-            let len = used.get(key.as_str()).map_err(|e| self.err(e))?.map(|v| v.value().1);
-            if let Some(len) = len {
-                used.insert(key.as_str(), (now, len)).map_err(|e| self.err(e))?;
+            for (exe, shape) in profiles {
+                let key = key(exe, shape);
+                let len = used.get(key.as_str()).map_err(|e| self.err(e))?.map(|v| v.value().1);
+                if let Some(len) = len {
+                    used.insert(key.as_str(), (now, len)).map_err(|e| self.err(e))?;
+                    marked += 1;
+                }
             }
         }
         txn.commit().map_err(|e| self.err(e))?;
-        Ok(())
+        Ok(marked)
     }
 
-    /// Decodes a stored profile and gives it its last use from `used`
-    /// (which [`Store::touch`] moves without rewriting the profile).
     fn read(
         &self,
         key: &str,
@@ -547,6 +556,22 @@ mod tests {
         assert_eq!(evicted, vec!["/x/mid".to_owned()]);
         store.touch("/x/missing", "").unwrap();
         assert_eq!(store.get("/x/missing", "").unwrap(), None, "a touch of no profile makes none");
+    }
+
+    #[test]
+    fn touch_all_marks_the_stored_ones_in_one_commit() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), DEFAULT_CAP_BYTES, Duration::ZERO).unwrap();
+        for (exe, last) in [("/x/a", 10), ("/x/b", 20), ("/x/c", 30)] {
+            store.put(&profile(exe, 50, last)).unwrap();
+        }
+        let marked = store.touch_all(&[("/x/a", ""), ("/x/gone", ""), ("/x/c", ""), ("/x/a", "other shape")]).unwrap();
+        assert_eq!(marked, 2);
+        let last = |exe: &str| store.get(exe, "").unwrap().unwrap().last_used_s;
+        assert!(last("/x/a") > 1_000_000_000 && last("/x/c") > 1_000_000_000);
+        assert_eq!(last("/x/b"), 20, "untouched");
+        assert_eq!(store.get("/x/gone", "").unwrap(), None);
+        assert_eq!(store.touch_all(&[]).unwrap(), 0);
     }
 
     #[test]
