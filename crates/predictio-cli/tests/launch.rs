@@ -405,6 +405,29 @@ fn stop_daemon(mut daemon: Daemon) {
     }
 }
 
+/// The nice value of `pid`'s thread named `comm` (as `/proc` shows it: 15
+/// characters at most), once it is `want` or after 5 s; `None` without such
+/// a thread. (A thread lowers its own priority as it starts.)
+fn thread_nice(pid: u32, comm: &str, want: i64) -> Option<i64> {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let mut found = None;
+        for task in std::fs::read_dir(format!("/proc/{pid}/task")).ok()?.flatten() {
+            let name = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+            if name.trim_end() == comm {
+                let stat = std::fs::read_to_string(task.path().join("stat")).ok()?;
+                // After the parenthesised name: state is field 3, nice 19.
+                let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+                found = fields.get(16).and_then(|f| f.parse().ok());
+            }
+        }
+        if found == Some(want) || Instant::now() > deadline {
+            return found;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// Pages the daemon's `launch` policy asked for so far.
 fn daemon_replayed_pages(dir: &Path) -> u64 {
     let out = Command::new(bin())
@@ -457,6 +480,10 @@ fn the_daemon_marks_what_it_replays_used_and_replays_nothing_when_told_not_to() 
     // replay: the stored profile is not replayed.
     for (launch, replay) in [("learn = false\nreplay = true\n", true), ("learn = true\nreplay = false\n", false)] {
         let daemon = start_daemon(dir.path(), &store, &exe, launch);
+        // Learning and marking are background work: lowest CPU priority.
+        let background = if replay { "predictio-used" } else { "predictio-learn" };
+        assert_eq!(thread_nice(daemon.0.id(), background, 19), Some(19), "{background}");
+        assert_eq!(thread_nice(daemon.0.id(), "predictio-obser", 0), Some(0), "the event path keeps its priority");
         let out = Command::new(PYTHON).args(command).output().expect("python runs");
         assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "7");
         // The exec event reaches the policy asynchronously.

@@ -62,6 +62,7 @@ impl Learner {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = Arc::clone(&stop);
         let thread = std::thread::Builder::new().name("predictio-learn".into()).spawn(move || {
+            background();
             let mut namer = Namer::new();
             let mut first_runs = FirstRuns::new(FIRST_RUNS, FIRST_RUN_RANGES);
             while !flag.load(Ordering::Relaxed) {
@@ -84,6 +85,17 @@ impl Drop for Learner {
     }
 }
 
+/// Lowers the calling thread to the lowest CPU priority (nice 19): learning
+/// and bookkeeping are background work and must not take CPU from the
+/// launches they learn. Measured on this 2-core machine, a warm headless
+/// Chromium under the daemon took 776 ms against 684 without it while the
+/// learner spent ~117 ms of CPU per launch at normal priority.
+fn background() {
+    if let Err(err) = predictio::sys::set_thread_nice(19) {
+        tracing::debug!(%err, "cannot lower the learner's priority");
+    }
+}
+
 /// Marks replayed profiles used in the store (see the module docs).
 pub struct UseMarker {
     thread: Option<JoinHandle<()>>,
@@ -100,6 +112,7 @@ impl UseMarker {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = Arc::clone(&stop);
         let thread = std::thread::Builder::new().name("predictio-used".into()).spawn(move || {
+            background();
             let mut last = Instant::now();
             while !flag.load(Ordering::Relaxed) {
                 std::thread::sleep(Duration::from_millis(100));

@@ -4,6 +4,7 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpListener;
+use std::os::fd::AsFd;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
@@ -57,6 +58,9 @@ pub struct MetricsServer {
     pub addr: std::net::SocketAddr,
 }
 
+/// The longest the accept loop sleeps before looking at its stop flag.
+const ACCEPT_WAIT: Duration = Duration::from_millis(200);
+
 impl MetricsServer {
     /// Binds `listen` and serves `status()` rendered.
     pub fn start(listen: &str, status: impl Fn() -> Status + Send + 'static) -> Result<Self> {
@@ -85,7 +89,9 @@ impl MetricsServer {
                         let _ = stream.write_all(response.as_bytes());
                     }
                     Err(err) if err.kind() == std::io::ErrorKind::WouldBlock => {
-                        std::thread::sleep(Duration::from_millis(20))
+                        // Sleep until a connection comes (or a while, to see
+                        // the stop flag): not a wake-up every few ms.
+                        let _ = predictio::sys::socket::poll_readable(listener.as_fd(), Some(ACCEPT_WAIT));
                     }
                     Err(_) => std::thread::sleep(Duration::from_millis(200)),
                 }

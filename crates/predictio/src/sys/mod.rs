@@ -128,6 +128,14 @@ pub fn seek_hole(fd: BorrowedFd<'_>, offset: u64) -> io::Result<Option<u64>> {
     lseek(fd, offset, libc::SEEK_HOLE)
 }
 
+/// Sets the calling thread's nice value (Linux: `PRIO_PROCESS` with id 0 is
+/// the calling thread). Lowering it below 0 needs `CAP_SYS_NICE`.
+pub fn set_thread_nice(nice: i32) -> io::Result<()> {
+    // SAFETY: setpriority takes plain integers and touches no memory of ours.
+    let rc = unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, nice) };
+    if rc == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
+}
+
 /// The kernel's page size.
 pub fn page_size() -> u64 {
     // SAFETY: sysconf has no memory effects.
