@@ -159,7 +159,8 @@ pub struct ObserveSection {
     /// Mounts fanotify watches when it is the source (opens and execs).
     pub fanotify_mounts: Vec<std::path::PathBuf>,
     /// How long the event source may sit on events before handing them over,
-    /// ms (the notification-latency bound).
+    /// ms (the notification-latency bound) while events flow; while few
+    /// arrive the daemon waits up to 16 ms (exec records never wait).
     pub poll_ms: u64,
 }
 
