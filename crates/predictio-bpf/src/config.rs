@@ -30,6 +30,12 @@ pub struct ObserverConfig {
     /// waste accounting wants this. When false, evictions are filtered like
     /// everything else, by the process that evicts.
     pub evictions_any_process: bool,
+    /// Report no page-cache accesses or misses of this process itself (the
+    /// daemon's: its executor's prefetches would be a ring record per page,
+    /// parsed only to be thrown away — about 37 K records per replayed
+    /// Chromium launch). Other kinds (exec, fork, exit, evictions, lookups)
+    /// are unaffected.
+    pub ignore_own_pages: bool,
     /// Ring buffer size in bytes: a power of two, a multiple of the page size.
     /// A record takes 56 bytes (48 plus an 8-byte header), a lookup 312.
     pub ring_bytes: u32,
@@ -84,6 +90,7 @@ impl Default for ObserverConfig {
             devices: Vec::new(),
             cgroup: None,
             evictions_any_process: false,
+            ignore_own_pages: false,
             ring_bytes: 8 << 20,
             wakeup_bytes: 2 << 20,
             poll_interval: Duration::from_millis(1),

@@ -103,6 +103,7 @@ impl Observer {
         };
         let filter_devices = u32::from(!devices.is_empty());
         let evictions_any_process = u32::from(config.evictions_any_process);
+        let ignore_tgid = if config.ignore_own_pages { std::process::id() } else { 0 };
         let (lookup_bits, lookup_window_ns, lookup_budget) = match config.follow_all_lookups {
             FollowAllLookups::None => (0, 0u64, 0u32),
             FollowAllLookups::Launches { window, per_launch } => {
@@ -117,6 +118,7 @@ impl Observer {
             .override_global("cgroup_id", &cgroup_id, true)
             .override_global("cgroup_level", &cgroup_level, true)
             .override_global("evictions_any_process", &evictions_any_process, true)
+            .override_global("ignore_tgid", &ignore_tgid, true)
             .override_global("exit_has_group_dead", &exit_has_group_dead, true)
             .override_global("lookup_window_ns", &lookup_window_ns, true)
             .override_global("lookup_budget", &lookup_budget, true)

@@ -357,6 +357,37 @@ fn follow_all_reports_processes_never_followed() {
 }
 
 #[test]
+fn follow_all_can_leave_out_its_own_processs_pages() {
+    let me = std::process::id();
+    for ignore_own_pages in [false, true] {
+        let config = ObserverConfig { follow_all: true, ignore_own_pages, ..ObserverConfig::default() };
+        let Some(mut observer) = observer(config) else { return };
+        let data = TestFile::new(8);
+        data.evict();
+        data.load(); // read (and missed) by this very process
+        let held = Held::spawn(&["cat", path_str(&data.path)]);
+        let cat = held.pid();
+        let events = held.run(&mut observer);
+        let own = events
+            .iter()
+            .filter(|e| {
+                matches!(e, Event::PageAccess { pid, file, .. } | Event::PageMiss { pid, file, .. }
+                    if *pid == me && *file == data.id())
+            })
+            .count();
+        if ignore_own_pages {
+            assert_eq!(own, 0, "none of this process's page events: {events:?}");
+        } else {
+            assert!(own > 0, "this process's reads and misses are reported by default");
+        }
+        assert!(
+            pages_accessed(&events, data.id(), &[AccessKind::Read], Some(cat)).is_superset(&all_pages(8)),
+            "other processes' pages are reported either way"
+        );
+    }
+}
+
+#[test]
 fn a_full_ring_counts_lost_records() {
     let config = ObserverConfig { ring_bytes: 4096, ..ObserverConfig::default() };
     let Some(mut observer) = observer(config) else { return };

@@ -38,6 +38,9 @@ const volatile __u32 exit_has_group_dead = 1;
 /* Non-zero: evictions are reported whichever process causes them (reclaim,
  * another process's fadvise); the device filter still applies. */
 const volatile __u32 evictions_any_process = 0;
+/* Non-zero: this process's page-cache accesses and misses are not reported
+ * (a daemon's own prefetches, which it would only throw away). */
+const volatile __u32 ignore_tgid = 0;
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
@@ -138,6 +141,12 @@ static __always_inline int process_wanted(__u32 tgid)
 	return cgroup_wanted();
 }
 
+/* Page-cache accesses and misses: a wanted process, not the ignored one. */
+static __always_inline int pages_wanted(__u32 tgid)
+{
+	return (!ignore_tgid || tgid != ignore_tgid) && process_wanted(tgid);
+}
+
 static __always_inline int device_wanted(__u32 dev)
 {
 	return !filter_devices || bpf_map_lookup_elem(&devices, &dev);
@@ -220,7 +229,7 @@ static __always_inline __u32 mapping_dev(struct inode *host)
 static __always_inline int on_mapping(struct address_space *mapping, __u64 first, __u64 last, __u32 kind)
 {
 	__u32 tgid = current_tgid();
-	if (!process_wanted(tgid))
+	if (!pages_wanted(tgid))
 		return 0;
 	struct inode *host = mapping->host;
 	if (!host)
@@ -272,7 +281,7 @@ SEC("tracepoint/filemap/mm_filemap_add_to_page_cache")
 int pio_add_page(struct tp_filemap_folio *ctx)
 {
 	__u32 tgid = current_tgid();
-	if (!process_wanted(tgid))
+	if (!pages_wanted(tgid))
 		return 0;
 	__u32 dev = ctx->s_dev;
 	if (!device_wanted(dev))

@@ -139,6 +139,8 @@ pub fn observer_or_note(follow_all: bool, follow_all_lookups: FollowAllLookups) 
         follow_all_lookups,
         path_calls,
         evictions_any_process: follow_all,
+        // The daemon's own prefetches (`is_own` drops what gets through).
+        ignore_own_pages: follow_all,
         ..ObserverConfig::default()
     };
     match Observer::load(config) {

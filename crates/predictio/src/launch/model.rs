@@ -217,6 +217,7 @@ impl PageModel {
             .map(|&(page, w)| Item(w / start_total.max(f32::MIN_POSITIVE), std::cmp::Reverse(page)))
             .collect();
         let mut visited: HashSet<u64> = HashSet::new();
+        let mut taken: BTreeMap<u64, u64> = BTreeMap::new();
         let mut picked: Vec<PageRange> = Vec::new();
         let mut total = 0u64;
         let min_weight = limits.min_share * self.runs;
@@ -226,9 +227,15 @@ impl PageModel {
             }
             let Some(node) = nodes.get(&page) else { continue };
             if node.weight >= min_weight {
-                let len = u64::from(node.pages).min(limits.max_pages - total);
-                if len > 0 {
-                    picked.push(PageRange::new(page, page + len));
+                // Nodes' runs can overlap (a read from page 8 after a
+                // fault-around block from page 0): each page once, where
+                // the walk first reached it.
+                for part in take_new(&mut taken, PageRange::new(page, page + u64::from(node.pages))) {
+                    let len = part.len().min(limits.max_pages - total);
+                    if len == 0 {
+                        break;
+                    }
+                    picked.push(PageRange::new(part.start, part.start + len));
                     total += len;
                 }
                 if total >= limits.max_pages {
@@ -249,6 +256,40 @@ impl PageModel {
         }
         waves(picked, limits.wave_pages, limits.merge_gap)
     }
+}
+
+/// The parts of `range` not in `taken` (disjoint page intervals, start →
+/// end), in order; adds `range` to `taken`.
+fn take_new(taken: &mut BTreeMap<u64, u64>, range: PageRange) -> Vec<PageRange> {
+    if range.is_empty() {
+        return Vec::new();
+    }
+    // The intervals touching `range`: the last starting at or before it
+    // (if it reaches it) and those starting inside it.
+    let from =
+        taken.range(..=range.start).next_back().filter(|(_, e)| **e >= range.start).map_or(range.start, |(s, _)| *s);
+    let touching: Vec<(u64, u64)> = taken.range(from..range.end.saturating_add(1)).map(|(s, e)| (*s, *e)).collect();
+    let mut parts = Vec::new();
+    let mut at = range.start;
+    for &(s, e) in &touching {
+        if s > at {
+            parts.push(PageRange::new(at, s.min(range.end)));
+        }
+        at = at.max(e);
+        if at >= range.end {
+            break;
+        }
+    }
+    if at < range.end {
+        parts.push(PageRange::new(at, range.end));
+    }
+    let lo = touching.first().map_or(range.start, |t| t.0.min(range.start));
+    let hi = touching.last().map_or(range.end, |t| t.1.max(range.end));
+    for (s, _) in &touching {
+        taken.remove(s);
+    }
+    taken.insert(lo, hi);
+    parts
 }
 
 /// Cuts `picked` (in walk order) into consecutive waves of at least
@@ -348,6 +389,33 @@ mod tests {
         let starts = |v: Vec<PageRange>| v.iter().map(|r| r.start).collect::<Vec<_>>();
         assert_eq!(starts(walk(2)), vec![40, 50, 20, 30, 0, 10], "the first pages used come first");
         assert_eq!(starts(walk(0)), vec![0, 10, 20, 30, 40, 50], "one wave: sorted");
+    }
+
+    #[test]
+    fn overlapping_runs_are_walked_once_each_page() {
+        // A fault-around block from page 0, then a read from page 8 to 24,
+        // then page 4 alone: waves of one access each.
+        let mut m = PageModel::default();
+        m.merge_run(&[r(0, 16), r(8, 24), r(4, 5), r(30, 31)], &ModelLimits::default());
+        let walk = m.walk(&WalkLimits { merge_gap: 0, wave_pages: 1, ..WalkLimits::default() });
+        assert_eq!(walk, vec![r(0, 16), r(16, 24), r(30, 31)], "pages 8..16 and 4 were already walked");
+        let bounded = m.walk(&WalkLimits { merge_gap: 0, wave_pages: 1, max_pages: 20, ..WalkLimits::default() });
+        assert_eq!(bounded.iter().map(PageRange::len).sum::<u64>(), 20, "the bound counts pages, not repeats");
+    }
+
+    #[test]
+    fn take_new_leaves_out_what_was_taken() {
+        let mut taken = BTreeMap::new();
+        assert_eq!(take_new(&mut taken, r(10, 20)), vec![r(10, 20)]);
+        assert_eq!(take_new(&mut taken, r(30, 40)), vec![r(30, 40)]);
+        assert_eq!(take_new(&mut taken, r(5, 45)), vec![r(5, 10), r(20, 30), r(40, 45)]);
+        assert_eq!(taken.into_iter().collect::<Vec<_>>(), vec![(5, 45)]);
+        let mut taken = BTreeMap::new();
+        take_new(&mut taken, r(0, 4));
+        assert_eq!(take_new(&mut taken, r(4, 8)), vec![r(4, 8)], "adjacent: nothing repeated");
+        assert_eq!(take_new(&mut taken, r(2, 6)), Vec::<PageRange>::new());
+        assert_eq!(take_new(&mut taken, r(9, 9)), Vec::<PageRange>::new());
+        assert_eq!(taken.into_iter().collect::<Vec<_>>(), vec![(0, 8)]);
     }
 
     #[test]
