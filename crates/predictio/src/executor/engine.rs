@@ -106,6 +106,13 @@ const PACE_SLEEP: Duration = Duration::from_micros(200);
 /// (121–127 ms with a 16 MiB window).
 pub const SETTLE_SCAN: usize = 64;
 
+/// A paced read issued within this long that is not yet readable is taken
+/// to be in flight ([`PageCache::read_settled`]'s `recent`): asking whether
+/// its page was ever cached doubled the probes' syscalls. Reads on this
+/// disk settle within a few ms; one that was never cached (dropped under
+/// memory pressure) is let go once older than this.
+const RECENT_READ: Duration = Duration::from_millis(20);
+
 /// Files whose size is cached before the cache is cleared.
 const MAX_FILE_STATES: usize = 4096;
 
@@ -514,7 +521,8 @@ impl Engine {
         let mut i = 0;
         while i < self.unsettled.len().min(SETTLE_SCAN) {
             let (file, last, len, issued) = &self.unsettled[i];
-            if issued.elapsed() < self.limits.settle_timeout && !self.cache.read_settled(file, *last) {
+            let age = issued.elapsed();
+            if age < self.limits.settle_timeout && !self.cache.read_settled(file, *last, age < RECENT_READ) {
                 i += 1;
                 continue;
             }

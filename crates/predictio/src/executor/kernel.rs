@@ -35,9 +35,11 @@ pub trait PageCache: Send {
     /// Whether a read of `page` issued earlier is no longer in flight: the
     /// page is cached and up to date, or not cached at all (never added, or
     /// evicted). Never reads an absent page in and never waits. The engine
-    /// paces backends that report no completion with it.
-    fn read_settled(&mut self, file: &FileRef, page: u64) -> bool {
-        let _ = (file, page);
+    /// paces backends that report no completion with it. `recent`: the read
+    /// was issued moments ago, so a page not yet readable may be taken to be
+    /// in flight without asking whether it is cached at all.
+    fn read_settled(&mut self, file: &FileRef, page: u64, recent: bool) -> bool {
+        let _ = (file, page, recent);
         true
     }
 }
@@ -106,12 +108,15 @@ pub fn probe_cachestat() -> bool {
 }
 
 impl PageCache for LinuxPageCache {
-    fn read_settled(&mut self, file: &FileRef, page: u64) -> bool {
+    fn read_settled(&mut self, file: &FileRef, page: u64, recent: bool) -> bool {
         let mut byte = [0u8; 1];
         match sys::pread_resident(file.as_fd(), &mut byte, page * PAGE_SIZE) {
             // Cached and up to date (or the file ends there).
             Ok(Some(_)) => true,
-            // Not readable without waiting: still being read if it is cached.
+            // Not readable without waiting: just issued, so still being read
+            // (half the pacing probes' syscalls were this `cachestat`)…
+            Ok(None) if recent => false,
+            // …else still being read if it is cached.
             Ok(None) => sys::cachestat(file.as_fd(), page * PAGE_SIZE, PAGE_SIZE).map_or(true, |c| c.nr_cache == 0),
             Err(_) => true,
         }

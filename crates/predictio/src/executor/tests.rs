@@ -68,7 +68,7 @@ impl PageCache for FakeCache {
         out.extend((range.start..range.end).map(|p| state.resident.contains(&p) as u8));
         Ok(())
     }
-    fn read_settled(&mut self, _: &FileRef, page: u64) -> bool {
+    fn read_settled(&mut self, _: &FileRef, page: u64, _: bool) -> bool {
         let mut state = self.0.lock().unwrap();
         state.settle_probes += 1;
         if state.stuck.contains(&page) {
