@@ -163,6 +163,12 @@ fn replayed_pages(store: &Path, command: &[&str]) -> u64 {
     ok(&out);
     let status: serde_json::Value =
         serde_json::from_str(String::from_utf8_lossy(&out.stderr).trim()).expect("run --json prints the status");
+    launch_requested_pages(&status)
+}
+
+/// Pages the `launch` policy asked for, from a status document (`run
+/// --json`, `stat --json`).
+fn launch_requested_pages(status: &serde_json::Value) -> u64 {
     status["executor"]["origins"]
         .as_array()
         .into_iter()
@@ -436,13 +442,7 @@ fn daemon_replayed_pages(dir: &Path) -> u64 {
         .output()
         .expect("stat runs");
     let status: serde_json::Value = serde_json::from_str(&ok(&out)).expect("stat --json");
-    status["executor"]["origins"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .find(|o| o["name"] == "launch")
-        .and_then(|o| o["counters"]["requested_pages"].as_u64())
-        .unwrap_or(0)
+    launch_requested_pages(&status)
 }
 
 #[test]

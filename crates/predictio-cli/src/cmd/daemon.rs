@@ -61,7 +61,7 @@ pub fn run(args: Args) -> Result<()> {
         // Learning alone (`replay = false`) books nothing: the learner
         // puts replays in the book only when replaying, and so does this.
         let loaded = if config.launch.replay {
-            _marker = Some(crate::daemon::launch::UseMarker::start(config.launch.clone(), book.clone())?);
+            _marker = Some(crate::daemon::launch::start_use_marker(config.launch.clone(), book.clone())?);
             crate::daemon::launch::load_book(&config.launch, &book)
         } else {
             0
@@ -73,7 +73,7 @@ pub fn run(args: Args) -> Result<()> {
                 cap_ms: config.launch.cap_ms,
                 ..Default::default()
             };
-            _learner = Some(crate::daemon::launch::Learner::start(config.launch.clone(), rx, book.clone())?);
+            _learner = Some(crate::daemon::launch::start_learner(config.launch.clone(), rx, book.clone())?);
             predictio::launch::LaunchPolicy::learning(book, limits, config.launch.max_windows, tx)
         } else {
             predictio::launch::LaunchPolicy::new(book)

@@ -9,7 +9,7 @@
 //! `predictio` commands can use the store in between), walks the updated
 //! profile and opens its files, and puts the replay in the book the policy
 //! replays from at the next exec. At start it loads the stored profiles.
-//! A second thread ([`UseMarker`]) marks the profiles the daemon replayed
+//! A second thread (the use marker, [`start_use_marker`]) marks the profiles the daemon replayed
 //! used in the store, once a minute and when the daemon stops, so that the
 //! store's least-recently-used eviction spares the profiles in use even
 //! when nothing is being learned.
@@ -25,12 +25,6 @@ use predictio::launch::policy::FinishedLaunch;
 use predictio::launch::{FirstRuns, LaunchKey, LearnLimits, Replay, ReplayBook, Store, WalkLimits};
 
 use super::config::LaunchSection;
-
-/// The learner thread.
-pub struct Learner {
-    thread: Option<JoinHandle<()>>,
-    stop: Arc<AtomicBool>,
-}
 
 fn open_store(config: &LaunchSection) -> Result<Store, predictio::launch::StoreError> {
     Store::open(&config.store, config.store_cap_mib << 20, Duration::from_secs(5))
@@ -56,27 +50,28 @@ pub fn load_book(config: &LaunchSection, book: &ReplayBook) -> usize {
     loaded
 }
 
-impl Learner {
-    /// Starts learning from `finished` into the store, replays into `book`.
-    pub fn start(config: LaunchSection, finished: Receiver<FinishedLaunch>, book: ReplayBook) -> std::io::Result<Self> {
+/// A background thread of this module: started at nice 19 (see
+/// [`background`]), told to stop and joined when dropped.
+pub struct Background {
+    thread: Option<JoinHandle<()>>,
+    stop: Arc<AtomicBool>,
+}
+
+impl Background {
+    /// Runs `body` on a thread named `name`; `body` returns once the flag it
+    /// is given is set.
+    fn spawn(name: &str, body: impl FnOnce(&AtomicBool) + Send + 'static) -> std::io::Result<Self> {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = Arc::clone(&stop);
-        let thread = std::thread::Builder::new().name("predictio-learn".into()).spawn(move || {
+        let thread = std::thread::Builder::new().name(name.into()).spawn(move || {
             background();
-            let mut namer = Namer::new();
-            let mut first_runs = FirstRuns::new(FIRST_RUNS, FIRST_RUN_RANGES);
-            while !flag.load(Ordering::Relaxed) {
-                let Ok(done) = finished.recv_timeout(Duration::from_millis(100)) else { continue };
-                if let Err(err) = learn(&config, &mut namer, &mut first_runs, done, &book) {
-                    tracing::warn!(%err, "launch not learned");
-                }
-            }
+            body(&flag);
         })?;
         Ok(Self { thread: Some(thread), stop })
     }
 }
 
-impl Drop for Learner {
+impl Drop for Background {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
         if let Some(t) = self.thread.take() {
@@ -96,44 +91,43 @@ fn background() {
     }
 }
 
-/// Marks replayed profiles used in the store (see the module docs).
-pub struct UseMarker {
-    thread: Option<JoinHandle<()>>,
-    stop: Arc<AtomicBool>,
+/// The learner thread: learns from `finished` into the store and puts the
+/// replays in `book`.
+pub fn start_learner(
+    config: LaunchSection,
+    finished: Receiver<FinishedLaunch>,
+    book: ReplayBook,
+) -> std::io::Result<Background> {
+    Background::spawn("predictio-learn", move |stop| {
+        let mut namer = Namer::new();
+        let mut first_runs = FirstRuns::new(FIRST_RUNS, FIRST_RUN_RANGES);
+        while !stop.load(Ordering::Relaxed) {
+            let Ok(done) = finished.recv_timeout(Duration::from_millis(100)) else { continue };
+            if let Err(err) = learn(&config, &mut namer, &mut first_runs, done, &book) {
+                tracing::warn!(%err, "launch not learned");
+            }
+        }
+    })
 }
 
-/// How often [`UseMarker`] writes: replays are many, a store commit per
+/// How often the use marker writes: replays are many, a store commit per
 /// replay would be a write per exec.
 const MARK_EVERY: Duration = Duration::from_secs(60);
 
-impl UseMarker {
-    /// Starts marking the profiles `book` replays used in the store.
-    pub fn start(config: LaunchSection, book: ReplayBook) -> std::io::Result<Self> {
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = Arc::clone(&stop);
-        let thread = std::thread::Builder::new().name("predictio-used".into()).spawn(move || {
-            background();
-            let mut last = Instant::now();
-            while !flag.load(Ordering::Relaxed) {
-                std::thread::sleep(Duration::from_millis(100));
-                if last.elapsed() >= MARK_EVERY {
-                    mark_used(&config, &book);
-                    last = Instant::now();
-                }
+/// The use marker: marks the profiles `book` replayed used in the store
+/// (see the module docs), every [`MARK_EVERY`] and when stopped.
+pub fn start_use_marker(config: LaunchSection, book: ReplayBook) -> std::io::Result<Background> {
+    Background::spawn("predictio-used", move |stop| {
+        let mut last = Instant::now();
+        while !stop.load(Ordering::Relaxed) {
+            std::thread::sleep(Duration::from_millis(100));
+            if last.elapsed() >= MARK_EVERY {
+                mark_used(&config, &book);
+                last = Instant::now();
             }
-            mark_used(&config, &book);
-        })?;
-        Ok(Self { thread: Some(thread), stop })
-    }
-}
-
-impl Drop for UseMarker {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
         }
-    }
+        mark_used(&config, &book);
+    })
 }
 
 fn mark_used(config: &LaunchSection, book: &ReplayBook) {
