@@ -337,8 +337,8 @@ impl Sources {
                             };
                             // The counters for `stat` and metrics, refreshed a few
                             // times a second: reading the kernel's per-CPU loss
-                            // counters and building them after every poll (each
-                            // millisecond) cost the idle daemon ~3 % of a core.
+                            // counters and building them after every poll (every
+                            // 2 ms by default) cost the idle daemon ~3 % of a core.
                             let mut published = Instant::now();
                             *shared.lock().unwrap_or_else(|e| e.into_inner()) = kernel.stats_json();
                             while !flag.load(Ordering::Relaxed) {

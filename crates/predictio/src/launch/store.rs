@@ -320,6 +320,8 @@ impl Store {
         Ok(marked)
     }
 
+    /// Decodes a stored profile and gives it its last use from `used`
+    /// (which [`Store::touch`] moves without rewriting the profile).
     fn read(
         &self,
         key: &str,
