@@ -3,7 +3,6 @@
 //! only their owner's peer — root — may read it.
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::os::fd::AsFd;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
@@ -22,9 +21,6 @@ pub struct ControlServer {
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
 }
-
-/// The longest the accept loop sleeps before looking at its stop flag.
-const ACCEPT_WAIT: Duration = Duration::from_millis(200);
 
 impl ControlServer {
     /// Binds `path` (replacing a stale socket) and answers with `status()`.
@@ -51,11 +47,7 @@ impl ControlServer {
                             tracing::debug!(%err, "control request failed");
                         }
                     }
-                    Err(err) if err.kind() == std::io::ErrorKind::WouldBlock => {
-                        // Sleep until a connection comes (or a while, to see
-                        // the stop flag): not a wake-up every few ms.
-                        let _ = predictio::sys::socket::poll_readable(listener.as_fd(), Some(ACCEPT_WAIT));
-                    }
+                    Err(err) if err.kind() == std::io::ErrorKind::WouldBlock => super::wait_for_connection(&listener),
                     Err(err) => {
                         tracing::warn!(%err, "control socket accept failed");
                         std::thread::sleep(Duration::from_millis(200));

@@ -4,7 +4,6 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpListener;
-use std::os::fd::AsFd;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
@@ -58,9 +57,6 @@ pub struct MetricsServer {
     pub addr: std::net::SocketAddr,
 }
 
-/// The longest the accept loop sleeps before looking at its stop flag.
-const ACCEPT_WAIT: Duration = Duration::from_millis(200);
-
 impl MetricsServer {
     /// Binds `listen` and serves `status()` rendered.
     pub fn start(listen: &str, status: impl Fn() -> Status + Send + 'static) -> Result<Self> {
@@ -88,11 +84,7 @@ impl MetricsServer {
                         };
                         let _ = stream.write_all(response.as_bytes());
                     }
-                    Err(err) if err.kind() == std::io::ErrorKind::WouldBlock => {
-                        // Sleep until a connection comes (or a while, to see
-                        // the stop flag): not a wake-up every few ms.
-                        let _ = predictio::sys::socket::poll_readable(listener.as_fd(), Some(ACCEPT_WAIT));
-                    }
+                    Err(err) if err.kind() == std::io::ErrorKind::WouldBlock => super::wait_for_connection(&listener),
                     Err(_) => std::thread::sleep(Duration::from_millis(200)),
                 }
             }

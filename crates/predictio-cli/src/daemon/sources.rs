@@ -339,8 +339,11 @@ impl Sources {
                             // times a second: reading the kernel's per-CPU loss
                             // counters and building them after every poll (every
                             // 2 ms by default) cost the idle daemon ~3 % of a core.
+                            let publish = |kernel: &Kernel| {
+                                *shared.lock().unwrap_or_else(|e| e.into_inner()) = kernel.stats_json();
+                            };
                             let mut published = Instant::now();
-                            *shared.lock().unwrap_or_else(|e| e.into_inner()) = kernel.stats_json();
+                            publish(&kernel);
                             while !flag.load(Ordering::Relaxed) {
                                 match kernel.poll(pace.timeout(), &mut forward) {
                                     Ok(delivered) => pace.delivered(delivered),
@@ -350,11 +353,11 @@ impl Sources {
                                     }
                                 }
                                 if published.elapsed() >= STATS_EVERY {
-                                    *shared.lock().unwrap_or_else(|e| e.into_inner()) = kernel.stats_json();
+                                    publish(&kernel);
                                     published = Instant::now();
                                 }
                             }
-                            *shared.lock().unwrap_or_else(|e| e.into_inner()) = kernel.stats_json();
+                            publish(&kernel);
                         })?);
                 }
                 Err(why) if wanted == "fanotify" || wanted == "perf" => anyhow::bail!("{why}"),
