@@ -44,7 +44,7 @@ use predictio::{Event, Executor, FileId, FileRef, Request, Runtime, Urgency};
 
 use super::launch_preload::{Learned, PREDICT_WAIT, Preload, TRAIN_BUDGET};
 use crate::BenchOptions;
-use crate::harness::{BenchError, Harness, IoContext, median_u64, settle};
+use crate::harness::{BenchError, Harness, IoContext, median_u64, settle, with_read_ahead};
 use crate::report::{Case, Report, median};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -637,7 +637,17 @@ pub fn run(options: &BenchOptions) -> Result<Report, BenchError> {
     if preload.is_some() {
         sides.push(Side::Preload);
     }
-    let h = Harness::new(options, (progs.len() * (pairs * sides.len() + 2)) as u64)?;
+    // The machine's read_ahead_kb, then each other setting asked for
+    // (`--read-ahead-kb`): the kernel's read-around is what a cold launch's
+    // faults read, and a replayed launch's own faults too.
+    let machine_ra = crate::machine::read_ahead_kb(&options.dir).unwrap_or(0);
+    let mut settings_ra = vec![machine_ra];
+    for kb in &options.read_ahead_kb {
+        if !settings_ra.contains(kb) {
+            settings_ra.push(*kb);
+        }
+    }
+    let h = Harness::new(options, (settings_ra.len() * progs.len() * (pairs * sides.len() + 2)) as u64)?;
     let store_dir = options.dir.join("launch-store");
     let _ = std::fs::remove_dir_all(&store_dir);
     // preload's own training, on the whole set, before anything is measured.
@@ -662,120 +672,42 @@ pub fn run(options: &BenchOptions) -> Result<Report, BenchError> {
         }
     };
     let mut cases = Vec::new();
-    for prog in &progs {
-        let peer = preload.as_ref().zip(trained.as_ref());
-        cases.push(measure(&h, &store_dir, prog, pairs, train_runs, &sides, peer)?);
+    for &ra in &settings_ra {
+        // Each setting learns its own profiles, so every case's training
+        // is its own (an exact recording turns readahead off anyway).
+        let store_dir = if ra == machine_ra { store_dir.clone() } else { store_dir.join(format!("ra{ra}")) };
+        let _ = std::fs::remove_dir_all(&store_dir);
+        let set = with_read_ahead(&options.dir, ra, || {
+            let mut out = Vec::new();
+            for prog in &progs {
+                let peer = preload.as_ref().zip(trained.as_ref());
+                let mut case = measure(&h, &store_dir, prog, pairs, train_runs, &sides, peer)?;
+                if ra != machine_ra {
+                    case.name = format!("{} @ra{ra}", case.name);
+                }
+                case.extra.insert("read_ahead_kb".into(), ra.into());
+                out.push(case);
+            }
+            Ok(out)
+        })?;
+        cases.extend(set);
     }
     h.finish();
     if let Some(preload) = &preload {
         notes.push(format!("preload: after the measured passes its state file held {}", preload.learned().describe()));
     }
-    let reductions: Vec<f64> =
-        cases.iter().filter_map(|c| c.extra.get("reduction_pct").and_then(|v| v.as_f64())).collect();
-    let mean = reductions.iter().sum::<f64>() / reductions.len().max(1) as f64;
-    let worst = reductions.iter().copied().fold(f64::INFINITY, f64::min);
-    notes.push(format!(
-        "mean launch time reduction {mean:.1} % over {} programs (bar: >= 50 %: {}); smallest {worst:.1} % (bar: every program >= 25 %: {}); none slower: {}",
-        reductions.len(),
-        if mean >= 50.0 { "met" } else { "not met" },
-        if worst >= 25.0 { "met" } else { "not met" },
-        if worst > 0.0 { "yes" } else { "no" },
-    ));
-    let bounds: Vec<f64> =
-        cases.iter().filter_map(|c| c.extra.get("bound_reduction_pct").and_then(|v| v.as_f64())).collect();
-    notes.push(format!(
-        "what a replay from the exec can reach on this device: per program, about the slower of its warm launch and \
-         its replay's fill alone (cold, nothing else running; a launch can come a little under it, its own faults \
-         reading beside the fill). At those times the mean reduction would be {:.1} % and the smallest {:.1} %",
-        bounds.iter().sum::<f64>() / bounds.len().max(1) as f64,
-        bounds.iter().copied().fold(f64::INFINITY, f64::min),
-    ));
+    for &ra in &settings_ra {
+        let set: Vec<&Case> =
+            cases.iter().filter(|c| c.extra.get("read_ahead_kb").and_then(|v| v.as_u64()) == Some(ra)).collect();
+        let label = if ra == machine_ra {
+            format!("at the machine's read_ahead_kb ({ra})")
+        } else {
+            format!("at read_ahead_kb {ra} (the machine's is {machine_ra})")
+        };
+        notes.extend(set_notes(&set, &label));
+    }
     for c in &cases {
-        let get = |k: &str| c.extra.get(k).and_then(|v| v.as_f64()).unwrap_or(f64::NAN);
-        notes.push(format!(
-            "{}: replay fill alone {:.0} ms{}, warm {:.0} ms: reachable about {:.0} ms ({:.0} % below baseline); \
-             predictio {:.0} ms ({:+.0} ms)",
-            c.name,
-            get("fill_alone_s") * 1e3,
-            if c.extra.get("fill_device_busy").and_then(|v| v.as_bool()) == Some(true) {
-                " (timed to its last request: other reads kept the device busy)"
-            } else {
-                ""
-            },
-            c.warm_s.unwrap_or(f64::NAN) * 1e3,
-            get("replay_bound_s") * 1e3,
-            get("bound_reduction_pct"),
-            get("predictio_median_s") * 1e3,
-            (get("predictio_median_s") - get("replay_bound_s")) * 1e3,
-        ));
-        notes.push(format!(
-            "{}: baseline {:.0} ms, predictio {:.0} ms ({:.2}x, {:.0} %), whole-file {:.0} ms ({:.2}x), warm {:.0} ms; \
-             replay {:.1} MiB of which {:.1} MiB wasted; whole-file {:.1} MiB of which {:.1} MiB wasted; learned from {} runs \
-             ({:.0} ms of windows, {:.1} s of training wall time)",
-            c.name,
-            get("baseline_median_s") * 1e3,
-            get("predictio_median_s") * 1e3,
-            c.ratio_median,
-            get("reduction_pct"),
-            get("whole_file_median_s") * 1e3,
-            get("whole_file_ratio_median"),
-            c.warm_s.unwrap_or(f64::NAN) * 1e3,
-            get("replay_bytes") / 1048576.0,
-            c.wasted_bytes as f64 / 1048576.0,
-            get("whole_file_bytes") / 1048576.0,
-            get("whole_file_wasted_bytes") / 1048576.0,
-            get("training_runs"),
-            get("learned_window_ms"),
-            get("training_wall_s"),
-        ));
-        let base = get("baseline_median_s");
-        let warm_cut = 100.0 * (1.0 - c.warm_s.unwrap_or(f64::NAN) / base.max(1e-12));
-        if warm_cut < 50.0 {
-            notes.push(format!(
-                "{}: even a warm cache is only {warm_cut:.0} % faster than this cold baseline (warm {:.0} ms vs {:.0} ms): \
-                 the rest of the launch is CPU, so no prefetcher can reach -50 %{}; predictio removed {:.0} % of the \
-                 cold-minus-warm gap",
-                c.name,
-                c.warm_s.unwrap_or(f64::NAN) * 1e3,
-                base * 1e3,
-                if warm_cut < 25.0 { " (nor -25 %)" } else { "" },
-                100.0 * (base - get("predictio_median_s")) / (base - c.warm_s.unwrap_or(0.0)).max(1e-12),
-            ));
-        }
-        if c.resident_before > 0.2 {
-            notes.push(format!(
-                "{}: up to {:.0} % of the replayed pages were resident right after drop_caches (other processes on \
-                 this shared machine were running the same program), so some passes were not fully cold",
-                c.name,
-                c.resident_before * 100.0
-            ));
-        }
-        if c.extra.get("preload_median_s").is_some_and(|v| v.is_number()) {
-            notes.push(format!(
-                "{}: preload {:.0} ms ({:.2}x of baseline; predictio {:.2}x faster than preload); preload read {:.1} MiB \
-                 in its pass; its state {} this program's executable",
-                c.name,
-                get("preload_median_s") * 1e3,
-                get("preload_ratio_median"),
-                get("predictio_vs_preload_ratio_median"),
-                get("preload_read_bytes") / 1048576.0,
-                if c.extra.get("preload_learned_exe").and_then(|v| v.as_bool()) == Some(true) {
-                    "holds"
-                } else {
-                    "does not hold"
-                },
-            ));
-            if get("predictio_vs_preload_ratio_median") < 1.0 {
-                notes.push(format!("{}: preload beat predictio", c.name));
-            }
-        }
-        if get("predictio_vs_whole_file_ratio_median") < 1.0 {
-            notes.push(format!(
-                "{}: whole-file prefetch beat predictio ({:.2}x of predictio's time)",
-                c.name,
-                1.0 / get("predictio_vs_whole_file_ratio_median")
-            ));
-        }
+        notes.extend(case_notes(c));
     }
     notes.push(
         "as in the daemon, the replay's descriptors (files, and the directories on their paths) are held by the \
@@ -796,7 +728,7 @@ pub fn run(options: &BenchOptions) -> Result<Report, BenchError> {
         created: crate::report::now_rfc3339(),
         machine: h.machine.clone(),
         settings: serde_json::json!({
-            "pairs": pairs, "training_runs": train_runs, "sides": sides.iter().map(|s| s.name()).collect::<Vec<_>>(),
+            "pairs": pairs, "training_runs": train_runs, "read_ahead_kb": settings_ra, "sides": sides.iter().map(|s| s.name()).collect::<Vec<_>>(),
             "executor": format!("fadvise backend, default limits but max_unsettled_pages {}", predictio::launch::REPLAY_MAX_UNSETTLED_PAGES), "walk": format!("{:?}", WalkLimits::default()),
             "window": "exec until the tree exits or 500 ms without a page-cache miss, cap 10 s",
             "training": "predictio record --exact (cold, readahead off while the program runs: the pages it read, the paths it looked up)",
@@ -806,4 +738,123 @@ pub fn run(options: &BenchOptions) -> Result<Report, BenchError> {
         cases,
         notes,
     })
+}
+
+/// The set's notes: its mean and smallest reduction against the bars, and
+/// what a replay from the exec could reach.
+fn set_notes(set: &[&Case], label: &str) -> Vec<String> {
+    let mut notes = Vec::new();
+    let reductions: Vec<f64> =
+        set.iter().filter_map(|c| c.extra.get("reduction_pct").and_then(|v| v.as_f64())).collect();
+    let mean = reductions.iter().sum::<f64>() / reductions.len().max(1) as f64;
+    let worst = reductions.iter().copied().fold(f64::INFINITY, f64::min);
+    notes.push(format!(
+        "{label}: mean launch time reduction {mean:.1} % over {} programs (bar: >= 50 %: {}); smallest {worst:.1} % (bar: every program >= 25 %: {}); none slower: {}",
+        reductions.len(),
+        if mean >= 50.0 { "met" } else { "not met" },
+        if worst >= 25.0 { "met" } else { "not met" },
+        if worst > 0.0 { "yes" } else { "no" },
+    ));
+    let bounds: Vec<f64> =
+        set.iter().filter_map(|c| c.extra.get("bound_reduction_pct").and_then(|v| v.as_f64())).collect();
+    notes.push(format!(
+        "{label}: what a replay from the exec can reach on this device: per program, about the slower of its warm launch and \
+         its replay's fill alone (cold, nothing else running; a launch can come a little under it, its own faults \
+         reading beside the fill). At those times the mean reduction would be {:.1} % and the smallest {:.1} %",
+        bounds.iter().sum::<f64>() / bounds.len().max(1) as f64,
+        bounds.iter().copied().fold(f64::INFINITY, f64::min),
+    ));
+    notes
+}
+
+/// One case's notes: its times against its bound and peers, and why it
+/// falls short where it does.
+fn case_notes(c: &Case) -> Vec<String> {
+    let mut notes = Vec::new();
+    let get = |k: &str| c.extra.get(k).and_then(|v| v.as_f64()).unwrap_or(f64::NAN);
+    notes.push(format!(
+        "{}: replay fill alone {:.0} ms{}, warm {:.0} ms: reachable about {:.0} ms ({:.0} % below baseline); \
+         predictio {:.0} ms ({:+.0} ms)",
+        c.name,
+        get("fill_alone_s") * 1e3,
+        if c.extra.get("fill_device_busy").and_then(|v| v.as_bool()) == Some(true) {
+            " (timed to its last request: other reads kept the device busy)"
+        } else {
+            ""
+        },
+        c.warm_s.unwrap_or(f64::NAN) * 1e3,
+        get("replay_bound_s") * 1e3,
+        get("bound_reduction_pct"),
+        get("predictio_median_s") * 1e3,
+        (get("predictio_median_s") - get("replay_bound_s")) * 1e3,
+    ));
+    notes.push(format!(
+        "{}: baseline {:.0} ms, predictio {:.0} ms ({:.2}x, {:.0} %), whole-file {:.0} ms ({:.2}x), warm {:.0} ms; \
+         replay {:.1} MiB of which {:.1} MiB wasted; whole-file {:.1} MiB of which {:.1} MiB wasted; learned from {} runs \
+         ({:.0} ms of windows, {:.1} s of training wall time)",
+        c.name,
+        get("baseline_median_s") * 1e3,
+        get("predictio_median_s") * 1e3,
+        c.ratio_median,
+        get("reduction_pct"),
+        get("whole_file_median_s") * 1e3,
+        get("whole_file_ratio_median"),
+        c.warm_s.unwrap_or(f64::NAN) * 1e3,
+        get("replay_bytes") / 1048576.0,
+        c.wasted_bytes as f64 / 1048576.0,
+        get("whole_file_bytes") / 1048576.0,
+        get("whole_file_wasted_bytes") / 1048576.0,
+        get("training_runs"),
+        get("learned_window_ms"),
+        get("training_wall_s"),
+    ));
+    let base = get("baseline_median_s");
+    let warm_cut = 100.0 * (1.0 - c.warm_s.unwrap_or(f64::NAN) / base.max(1e-12));
+    if warm_cut < 50.0 {
+        notes.push(format!(
+            "{}: even a warm cache is only {warm_cut:.0} % faster than this cold baseline (warm {:.0} ms vs {:.0} ms): \
+             the rest of the launch is CPU, so no prefetcher can reach -50 %{}; predictio removed {:.0} % of the \
+             cold-minus-warm gap",
+            c.name,
+            c.warm_s.unwrap_or(f64::NAN) * 1e3,
+            base * 1e3,
+            if warm_cut < 25.0 { " (nor -25 %)" } else { "" },
+            100.0 * (base - get("predictio_median_s")) / (base - c.warm_s.unwrap_or(0.0)).max(1e-12),
+        ));
+    }
+    if c.resident_before > 0.2 {
+        notes.push(format!(
+            "{}: up to {:.0} % of the replayed pages were resident right after drop_caches (other processes on \
+             this shared machine were running the same program), so some passes were not fully cold",
+            c.name,
+            c.resident_before * 100.0
+        ));
+    }
+    if c.extra.get("preload_median_s").is_some_and(|v| v.is_number()) {
+        notes.push(format!(
+            "{}: preload {:.0} ms ({:.2}x of baseline; predictio {:.2}x faster than preload); preload read {:.1} MiB \
+             in its pass; its state {} this program's executable",
+            c.name,
+            get("preload_median_s") * 1e3,
+            get("preload_ratio_median"),
+            get("predictio_vs_preload_ratio_median"),
+            get("preload_read_bytes") / 1048576.0,
+            if c.extra.get("preload_learned_exe").and_then(|v| v.as_bool()) == Some(true) {
+                "holds"
+            } else {
+                "does not hold"
+            },
+        ));
+        if get("predictio_vs_preload_ratio_median") < 1.0 {
+            notes.push(format!("{}: preload beat predictio", c.name));
+        }
+    }
+    if get("predictio_vs_whole_file_ratio_median") < 1.0 {
+        notes.push(format!(
+            "{}: whole-file prefetch beat predictio ({:.2}x of predictio's time)",
+            c.name,
+            1.0 / get("predictio_vs_whole_file_ratio_median")
+        ));
+    }
+    notes
 }
