@@ -305,6 +305,31 @@ pub fn with_read_ahead<T>(dir: &Path, kb: u64, f: impl FnOnce() -> Result<T, Ben
     result
 }
 
+/// Stops `child` (a daemon the bench started: `what` names it in errors)
+/// with SIGTERM, so that it can save its state, and waits for it; kills it
+/// if it has not exited after 10 s.
+pub fn terminate(child: &mut std::process::Child, what: &str) -> Result<(), BenchError> {
+    let pid = child.id() as libc::pid_t;
+    // SAFETY: kill(2) on the pid of a child we spawned and have not yet
+    // reaped, so the pid cannot have been reused.
+    let rc = unsafe { libc::kill(pid, libc::SIGTERM) };
+    if rc != 0 {
+        let _ = child.kill();
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        if child.try_wait().doing(|| format!("waiting for {what}"))?.is_some() {
+            return Ok(());
+        }
+        if std::time::Instant::now() >= deadline {
+            let _ = child.kill();
+            child.wait().doing(|| format!("waiting for {what}"))?;
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 /// Median of whole numbers, as a float.
 pub fn median_u64(xs: impl IntoIterator<Item = u64>) -> f64 {
     crate::report::median(&xs.into_iter().map(|x| x as f64).collect::<Vec<_>>())

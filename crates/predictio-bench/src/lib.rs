@@ -49,6 +49,8 @@ pub enum Workload {
     RocksDb,
     /// Random 4 KiB reads and an unpredictable scan: stream and learned stay out of the way.
     NoStructure,
+    /// What the running daemon costs: idle CPU and wake-ups, launches beside it warm and while it learns.
+    DaemonCost,
 }
 
 impl Workload {
@@ -66,6 +68,7 @@ impl Workload {
         Workload::Launch,
         Workload::RocksDb,
         Workload::NoStructure,
+        Workload::DaemonCost,
     ];
 
     /// Every workload's name, comma-separated (for messages).
@@ -88,6 +91,7 @@ impl Workload {
             Workload::Launch => "launch",
             Workload::RocksDb => "rocksdb",
             Workload::NoStructure => "no-structure",
+            Workload::DaemonCost => "daemon-cost",
         }
     }
 }
@@ -168,5 +172,6 @@ pub fn run(workload: Workload, options: &BenchOptions) -> Result<Report, BenchEr
         Workload::Launch => workloads::launch::run(options),
         Workload::RocksDb => workloads::rocksdb::run(options),
         Workload::NoStructure => workloads::no_structure::run(options),
+        Workload::DaemonCost => workloads::daemon_cost::run(options),
     }
 }

@@ -61,7 +61,8 @@ enum Command {
     /// YCSB-E, YCSB-C: RocksDB's readahead vs the scan policy), no-structure
     /// (random reads and jumpy scans: stream and learned stay out), llm-load
     /// (llama.cpp loading generated GGUF models; needs scripts/llama.sh),
-    /// launch (cold starts of real programs: replay vs whole-file prefetch).
+    /// launch (cold starts of real programs: replay vs whole-file prefetch),
+    /// daemon-cost (the running daemon: idle CPU, launches beside it).
     /// Cold caches need root (drop_caches); without it the workload's files
     /// are evicted instead and the report says so.
     Bench(cmd::bench::Args),

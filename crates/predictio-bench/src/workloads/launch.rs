@@ -67,9 +67,9 @@ impl Side {
 }
 
 /// One program of the set.
-struct Program {
-    name: &'static str,
-    argv: Vec<String>,
+pub(crate) struct Program {
+    pub(crate) name: &'static str,
+    pub(crate) argv: Vec<String>,
 }
 
 const PYTHON_IMPORTS: &str = "import json, decimal, asyncio, email.mime.multipart, http.client, xml.dom.minidom, \
@@ -84,7 +84,9 @@ fn which(name: &str) -> Option<PathBuf> {
     std::env::split_paths(&path).map(|d| d.join(name)).find(|p| p.is_file())
 }
 
-fn programs(dir: &Path, quick: bool) -> Result<(Vec<Program>, Vec<String>), BenchError> {
+/// The set's programs that are installed (the files they work on written to
+/// `dir`), and a note for each that is not.
+pub(crate) fn programs(dir: &Path, quick: bool) -> Result<(Vec<Program>, Vec<String>), BenchError> {
     let s = |x: &str| x.to_owned();
     let hello_rs = dir.join("launch-hello.rs");
     std::fs::write(
@@ -164,10 +166,11 @@ fn programs(dir: &Path, quick: bool) -> Result<(Vec<Program>, Vec<String>), Benc
     Ok((all, missing))
 }
 
-struct Pass {
-    seconds: f64,
-    stdout: Vec<u8>,
-    status: Option<i32>,
+/// One timed launch: wall time from before the spawn, stdout, exit status.
+pub(crate) struct Pass {
+    pub(crate) seconds: f64,
+    pub(crate) stdout: Vec<u8>,
+    pub(crate) status: Option<i32>,
 }
 
 /// Warm launches whose median is a program's limit.
@@ -227,7 +230,8 @@ fn fill_alone(h: &Harness, p: &mut Prepared, disk: Option<&Path>, clock: &mut u6
     Ok((median(&runs), busy))
 }
 
-fn spawn_and_wait(argv: &[String]) -> Result<Pass, BenchError> {
+/// Runs the program once, timed from before the spawn to its exit.
+pub(crate) fn spawn_and_wait(argv: &[String]) -> Result<Pass, BenchError> {
     let start = Instant::now();
     wait(spawn(argv)?, argv, start)
 }

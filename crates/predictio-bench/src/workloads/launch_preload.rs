@@ -28,7 +28,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::harness::{BenchError, Harness, IoContext};
+use crate::harness::{BenchError, Harness, IoContext, terminate};
 
 /// preload's sampling cycle in this bench, seconds.
 pub const CYCLE_S: u64 = 2;
@@ -98,25 +98,7 @@ impl Running {
 
     /// Stops it with SIGTERM (it saves its state) and waits.
     pub fn stop(mut self) -> Result<(), BenchError> {
-        let pid = self.child.id() as libc::pid_t;
-        // SAFETY: kill(2) on the pid of a child we spawned and have not yet
-        // reaped, so the pid cannot have been reused.
-        let rc = unsafe { libc::kill(pid, libc::SIGTERM) };
-        if rc != 0 {
-            let _ = self.child.kill();
-        }
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            if self.child.try_wait().doing(|| "waiting for preload".into())?.is_some() {
-                return Ok(());
-            }
-            if Instant::now() >= deadline {
-                let _ = self.child.kill();
-                self.child.wait().doing(|| "waiting for preload".into())?;
-                return Ok(());
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        terminate(&mut self.child, "preload")
     }
 }
 

@@ -3,6 +3,7 @@
 pub mod access_patterns;
 pub mod backends;
 pub mod control_path;
+pub mod daemon_cost;
 pub mod event_path;
 pub mod large_read;
 pub mod launch;

@@ -10,7 +10,7 @@ use predictio_bench::{BenchOptions, Workload};
 pub struct Args {
     /// The workload: access-patterns, control-path, backends, large-read,
     /// shuffle-read, seq-read, sqlite-scan, lmdb-scan, rocksdb, no-structure,
-    /// llm-load or launch.
+    /// llm-load, launch or daemon-cost.
     workload: Workload,
     /// A/B pairs per case (at least 5 for a reported result).
     #[arg(long, default_value_t = 5)]

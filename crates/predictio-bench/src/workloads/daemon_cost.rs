@@ -1,0 +1,404 @@
+//! `daemon-cost`: what the running daemon costs the machine it runs on.
+//!
+//! predictio promises never to make anything slower. This workload runs the
+//! daemon as a user installs it (`predictio daemon`, this very binary, with
+//! the default configuration but its own sockets and profile store under the
+//! bench directory: eBPF observation of every process, launch learning and
+//! replay, the default policies) and measures three things:
+//!
+//! 1. **Idle**: the CPU time and wake-ups a second of all the daemon's
+//!    threads over [`IDLE_S`] seconds in which nothing is launched (after
+//!    [`START_SETTLE`] for its start), and its resident memory.
+//! 2. **Cold launches while the daemon learns** real programs (the launch
+//!    set's compilers, interpreter and debugger, [`PROGRAMS`]): no daemon
+//!    against the daemon with `replay = false` (it observes and learns every
+//!    launch and replays nothing): what observation and learning cost a
+//!    cold start, the one a new program always has.
+//! 3. **Warm launches** of the same programs: no daemon against the daemon
+//!    learning and replaying (default configuration) with the profiles it
+//!    learned in 2: on a warm cache every page is resident, so its replay
+//!    only checks. The program is run once untimed to warm the cache, then
+//!    timed.
+//!
+//! A/B cases are interleaved pass by pass, alternating which side runs
+//! first; the daemon is started before each of its passes and stopped
+//! after, so a baseline pass runs with no daemon at all. Each daemon pass
+//! also records the daemon's CPU time during the timed launch
+//! (`/proc/PID/task/*/schedstat`). stdout and exit status must match the
+//! first baseline pass's. The limit of an A/B case is its baseline: the
+//! daemon can only add to it.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use super::launch::{Pass, Program, programs, spawn_and_wait};
+use crate::BenchOptions;
+use crate::harness::{BenchError, Harness, IoContext, settle, terminate};
+use crate::report::{Case, Report, median};
+
+/// The launch set's programs measured here (by name): short launches that a
+/// daemon's cost would show in, not the browser or the pyenv shims.
+const PROGRAMS: [&str; 4] = ["rustc hello.rs", "clang -c small.c", "python3 heavy imports", "gdb --batch"];
+
+/// How long the idle daemon is watched.
+const IDLE_S: f64 = 10.0;
+
+/// How long a started daemon is left before it is measured or a program is
+/// timed beside it: its start (loading profiles, attaching eBPF) is over.
+const START_SETTLE: Duration = Duration::from_millis(1500);
+
+/// The bars: a launch beside the daemon at least this fraction as fast as
+/// without it (within 5 %), and the idle daemon under this much CPU.
+const LAUNCH_BAR: f64 = 0.95;
+const IDLE_CPU_BAR_MS_PER_S: f64 = 20.0;
+
+/// One running daemon.
+struct Daemon {
+    child: Child,
+}
+
+/// CPU time (ns) and voluntary context switches (each one a sleep, so a
+/// wake-up after it) of all of a process's threads.
+#[derive(Clone, Copy, Debug, Default)]
+struct Usage {
+    cpu_ns: u64,
+    switches: u64,
+}
+
+impl Daemon {
+    /// Starts `predictio daemon` on `config` and waits for its control
+    /// socket (bound once its sources are attached), then [`START_SETTLE`].
+    fn start(me: &Path, config: &Path, control: &Path, log: &Path) -> Result<Daemon, BenchError> {
+        let _ = std::fs::remove_file(control);
+        let log_file = std::fs::File::create(log).doing(|| format!("creating {}", log.display()))?;
+        let child = Command::new(me)
+            .arg("daemon")
+            .arg("--config")
+            .arg(config)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log_file)
+            .spawn()
+            .doing(|| "starting predictio daemon".into())?;
+        let mut daemon = Daemon { child };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !control.exists() {
+            if let Some(status) = daemon.child.try_wait().doing(|| "waiting for predictio daemon".into())? {
+                let tail = std::fs::read_to_string(log).unwrap_or_default();
+                return Err(BenchError::Options(format!("predictio daemon exited at start ({status}): {tail}")));
+            }
+            if Instant::now() >= deadline {
+                daemon.stop()?;
+                return Err(BenchError::Options("predictio daemon did not open its control socket in 30 s".into()));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        std::thread::sleep(START_SETTLE);
+        Ok(daemon)
+    }
+
+    fn usage(&self) -> Usage {
+        usage_of(self.child.id())
+    }
+
+    /// Resident memory, bytes (`VmRSS`; 0 if it cannot be read).
+    fn rss_bytes(&self) -> u64 {
+        std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
+            .ok()
+            .and_then(|s| status_field(&s, "VmRSS:"))
+            .map_or(0, |kib| kib * 1024)
+    }
+
+    fn stop(mut self) -> Result<(), BenchError> {
+        terminate(&mut self.child, "predictio daemon")
+    }
+}
+
+/// The number in the `/proc/PID/status` line starting with `key` (a unit
+/// such as `kB` after it is left off).
+fn status_field(status: &str, key: &str) -> Option<u64> {
+    status.lines().find_map(|l| l.strip_prefix(key)).and_then(|v| v.split_whitespace().next()?.parse().ok())
+}
+
+/// [`Usage`] of process `pid`, summed over its threads (0 for a thread
+/// that went away while it was read).
+fn usage_of(pid: u32) -> Usage {
+    let mut usage = Usage::default();
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return usage };
+    for task in tasks.flatten() {
+        let one = task_usage(&task.path());
+        usage.cpu_ns += one.cpu_ns;
+        usage.switches += one.switches;
+    }
+    usage
+}
+
+/// [`Usage`] of the thread whose `/proc` directory is `dir`.
+fn task_usage(dir: &Path) -> Usage {
+    let cpu_ns = std::fs::read_to_string(dir.join("schedstat"))
+        .ok()
+        .and_then(|s| s.split_whitespace().next().and_then(|n| n.parse::<u64>().ok()))
+        .unwrap_or(0);
+    let switches = std::fs::read_to_string(dir.join("status"))
+        .ok()
+        .and_then(|s| status_field(&s, "voluntary_ctxt_switches:"))
+        .unwrap_or(0);
+    Usage { cpu_ns, switches }
+}
+
+/// Where the daemon's files live, and its two configurations.
+struct Setup {
+    me: PathBuf,
+    control: PathBuf,
+    log: PathBuf,
+    /// Learning and replaying (the default).
+    replaying: PathBuf,
+    /// Learning only (`replay = false`).
+    learning: PathBuf,
+}
+
+impl Setup {
+    fn new(dir: &Path) -> Result<Setup, BenchError> {
+        let me = std::env::current_exe().doing(|| "finding the predictio binary".into())?;
+        if !me.file_name().is_some_and(|n| n.to_string_lossy().starts_with("predictio")) {
+            return Err(BenchError::Options(
+                "the daemon-cost bench runs `predictio daemon`: run it as `predictio bench daemon-cost`".into(),
+            ));
+        }
+        let home = dir.join("daemon-cost");
+        let _ = std::fs::remove_dir_all(&home);
+        std::fs::create_dir_all(&home).doing(|| format!("creating {}", home.display()))?;
+        let d = home.display();
+        let write = |name: &str, replay: bool| -> Result<PathBuf, BenchError> {
+            let path = home.join(name);
+            let text = format!(
+                "# predictio bench daemon-cost: the default configuration with this bench's own sockets and store\n\
+                 [hints]\nsocket = \"{d}/hint.sock\"\n[control]\nsocket = \"{d}/control.sock\"\n\
+                 [launch]\nstore = \"{d}/store\"\nreplay = {replay}\n"
+            );
+            std::fs::write(&path, text).doing(|| format!("writing {}", path.display()))?;
+            Ok(path)
+        };
+        Ok(Setup {
+            control: home.join("control.sock"),
+            log: home.join("daemon.log"),
+            replaying: write("replaying.toml", true)?,
+            learning: write("learning.toml", false)?,
+            me,
+        })
+    }
+
+    fn start(&self, config: &Path) -> Result<Daemon, BenchError> {
+        Daemon::start(&self.me, config, &self.control, &self.log)
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Cache {
+    Warm,
+    Cold,
+}
+
+/// One A/B case: `prog` without a daemon against beside one started on
+/// `config`, `pairs` pairs, alternating which side runs first.
+fn measure(
+    h: &Harness,
+    setup: &Setup,
+    prog: &Program,
+    config: &Path,
+    cache: Cache,
+    pairs: usize,
+) -> Result<Case, BenchError> {
+    let label = match cache {
+        Cache::Warm => format!("warm {}", prog.name),
+        Cache::Cold => format!("cold {}, daemon learning", prog.name),
+    };
+    let mut secs: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
+    let mut daemon_cpu_ms = Vec::new();
+    let mut reference: Option<(Vec<u8>, Option<i32>)> = None;
+    let mut identical = true;
+    let mut resident: f64 = 0.0;
+    for pair in 0..pairs {
+        for k in 0..2 {
+            let side = (k + pair) % 2;
+            let daemon = if side == 1 { Some(setup.start(config)?) } else { None };
+            match cache {
+                Cache::Warm => {
+                    spawn_and_wait(&prog.argv)?;
+                }
+                Cache::Cold => resident = resident.max(h.make_cold(&[])?),
+            }
+            settle();
+            let before = daemon.as_ref().map(Daemon::usage);
+            let run: Pass = spawn_and_wait(&prog.argv)?;
+            if let (Some(d), Some(before)) = (&daemon, before) {
+                daemon_cpu_ms.push((d.usage().cpu_ns.saturating_sub(before.cpu_ns)) as f64 / 1e6);
+            }
+            if let Some(d) = daemon {
+                d.stop()?;
+            }
+            match &reference {
+                None => reference = Some((run.stdout.clone(), run.status)),
+                Some((out, status)) => identical &= *out == run.stdout && *status == run.status,
+            }
+            secs[side].push(run.seconds);
+            h.step(format!("{label} pair {}/{pairs}: {}", pair + 1, if side == 0 { "no daemon" } else { "daemon" }));
+        }
+    }
+    let [base, treat] = secs;
+    let mut case = Case::ab(label, base, treat);
+    case.limit_s = case.baseline.as_ref().map(|b| b.median);
+    case.resident_before = resident;
+    case.answers_identical = identical;
+    let e = &mut case.extra;
+    e.insert("command".into(), prog.argv.join(" ").into());
+    e.insert("cache".into(), if cache == Cache::Warm { "warm" } else { "cold" }.into());
+    e.insert("daemon".into(), if cache == Cache::Warm { "learning and replaying" } else { "learning only" }.into());
+    e.insert("daemon_cpu_ms".into(), daemon_cpu_ms.clone().into());
+    e.insert("daemon_cpu_ms_median".into(), median(&daemon_cpu_ms).into());
+    e.insert("meets_bar".into(), (case.ratio_median >= LAUNCH_BAR).into());
+    Ok(case)
+}
+
+/// The idle daemon: CPU ms a second, wake-ups a second, resident bytes.
+fn idle(setup: &Setup) -> Result<(f64, f64, u64), BenchError> {
+    let daemon = setup.start(&setup.replaying)?;
+    let before = daemon.usage();
+    let start = Instant::now();
+    std::thread::sleep(Duration::from_secs_f64(IDLE_S));
+    let after = daemon.usage();
+    let secs = start.elapsed().as_secs_f64();
+    let rss = daemon.rss_bytes();
+    daemon.stop()?;
+    let cpu = (after.cpu_ns.saturating_sub(before.cpu_ns)) as f64 / 1e6 / secs;
+    let wakeups = after.switches.saturating_sub(before.switches) as f64 / secs;
+    Ok((cpu, wakeups, rss))
+}
+
+/// Runs the workload.
+pub fn run(options: &BenchOptions) -> Result<Report, BenchError> {
+    let pairs = if options.quick { options.pairs.min(2) } else { options.pairs };
+    std::fs::create_dir_all(&options.dir).doing(|| format!("creating {}", options.dir.display()))?;
+    let (all, mut notes) = programs(&options.dir, false)?;
+    let mut progs: Vec<Program> = all.into_iter().filter(|p| PROGRAMS.contains(&p.name)).collect();
+    if options.quick {
+        progs.truncate(1);
+    }
+    if progs.is_empty() {
+        return Err(BenchError::Options(format!(
+            "none of the programs is installed ({}): scripts/bench-deps.sh",
+            PROGRAMS.join(", ")
+        )));
+    }
+    let h = Harness::new(options, (progs.len() * pairs * 4) as u64)?;
+    let setup = Setup::new(&options.dir)?;
+
+    h.say("the idle daemon");
+    let (cpu, wakeups, rss) = idle(&setup)?;
+    let mut cases = vec![
+        Case::metric(
+            "idle daemon CPU",
+            cpu,
+            "ms/s",
+            &format!("<= {IDLE_CPU_BAR_MS_PER_S} ms/s ({} % of one core)", IDLE_CPU_BAR_MS_PER_S / 10.0),
+            "",
+            cpu <= IDLE_CPU_BAR_MS_PER_S,
+        ),
+        Case::metric("idle daemon wake-ups", wakeups, "/s", "", "", true),
+        Case::metric("daemon resident memory", rss as f64 / 1048576.0, "MiB", "", "", true),
+    ];
+    // Cold first: what the daemon learns there, it replays in the warm cases.
+    for prog in &progs {
+        cases.push(measure(&h, &setup, prog, &setup.learning, Cache::Cold, pairs)?);
+    }
+    for prog in &progs {
+        cases.push(measure(&h, &setup, prog, &setup.replaying, Cache::Warm, pairs)?);
+    }
+    h.finish();
+
+    notes.push(format!(
+        "idle (nothing launched for {IDLE_S:.0} s, {:.1} s after its start): {cpu:.1} ms of CPU a second, {wakeups:.0} \
+         wake-ups a second (voluntary context switches of all its threads), {:.1} MiB resident",
+        START_SETTLE.as_secs_f64(),
+        rss as f64 / 1048576.0
+    ));
+    for c in cases.iter().filter(|c| !c.is_metric()) {
+        let get = |k: &str| c.extra.get(k).and_then(|v| v.as_f64()).unwrap_or(f64::NAN);
+        let (b, t) =
+            (c.baseline.as_ref().map_or(f64::NAN, |s| s.median), c.treatment.as_ref().map_or(f64::NAN, |s| s.median));
+        notes.push(format!(
+            "{}: no daemon {:.1} ms, daemon {:.1} ms; per-pair ratio median {:.3}x (bar: >= {LAUNCH_BAR}: {}); the \
+             daemon's CPU during the launch {:.1} ms (median)",
+            c.name,
+            b * 1e3,
+            t * 1e3,
+            c.ratio_median,
+            if c.ratio_median >= LAUNCH_BAR { "met" } else { "not met" },
+            get("daemon_cpu_ms_median"),
+        ));
+    }
+    let ab: Vec<&Case> = cases.iter().filter(|c| !c.is_metric()).collect();
+    let worst = ab.iter().map(|c| c.ratio_median).fold(f64::INFINITY, f64::min);
+    notes.push(format!(
+        "slowest launch beside the daemon: {worst:.3}x of its time without (bar: every launch >= {LAUNCH_BAR}x: {})",
+        if worst >= LAUNCH_BAR { "met" } else { "not met" }
+    ));
+    notes.push(
+        "the daemon is started before each of its passes and stopped (SIGTERM) after, so no baseline pass runs \
+         beside it; its start (eBPF attached, profiles loaded) is not timed. A warm pass runs the program once \
+         untimed first; a cold one drops the page cache first. limit_s is the baseline: the daemon can only add"
+            .into(),
+    );
+    if options.quick {
+        notes.push("--quick: one program, 2 pairs: a smoke test, not a result".into());
+    }
+    Ok(Report {
+        workload: "daemon-cost".into(),
+        command: options.command.clone(),
+        created: crate::report::now_rfc3339(),
+        machine: h.machine.clone(),
+        settings: serde_json::json!({
+            "pairs": pairs, "idle_s": IDLE_S, "start_settle_s": START_SETTLE.as_secs_f64(),
+            "daemon": "predictio daemon, default configuration; its own sockets and store; replay = false for the cold cases",
+            "programs": progs.iter().map(|p| p.name).collect::<Vec<_>>(),
+        }),
+        cold_method: h.cold.describe().into(),
+        cases,
+        notes,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_fields_are_read_without_their_unit() {
+        let status =
+            "Name:\tpredictio\nVmRSS:\t   20480 kB\nvoluntary_ctxt_switches:\t17\nnonvoluntary_ctxt_switches:\t3\n";
+        assert_eq!(status_field(status, "VmRSS:"), Some(20480));
+        assert_eq!(status_field(status, "voluntary_ctxt_switches:"), Some(17));
+        assert_eq!(status_field(status, "VmSwap:"), None);
+    }
+
+    #[test]
+    fn a_busy_thread_shows_in_its_usage() {
+        let me = Path::new("/proc/thread-self");
+        let before = task_usage(me);
+        // Spin until the thread's counter shows 20 ms more (or 5 s passed,
+        // when the assertion below fails).
+        let start = Instant::now();
+        let mut x = 0u64;
+        while task_usage(me).cpu_ns < before.cpu_ns + 20_000_000 && start.elapsed() < Duration::from_secs(5) {
+            for _ in 0..100_000 {
+                x = std::hint::black_box(x.wrapping_add(1));
+            }
+        }
+        std::thread::sleep(Duration::from_millis(5));
+        let after = task_usage(me);
+        assert!(usage_of(std::process::id()).cpu_ns >= after.cpu_ns, "the process counts this thread");
+        assert!(after.cpu_ns >= before.cpu_ns + 20_000_000, "{before:?} -> {after:?}");
+        assert!(after.switches > before.switches, "the sleep is a voluntary switch: {before:?} -> {after:?}");
+    }
+}
