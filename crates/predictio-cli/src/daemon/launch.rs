@@ -9,11 +9,16 @@
 //! `predictio` commands can use the store in between), walks the updated
 //! profile and opens its files, and puts the replay in the book the policy
 //! replays from at the next exec. At start it loads the stored profiles.
+//! A launch that read (nearly) nothing from storage — warm, or filled by a
+//! replay — is not learned again for a while after its profile was last
+//! written ([`RecentlyLearned`]): it would cost the learner tens of ms of
+//! CPU each time for a profile it does not change much.
 //! A second thread (the use marker, [`start_use_marker`]) marks the profiles the daemon replayed
 //! used in the store, once a minute and when the daemon stops, so that the
 //! store's least-recently-used eviction spares the profiles in use even
 //! when nothing is being learned.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::Receiver;
@@ -101,13 +106,75 @@ pub fn start_learner(
     Background::spawn("predictio-learn", move |stop| {
         let mut namer = Namer::new();
         let mut first_runs = FirstRuns::new(FIRST_RUNS, FIRST_RUN_RANGES);
+        let mut recent = RecentlyLearned::new(RELEARN_AFTER, RELEARN_MISSED_PAGES, RECENT_KEYS);
         while !stop.load(Ordering::Relaxed) {
             let Ok(done) = finished.recv_timeout(Duration::from_millis(100)) else { continue };
-            if let Err(err) = learn(&config, &mut namer, &mut first_runs, done, &book) {
-                tracing::warn!(%err, "launch not learned");
+            let key = LaunchKey::new(done.exe, &done.shape);
+            let now = Instant::now();
+            if !recent.worth_learning(&key, done.recorder.missed_pages(), now) {
+                tracing::debug!(exe = %done.exe, missed = done.recorder.missed_pages(), "launch served from the cache: not learned again yet");
+                continue;
+            }
+            match learn(&config, &mut namer, &mut first_runs, done, &book) {
+                Ok(true) => recent.stored(key, now),
+                Ok(false) => {}
+                Err(err) => tracing::warn!(%err, "launch not learned"),
             }
         }
     })
+}
+
+/// A launch of a profile stored less than this long ago that missed fewer
+/// than [`RELEARN_MISSED_PAGES`] pages is not learned again. Measured with
+/// `predictio bench daemon-cost`: learning a warm `gdb --batch` again took
+/// the learner 34 ms of CPU per launch.
+const RELEARN_AFTER: Duration = Duration::from_secs(600);
+/// Pages (1 MiB) a launch must read from storage itself to be learned
+/// again within [`RELEARN_AFTER`]: reading that much, it read something its
+/// profile did not fill.
+const RELEARN_MISSED_PAGES: u64 = 256;
+/// Profiles remembered as recently stored at most.
+const RECENT_KEYS: usize = 4096;
+
+/// When each profile was last written by the learner, to leave out
+/// launches that would teach it little (see the module docs). Pure: the
+/// caller passes the time.
+#[derive(Debug)]
+pub struct RecentlyLearned {
+    after: Duration,
+    missed_pages: u64,
+    cap: usize,
+    stored: HashMap<LaunchKey, Instant>,
+}
+
+impl RecentlyLearned {
+    /// Leaves out launches of profiles stored less than `after` ago that
+    /// missed fewer than `missed_pages`, remembering at most `cap` profiles.
+    pub fn new(after: Duration, missed_pages: u64, cap: usize) -> Self {
+        Self { after, missed_pages, cap: cap.max(1), stored: HashMap::new() }
+    }
+
+    /// Whether a launch of `key` that missed `missed` pages is worth
+    /// learning at `now`.
+    pub fn worth_learning(&self, key: &LaunchKey, missed: u64, now: Instant) -> bool {
+        missed >= self.missed_pages
+            || self.stored.get(key).is_none_or(|at| now.saturating_duration_since(*at) >= self.after)
+    }
+
+    /// Notes that `key`'s profile was written at `now`.
+    pub fn stored(&mut self, key: LaunchKey, now: Instant) {
+        if self.stored.len() >= self.cap && !self.stored.contains_key(&key) {
+            let after = self.after;
+            self.stored.retain(|_, at| now.saturating_duration_since(*at) < after);
+            if self.stored.len() >= self.cap {
+                // All recent: forget the oldest.
+                if let Some(oldest) = self.stored.iter().min_by_key(|(_, at)| **at).map(|(k, _)| k.clone()) {
+                    self.stored.remove(&oldest);
+                }
+            }
+        }
+        self.stored.insert(key, now);
+    }
 }
 
 /// How often the use marker writes: replays are many, a store commit per
@@ -185,4 +252,46 @@ fn learn(
         book.insert(LaunchKey::new(exe.id(), &done.shape), Replay::open(&profile, &WalkLimits::default()));
     }
     Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use predictio::FileId;
+
+    fn key(ino: u64) -> LaunchKey {
+        LaunchKey::new(FileId { dev: 1, ino }, "gdb --batch")
+    }
+
+    #[test]
+    fn a_launch_served_from_the_cache_is_not_learned_again_soon_after() {
+        let t0 = Instant::now();
+        let mut recent = RecentlyLearned::new(Duration::from_secs(600), 256, 16);
+        assert!(recent.worth_learning(&key(1), 0, t0), "never stored: learned, warm or not");
+        recent.stored(key(1), t0);
+        let soon = t0 + Duration::from_secs(5);
+        assert!(!recent.worth_learning(&key(1), 0, soon), "warm, stored 5 s ago");
+        assert!(!recent.worth_learning(&key(1), 255, soon));
+        assert!(recent.worth_learning(&key(1), 256, soon), "it read 1 MiB itself: something its profile lacks");
+        assert!(recent.worth_learning(&key(2), 0, soon), "another program");
+        assert!(recent.worth_learning(&key(1), 0, t0 + Duration::from_secs(600)), "stored long enough ago");
+    }
+
+    #[test]
+    fn recently_learned_remembers_a_bounded_number_of_profiles() {
+        let t0 = Instant::now();
+        let mut recent = RecentlyLearned::new(Duration::from_secs(600), 256, 2);
+        recent.stored(key(1), t0);
+        recent.stored(key(2), t0 + Duration::from_secs(1));
+        recent.stored(key(3), t0 + Duration::from_secs(2));
+        assert_eq!(recent.stored.len(), 2);
+        let now = t0 + Duration::from_secs(3);
+        assert!(recent.worth_learning(&key(1), 0, now), "the oldest was forgotten");
+        assert!(!recent.worth_learning(&key(2), 0, now));
+        assert!(!recent.worth_learning(&key(3), 0, now));
+        // Expired ones go before a recent one has to.
+        recent.stored(key(4), t0 + Duration::from_secs(700));
+        assert!(!recent.worth_learning(&key(4), 0, t0 + Duration::from_secs(701)));
+        assert!(recent.worth_learning(&key(2), 0, t0 + Duration::from_secs(701)));
+    }
 }

@@ -92,6 +92,8 @@ pub struct Recorder {
     /// Looked-up paths, in order of first lookup, and the set of them.
     lookups: Vec<std::sync::Arc<str>>,
     looked_up: HashSet<std::sync::Arc<str>>,
+    /// Pages the tree brought into the page cache itself.
+    missed: u64,
 }
 
 impl Recorder {
@@ -111,6 +113,7 @@ impl Recorder {
             pids: HashMap::new(),
             lookups: Vec::new(),
             looked_up: HashSet::new(),
+            missed: 0,
         }
     }
 
@@ -142,6 +145,7 @@ impl Recorder {
                 }
             }
             Event::PageMiss { pid, file, page, time_ns } if self.tree.contains(pid) => {
+                self.missed += 1;
                 self.last_io_ns = self.last_io_ns.max(*time_ns);
                 self.last_ns = self.last_ns.max(*time_ns);
                 if self.source == AccessSource::Misses {
@@ -209,6 +213,13 @@ impl Recorder {
             self.done = true;
         }
         self.done
+    }
+
+    /// Pages the launch brought into the page cache itself so far (its
+    /// misses): none for a launch served from the cache, whether it was
+    /// warm or a replay had filled it.
+    pub fn missed_pages(&self) -> u64 {
+        self.missed
     }
 
     /// Whether the window has ended.
@@ -321,6 +332,8 @@ mod tests {
             exact.on_event(e);
             observed.on_event(e);
         }
+        assert_eq!(exact.missed_pages(), 5, "its own misses, not another process's");
+        assert_eq!(observed.missed_pages(), 5, "whatever it counts as accesses");
         let exact = exact.finish(|id, _| ident(id));
         assert_eq!(exact.files.len(), 1);
         assert_eq!(exact.files[0].first_touch_ms, 1.0, "a map still marks the file's first touch");
