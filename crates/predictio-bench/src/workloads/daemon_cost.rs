@@ -7,8 +7,9 @@
 //! replay, the default policies) and measures three things:
 //!
 //! 1. **Idle**: the CPU time and wake-ups a second of all the daemon's
-//!    threads over [`IDLE_S`] seconds in which nothing is launched (after
-//!    [`START_SETTLE`] for its start), and its resident memory.
+//!    threads while nothing is launched (the median of [`IDLE_WINDOWS`]
+//!    windows of [`IDLE_S`] seconds, after [`START_SETTLE`] for its start
+//!    and the machine settled), and its resident memory.
 //! 2. **Cold launches while the daemon learns** real programs (the launch
 //!    set's compilers, interpreter and debugger, [`PROGRAMS`]): no daemon
 //!    against the daemon with `replay = false` (it observes and learns every
@@ -45,8 +46,9 @@ const PROGRAMS: [&str; 4] = ["rustc hello.rs", "clang -c small.c", "python3 heav
 /// their mean): a warm launch is short, and one alone swings by ±25 % here.
 const WARM_LAUNCHES: usize = 5;
 
-/// How long the idle daemon is watched.
-const IDLE_S: f64 = 10.0;
+/// How long each window of the idle daemon lasts, and how many there are.
+const IDLE_S: f64 = 4.0;
+const IDLE_WINDOWS: usize = 3;
 
 /// How long a started daemon is left before it is measured or a program is
 /// timed beside it: its start (loading profiles, attaching eBPF) is over.
@@ -272,19 +274,26 @@ fn measure(
     Ok(case)
 }
 
-/// The idle daemon: CPU ms a second, wake-ups a second, resident bytes.
+/// The idle daemon: CPU ms a second and wake-ups a second (each the median
+/// of [`IDLE_WINDOWS`] windows of [`IDLE_S`], after the machine has
+/// settled: a window is at the mercy of whatever else the machine does,
+/// whose page-cache events the daemon observes), and its resident bytes.
 fn idle(setup: &Setup) -> Result<(f64, f64, u64), BenchError> {
     let daemon = setup.start(&setup.replaying)?;
-    let before = daemon.usage();
-    let start = Instant::now();
-    std::thread::sleep(Duration::from_secs_f64(IDLE_S));
-    let after = daemon.usage();
-    let secs = start.elapsed().as_secs_f64();
+    settle();
+    let (mut cpu, mut wakeups) = (Vec::new(), Vec::new());
+    for _ in 0..IDLE_WINDOWS {
+        let before = daemon.usage();
+        let start = Instant::now();
+        std::thread::sleep(Duration::from_secs_f64(IDLE_S));
+        let after = daemon.usage();
+        let secs = start.elapsed().as_secs_f64();
+        cpu.push(after.cpu_ns.saturating_sub(before.cpu_ns) as f64 / 1e6 / secs);
+        wakeups.push(after.switches.saturating_sub(before.switches) as f64 / secs);
+    }
     let rss = daemon.rss_bytes();
     daemon.stop()?;
-    let cpu = (after.cpu_ns.saturating_sub(before.cpu_ns)) as f64 / 1e6 / secs;
-    let wakeups = after.switches.saturating_sub(before.switches) as f64 / secs;
-    Ok((cpu, wakeups, rss))
+    Ok((median(&cpu), median(&wakeups), rss))
 }
 
 /// Runs the workload.
@@ -329,8 +338,9 @@ pub fn run(options: &BenchOptions) -> Result<Report, BenchError> {
     h.finish();
 
     notes.push(format!(
-        "idle (nothing launched for {IDLE_S:.0} s, {:.1} s after its start): {cpu:.1} ms of CPU a second, {wakeups:.0} \
-         wake-ups a second (voluntary context switches of all its threads), {:.1} MiB resident",
+        "idle (nothing launched; the median of {IDLE_WINDOWS} windows of {IDLE_S:.0} s, at least {:.1} s after its start, the machine settled): \
+         {cpu:.1} ms of CPU a second, {wakeups:.0} wake-ups a second (voluntary context switches of all its threads), \
+         {:.1} MiB resident",
         START_SETTLE.as_secs_f64(),
         rss as f64 / 1048576.0
     ));
@@ -370,7 +380,7 @@ pub fn run(options: &BenchOptions) -> Result<Report, BenchError> {
         created: crate::report::now_rfc3339(),
         machine: h.machine.clone(),
         settings: serde_json::json!({
-            "pairs": pairs, "idle_s": IDLE_S, "start_settle_s": START_SETTLE.as_secs_f64(),
+            "pairs": pairs, "idle_window_s": IDLE_S, "idle_windows": IDLE_WINDOWS, "start_settle_s": START_SETTLE.as_secs_f64(),
             "daemon": "predictio daemon, default configuration; its own sockets and store; replay = false for the cold cases",
             "programs": progs.iter().map(|p| p.name).collect::<Vec<_>>(),
         }),

@@ -199,7 +199,9 @@ pub struct MetricsSection {
 #[serde(default, deny_unknown_fields)]
 pub struct LaunchSection {
     /// Learn the launch window of every exec (needs observation of all
-    /// processes: eBPF or perf).
+    /// processes: eBPF or perf). A launch that read less than 1 MiB from
+    /// storage itself (warm, or filled by a replay) is learned again only
+    /// 10 minutes after its profile was last written.
     pub learn: bool,
     /// Replay the profile of a known executable on its exec (off: nothing
     /// is replayed, stored profiles included; learning goes on if `learn`).
