@@ -10,7 +10,8 @@
 //! profile and opens its files, and puts the replay in the book the policy
 //! replays from at the next exec. At start it loads the stored profiles.
 //! A launch that read (nearly) nothing from storage — warm, or filled by a
-//! replay — is not learned again for a while after its profile was last
+//! replay; what it wrote does not count ([`Recorder::missed_pages`]) — is
+//! not learned again for a while after its profile was last
 //! written ([`RecentlyLearned`]): it would cost the learner tens of ms of
 //! CPU each time for a profile it does not change much.
 //! A second thread (the use marker, [`start_use_marker`]) marks the profiles the daemon replayed
@@ -25,6 +26,8 @@ use std::sync::mpsc::Receiver;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+#[cfg(doc)]
+use predictio::launch::Recorder;
 use predictio::launch::naming::Namer;
 use predictio::launch::policy::FinishedLaunch;
 use predictio::launch::{FirstRuns, LaunchKey, LearnLimits, Replay, ReplayBook, Store, WalkLimits};
@@ -111,8 +114,9 @@ pub fn start_learner(
             let Ok(done) = finished.recv_timeout(Duration::from_millis(100)) else { continue };
             let key = LaunchKey::new(done.exe, &done.shape);
             let now = Instant::now();
-            if !recent.worth_learning(&key, done.recorder.missed_pages(), now) {
-                tracing::debug!(exe = %done.exe, missed = done.recorder.missed_pages(), "launch served from the cache: not learned again yet");
+            let missed = missed_by_profile(&done, book.get(&key).as_deref());
+            if !recent.worth_learning(&key, missed, now) {
+                tracing::debug!(exe = %done.exe, missed, "launch served from the cache: not learned again yet");
                 continue;
             }
             match learn(&config, &mut namer, &mut first_runs, done, &book) {
@@ -174,6 +178,22 @@ impl RecentlyLearned {
             }
         }
         self.stored.insert(key, now);
+    }
+}
+
+/// Pages the launch `done` read from storage itself in the files its
+/// replay `replay` holds (in every file it read, without one). The files a
+/// launch writes and reads back — a compiler's objects, a linker's output —
+/// are read from the cache but were never in it before the launch: only
+/// its profile's files tell that a miss was storage the replay did not
+/// fill. A new file it reads is learned once [`RELEARN_AFTER`] has passed.
+fn missed_by_profile(done: &FinishedLaunch, replay: Option<&Replay>) -> u64 {
+    match replay {
+        Some(replay) => {
+            let files: std::collections::HashSet<predictio::FileId> = replay.files().collect();
+            done.recorder.missed_in(|f| files.contains(&f))
+        }
+        None => done.recorder.missed_pages(),
     }
 }
 

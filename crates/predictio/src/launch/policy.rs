@@ -117,6 +117,11 @@ impl Replay {
         replay
     }
 
+    /// The files it replays (at exec and on triggers).
+    pub fn files(&self) -> impl Iterator<Item = FileId> + '_ {
+        self.at_exec.iter().chain(self.on_trigger.iter().flat_map(|t| t.1.iter())).map(|f| f.file.id())
+    }
+
     /// Pages the replay would request.
     pub fn pages(&self) -> u64 {
         let sum = |v: &[ReplayFile]| v.iter().flat_map(|f| &f.ranges).map(PageRange::len).sum::<u64>();

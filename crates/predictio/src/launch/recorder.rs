@@ -92,8 +92,10 @@ pub struct Recorder {
     /// Looked-up paths, in order of first lookup, and the set of them.
     lookups: Vec<std::sync::Arc<str>>,
     looked_up: HashSet<std::sync::Arc<str>>,
-    /// Pages the tree brought into the page cache itself.
-    missed: u64,
+    /// Pages the tree brought into the page cache itself, by file.
+    missed: HashMap<FileId, u64>,
+    /// Files the tree read or mapped (any access event).
+    accessed: HashSet<FileId>,
 }
 
 impl Recorder {
@@ -113,7 +115,8 @@ impl Recorder {
             pids: HashMap::new(),
             lookups: Vec::new(),
             looked_up: HashSet::new(),
-            missed: 0,
+            missed: HashMap::new(),
+            accessed: HashSet::new(),
         }
     }
 
@@ -145,7 +148,7 @@ impl Recorder {
                 }
             }
             Event::PageMiss { pid, file, page, time_ns } if self.tree.contains(pid) => {
-                self.missed += 1;
+                *self.missed.entry(*file).or_default() += 1;
                 self.last_io_ns = self.last_io_ns.max(*time_ns);
                 self.last_ns = self.last_ns.max(*time_ns);
                 if self.source == AccessSource::Misses {
@@ -165,6 +168,7 @@ impl Recorder {
             }
             Event::PageAccess { pid, file, pages, kind, time_ns } if self.tree.contains(pid) => {
                 self.last_ns = self.last_ns.max(*time_ns);
+                self.accessed.insert(*file);
                 let counted = match self.source {
                     AccessSource::Observed => *pages,
                     AccessSource::Misses if *kind == AccessKind::MapPages => PageRange::new(pages.start, pages.start),
@@ -215,11 +219,20 @@ impl Recorder {
         self.done
     }
 
-    /// Pages the launch brought into the page cache itself so far (its
-    /// misses): none for a launch served from the cache, whether it was
-    /// warm or a replay had filled it.
+    /// Pages of files the launch read or mapped that it brought into the
+    /// page cache itself so far (its read misses): none for a launch served
+    /// from the cache, whether it was warm or a replay had filled it. Pages
+    /// of a file it only wrote are left out: the kernel adds those to the
+    /// cache as they are written, with the same event as a read's, but no
+    /// read or fault touches them.
     pub fn missed_pages(&self) -> u64 {
-        self.missed
+        self.missed_in(|_| true)
+    }
+
+    /// [`Recorder::missed_pages`] of the files `of` picks (a profile's: its
+    /// launch read what the profile does not hold).
+    pub fn missed_in(&self, of: impl Fn(FileId) -> bool) -> u64 {
+        self.missed.iter().filter(|(file, _)| self.accessed.contains(file) && of(**file)).map(|(_, n)| n).sum()
     }
 
     /// Whether the window has ended.
@@ -334,6 +347,26 @@ mod tests {
         }
         assert_eq!(exact.missed_pages(), 5, "its own misses, not another process's");
         assert_eq!(observed.missed_pages(), 5, "whatever it counts as accesses");
+        // Pages of a file it only wrote are misses of no read.
+        let mut writer = Recorder::new(1, 0, WindowLimits::default());
+        for e in &events {
+            writer.on_event(e);
+        }
+        let written = FileId { dev: 1, ino: 6 };
+        for page in 0..10 {
+            writer.on_event(&Event::PageMiss { pid: 1, file: written, page, time_ns: 5_000_000 });
+        }
+        assert_eq!(writer.missed_pages(), 5, "a file only written counts nothing");
+        writer.on_event(&Event::PageAccess {
+            pid: 1,
+            file: written,
+            pages: PageRange::new(0, 2),
+            kind: AccessKind::Read,
+            time_ns: 6_000_000,
+        });
+        assert_eq!(writer.missed_pages(), 15, "read back, its pages count");
+        assert_eq!(writer.missed_in(|f| f == written), 10);
+        assert_eq!(writer.missed_in(|f| f == file), 5);
         let exact = exact.finish(|id, _| ident(id));
         assert_eq!(exact.files.len(), 1);
         assert_eq!(exact.files[0].first_touch_ms, 1.0, "a map still marks the file's first touch");
