@@ -313,6 +313,15 @@ fn stored_runs(store: &Path, exe: &str) -> u64 {
     list.as_array().into_iter().flatten().find(|e| e["exe"] == exe).and_then(|e| e["runs"].as_u64()).unwrap_or(0)
 }
 
+/// Waits (up to 20 s) until the store holds `want` runs of `exe`.
+fn wait_for_runs(store: &Path, exe: &str, want: u64) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while stored_runs(store, exe) < want {
+        assert!(Instant::now() < deadline, "the daemon did not learn launch {want} of {exe}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 #[test]
 fn daemon_learns_an_unknown_program_in_three_launches_and_speeds_up_the_fourth() {
     if !needs_root_and_ebpf() {
@@ -374,19 +383,12 @@ fn a_launch_served_from_the_cache_is_not_learned_again_but_a_cold_one_is() {
         let out = Command::new(PYTHON).args(["-c", "import json, decimal; print(7)"]).output().expect("python runs");
         assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "7");
     };
-    let wait_for_runs = |want: u64| {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while stored_runs(&store, &exe) < want {
-            assert!(Instant::now() < deadline, "the daemon did not learn launch {want}");
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    };
     launch(); // warm
     // Learning only: with no replay, every page a launch reads itself counts.
     let daemon = start_daemon(dir.path(), &store, &exe, "replay = false\n");
     launch();
     launch();
-    wait_for_runs(2);
+    wait_for_runs(&store, &exe, 2);
     // Warm launches read nothing from storage: not learned again so soon.
     for _ in 0..3 {
         launch();
@@ -396,7 +398,7 @@ fn a_launch_served_from_the_cache_is_not_learned_again_but_a_cold_one_is() {
     // A cold one reads its files from storage: learned.
     drop_caches();
     launch();
-    wait_for_runs(3);
+    wait_for_runs(&store, &exe, 3);
     drop(daemon);
 }
 
@@ -419,11 +421,7 @@ fn daemon_learns_what_a_launch_looked_up_only_when_told_to() {
                 Command::new(PYTHON).args(["-c", "import json, decimal; print(7)"]).output().expect("python runs");
             assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "7");
         }
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while stored_runs(&store, &exe) < 2 {
-            assert!(Instant::now() < deadline, "the daemon did not learn the launch");
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        wait_for_runs(&store, &exe, 2);
         drop(daemon);
         let shown: serde_json::Value =
             serde_json::from_str(&ok(&predictio(&store, &["profile", "show", "--json", PYTHON]))).expect("show --json");
