@@ -11,7 +11,7 @@
 //!    windows of [`IDLE_S`] seconds, after [`START_SETTLE`] for its start
 //!    and the machine settled), and its resident memory.
 //! 2. **Cold launches while the daemon learns** real programs (the launch
-//!    set's compilers, interpreter and debugger, [`PROGRAMS`]): no daemon
+//!    set's compilers, interpreter, debugger and browser, [`PROGRAMS`]): no daemon
 //!    against the daemon with `replay = false` (it observes and learns every
 //!    launch and replays nothing): what observation and learning cost a
 //!    cold start, the one a new program always has.
@@ -39,8 +39,10 @@ use crate::harness::{BenchError, Harness, IoContext, settle, terminate};
 use crate::report::{Case, Report, median};
 
 /// The launch set's programs measured here (by name): short launches that a
-/// daemon's cost would show in, not the browser or the pyenv shims.
-const PROGRAMS: [&str; 4] = ["rustc hello.rs", "clang -c small.c", "python3 heavy imports", "gdb --batch"];
+/// daemon's cost would show in, and the browser, whose launch brings the
+/// observer the most events (~50 K). Not the pyenv shims of ipython3.
+const PROGRAMS: [&str; 5] =
+    ["rustc hello.rs", "clang -c small.c", "python3 heavy imports", "gdb --batch", "chromium --headless --dump-dom"];
 
 /// Warm launches timed one after the other in a warm pass (its time is
 /// their mean): a warm launch is short, and one alone swings by ±25 % here.
