@@ -305,28 +305,63 @@ pub fn with_read_ahead<T>(dir: &Path, kb: u64, f: impl FnOnce() -> Result<T, Ben
     result
 }
 
-/// Stops `child` (a daemon the bench started: `what` names it in errors)
-/// with SIGTERM, so that it can save its state, and waits for it; kills it
-/// if it has not exited after 10 s.
-pub fn terminate(child: &mut std::process::Child, what: &str) -> Result<(), BenchError> {
-    let pid = child.id() as libc::pid_t;
-    // SAFETY: kill(2) on the pid of a child we spawned and have not yet
-    // reaped, so the pid cannot have been reused.
-    let rc = unsafe { libc::kill(pid, libc::SIGTERM) };
-    if rc != 0 {
-        let _ = child.kill();
+/// A daemon the bench started (its child): stopped with SIGTERM by
+/// [`Service::stop`], so that it can save its state; killed if dropped still
+/// running, so that an error on the way leaves none behind.
+pub struct Service {
+    child: std::process::Child,
+    what: &'static str,
+}
+
+impl Service {
+    /// Takes charge of `child`; `what` names it in errors.
+    pub fn new(child: std::process::Child, what: &'static str) -> Self {
+        Self { child, what }
     }
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        if child.try_wait().doing(|| format!("waiting for {what}"))?.is_some() {
-            return Ok(());
+
+    /// Its pid.
+    pub fn id(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Its exit status, if it has exited.
+    pub fn exited(&mut self) -> Result<Option<std::process::ExitStatus>, BenchError> {
+        let what = self.what;
+        self.child.try_wait().doing(|| format!("waiting for {what}"))
+    }
+
+    /// Stops it with SIGTERM and waits; kills it if it has not exited
+    /// after 10 s.
+    pub fn stop(mut self) -> Result<(), BenchError> {
+        let what = self.what;
+        let pid = self.child.id() as libc::pid_t;
+        // SAFETY: kill(2) on the pid of a child we spawned and have not yet
+        // reaped, so the pid cannot have been reused.
+        let rc = unsafe { libc::kill(pid, libc::SIGTERM) };
+        if rc != 0 {
+            let _ = self.child.kill();
         }
-        if std::time::Instant::now() >= deadline {
-            let _ = child.kill();
-            child.wait().doing(|| format!("waiting for {what}"))?;
-            return Ok(());
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            if self.exited()?.is_some() {
+                return Ok(());
+            }
+            if std::time::Instant::now() >= deadline {
+                let _ = self.child.kill();
+                self.child.wait().doing(|| format!("waiting for {what}"))?;
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(10));
         }
-        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+impl Drop for Service {
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
     }
 }
 

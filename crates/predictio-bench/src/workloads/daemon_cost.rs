@@ -30,12 +30,12 @@
 //! daemon can only add to it.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use super::launch::{Pass, Program, programs, spawn_and_wait};
 use crate::BenchOptions;
-use crate::harness::{BenchError, Harness, IoContext, settle, terminate};
+use crate::harness::{BenchError, Harness, IoContext, Service, settle};
 use crate::report::{Case, Report, median};
 
 /// The launch set's programs measured here (by name): short launches that a
@@ -63,7 +63,7 @@ const IDLE_CPU_BAR_MS_PER_S: f64 = 20.0;
 
 /// One running daemon.
 struct Daemon {
-    child: Child,
+    service: Service,
 }
 
 /// CPU time (ns) and voluntary context switches (each one a sleep, so a
@@ -89,10 +89,10 @@ impl Daemon {
             .stderr(log_file)
             .spawn()
             .doing(|| "starting predictio daemon".into())?;
-        let mut daemon = Daemon { child };
+        let mut daemon = Daemon { service: Service::new(child, "predictio daemon") };
         let deadline = Instant::now() + Duration::from_secs(30);
         while !control.exists() {
-            if let Some(status) = daemon.child.try_wait().doing(|| "waiting for predictio daemon".into())? {
+            if let Some(status) = daemon.service.exited()? {
                 let tail = std::fs::read_to_string(log).unwrap_or_default();
                 return Err(BenchError::Options(format!("predictio daemon exited at start ({status}): {tail}")));
             }
@@ -107,19 +107,19 @@ impl Daemon {
     }
 
     fn usage(&self) -> Usage {
-        usage_of(self.child.id())
+        usage_of(self.service.id())
     }
 
     /// Resident memory, bytes (`VmRSS`; 0 if it cannot be read).
     fn rss_bytes(&self) -> u64 {
-        std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
+        std::fs::read_to_string(format!("/proc/{}/status", self.service.id()))
             .ok()
             .and_then(|s| status_field(&s, "VmRSS:"))
             .map_or(0, |kib| kib * 1024)
     }
 
-    fn stop(mut self) -> Result<(), BenchError> {
-        terminate(&mut self.child, "predictio daemon")
+    fn stop(self) -> Result<(), BenchError> {
+        self.service.stop()
     }
 }
 

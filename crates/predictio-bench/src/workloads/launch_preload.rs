@@ -25,10 +25,10 @@
 //! `read_bytes`.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::harness::{BenchError, Harness, IoContext, terminate};
+use crate::harness::{BenchError, Harness, IoContext, Service};
 
 /// preload's sampling cycle in this bench, seconds.
 pub const CYCLE_S: u64 = 2;
@@ -84,21 +84,21 @@ pub struct Preload {
 
 /// One running preload.
 pub struct Running {
-    child: Child,
+    service: Service,
 }
 
 impl Running {
     /// Bytes preload read from storage so far (`/proc/PID/io` `read_bytes`).
     pub fn read_bytes(&self) -> u64 {
-        std::fs::read_to_string(format!("/proc/{}/io", self.child.id()))
+        std::fs::read_to_string(format!("/proc/{}/io", self.service.id()))
             .ok()
             .and_then(|io| io.lines().find_map(|l| l.strip_prefix("read_bytes:").and_then(|v| v.trim().parse().ok())))
             .unwrap_or(0)
     }
 
     /// Stops it with SIGTERM (it saves its state) and waits.
-    pub fn stop(mut self) -> Result<(), BenchError> {
-        terminate(&mut self.child, "preload")
+    pub fn stop(self) -> Result<(), BenchError> {
+        self.service.stop()
     }
 }
 
@@ -141,7 +141,7 @@ impl Preload {
             .stderr(Stdio::null())
             .spawn()
             .doing(|| format!("starting {}", self.binary.display()))?;
-        Ok(Running { child })
+        Ok(Running { service: Service::new(child, "preload") })
     }
 
     /// Trains preload on `programs` (see the module docs). Returns the
