@@ -362,11 +362,17 @@ fn daemon_learns_an_unknown_program_in_three_launches_and_speeds_up_the_fourth()
     let (fourth, out) = timed_cold_launch(dir.path());
     assert_eq!(out, expected, "same output with the replay");
     drop(daemon);
-    let best = baseline.iter().copied().fold(f64::INFINITY, f64::min);
-    eprintln!("baseline cold launches {baseline:?} s; 4th launch under the daemon {fourth:.3} s");
+    // Against the median of the cold baselines: the fastest of five is the
+    // one this shared machine happened to leave alone (a CI run once had
+    // baselines of 0.44-0.68 s, and a 4th launch of 0.41 s 8 % under the
+    // fastest, where it is usually half of all of them).
+    let mut sorted = baseline.clone();
+    sorted.sort_by(f64::total_cmp);
+    let median = sorted[sorted.len() / 2];
+    eprintln!("baseline cold launches {baseline:?} s (median {median:.3}); 4th launch under the daemon {fourth:.3} s");
     assert!(
-        fourth < 0.9 * best,
-        "the 4th launch ({fourth:.3} s) should be at least 10 % faster than every cold baseline launch ({baseline:?})"
+        fourth < 0.8 * median,
+        "the 4th launch ({fourth:.3} s) should be at least 20 % faster than the median cold baseline launch ({baseline:?})"
     );
 }
 
