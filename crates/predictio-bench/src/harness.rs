@@ -289,6 +289,19 @@ pub fn checksum(mut state: u64, bytes: &[u8]) -> u64 {
     state
 }
 
+/// The read_ahead_kb settings a workload runs at: the machine's (of the
+/// device under `options.dir`; 0 when unknown) first, then each other one
+/// asked for with `--read-ahead-kb`, once.
+pub fn read_ahead_settings(options: &BenchOptions) -> Vec<u64> {
+    let mut settings = vec![crate::machine::read_ahead_kb(&options.dir).unwrap_or(0)];
+    for kb in &options.read_ahead_kb {
+        if !settings.contains(kb) {
+            settings.push(*kb);
+        }
+    }
+    settings
+}
+
 /// Runs `f` with the device's read_ahead_kb set to `kb` (when it differs
 /// from the current setting), restoring it after.
 pub fn with_read_ahead<T>(dir: &Path, kb: u64, f: impl FnOnce() -> Result<T, BenchError>) -> Result<T, BenchError> {

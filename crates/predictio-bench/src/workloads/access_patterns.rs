@@ -21,7 +21,9 @@ use predictio::page::ByteRange;
 use predictio::{Executor, FileRef, PAGE_SIZE, PageRange, Runtime};
 
 use crate::BenchOptions;
-use crate::harness::{BenchError, Harness, IoContext, XorShift, checksum, data_file, with_read_ahead};
+use crate::harness::{
+    BenchError, Harness, IoContext, XorShift, checksum, data_file, read_ahead_settings, with_read_ahead,
+};
 use crate::oracle::OraclePolicy;
 use crate::report::{Case, Report, median, percentile};
 
@@ -133,12 +135,7 @@ pub fn run(options: &BenchOptions) -> Result<Report, BenchError> {
         if options.quick { &[1, 16, 4096] } else { &[1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096] };
     let pairs = if options.quick { options.pairs.min(3) } else { options.pairs };
     let file_size: u64 = if options.quick { 256 << 20 } else { 1 << 30 };
-    let mut settings_ra = vec![crate::machine::read_ahead_kb(&options.dir).unwrap_or(0)];
-    for kb in &options.read_ahead_kb {
-        if !settings_ra.contains(kb) {
-            settings_ra.push(*kb);
-        }
-    }
+    let settings_ra = read_ahead_settings(options);
     let steps = (settings_ra.len() * runs.len() * (pairs * 2 + 1)) as u64;
     let h = Harness::new(options, steps)?;
     h.say("writing the data file");

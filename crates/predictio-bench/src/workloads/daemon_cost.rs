@@ -346,7 +346,8 @@ pub fn run(options: &BenchOptions) -> Result<Report, BenchError> {
         START_SETTLE.as_secs_f64(),
         rss as f64 / 1048576.0
     ));
-    for c in cases.iter().filter(|c| !c.is_metric()) {
+    let ab: Vec<&Case> = cases.iter().filter(|c| !c.is_metric()).collect();
+    for c in &ab {
         let get = |k: &str| c.extra.get(k).and_then(|v| v.as_f64()).unwrap_or(f64::NAN);
         let (b, t) =
             (c.baseline.as_ref().map_or(f64::NAN, |s| s.median), c.treatment.as_ref().map_or(f64::NAN, |s| s.median));
@@ -361,7 +362,6 @@ pub fn run(options: &BenchOptions) -> Result<Report, BenchError> {
             get("daemon_cpu_ms_median"),
         ));
     }
-    let ab: Vec<&Case> = cases.iter().filter(|c| !c.is_metric()).collect();
     let worst = ab.iter().map(|c| c.ratio_median).fold(f64::INFINITY, f64::min);
     notes.push(format!(
         "slowest launch beside the daemon: {worst:.3}x of its time without (bar: every launch >= {LAUNCH_BAR}x: {})",

@@ -25,7 +25,9 @@ use std::time::Instant;
 use predictio::largeread::{self, LargeReader};
 
 use crate::BenchOptions;
-use crate::harness::{BenchError, Harness, IoContext, XorShift, checksum, data_file, settle, with_read_ahead};
+use crate::harness::{
+    BenchError, Harness, IoContext, XorShift, checksum, data_file, read_ahead_settings, settle, with_read_ahead,
+};
 use crate::report::{Case, Report, median};
 
 /// Read sizes, MiB.
@@ -93,12 +95,7 @@ pub fn run(options: &BenchOptions) -> Result<Report, BenchError> {
     let file_size: u64 = if options.quick { 1 << 30 } else { 4 << 30 };
     let per_pass: u64 = if options.quick { 64 << 20 } else { 256 << 20 };
     let pairs = if options.quick { options.pairs.min(3) } else { options.pairs };
-    let mut settings_ra = vec![crate::machine::read_ahead_kb(&options.dir).unwrap_or(0)];
-    for kb in &options.read_ahead_kb {
-        if !settings_ra.contains(kb) {
-            settings_ra.push(*kb);
-        }
-    }
+    let settings_ra = read_ahead_settings(options);
     let steps = (settings_ra.len() * SIZES_MIB.len() * (pairs * (SIDES.len() + 1) + 1)) as u64;
     let h = Harness::new(options, steps)?;
     h.say("writing the data file");

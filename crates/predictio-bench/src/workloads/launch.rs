@@ -44,7 +44,7 @@ use predictio::{Event, Executor, FileId, FileRef, Request, Runtime, Urgency};
 
 use super::launch_preload::{Learned, PREDICT_WAIT, Preload, TRAIN_BUDGET};
 use crate::BenchOptions;
-use crate::harness::{BenchError, Harness, IoContext, median_u64, settle, with_read_ahead};
+use crate::harness::{BenchError, Harness, IoContext, median_u64, read_ahead_settings, settle, with_read_ahead};
 use crate::report::{Case, Report, median};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -644,13 +644,8 @@ pub fn run(options: &BenchOptions) -> Result<Report, BenchError> {
     // The machine's read_ahead_kb, then each other setting asked for
     // (`--read-ahead-kb`): the kernel's read-around is what a cold launch's
     // faults read, and a replayed launch's own faults too.
-    let machine_ra = crate::machine::read_ahead_kb(&options.dir).unwrap_or(0);
-    let mut settings_ra = vec![machine_ra];
-    for kb in &options.read_ahead_kb {
-        if !settings_ra.contains(kb) {
-            settings_ra.push(*kb);
-        }
-    }
+    let settings_ra = read_ahead_settings(options);
+    let machine_ra = settings_ra[0];
     let h = Harness::new(options, (settings_ra.len() * progs.len() * (pairs * sides.len() + 2)) as u64)?;
     let store_dir = options.dir.join("launch-store");
     let _ = std::fs::remove_dir_all(&store_dir);
