@@ -55,6 +55,14 @@ impl Default for WindowLimits {
 /// behind them.
 const VIRTUAL_ROOTS: [&str; 3] = ["/proc/", "/sys/", "/dev/"];
 
+/// `file`'s entry in `map`, made if `map` has fewer than `cap` entries.
+fn bounded(map: &mut HashMap<FileId, u64>, file: FileId, cap: usize) -> Option<&mut u64> {
+    if map.len() >= cap && !map.contains_key(&file) {
+        return None;
+    }
+    Some(map.entry(file).or_default())
+}
+
 /// Which observed pages a [`Recorder`] counts as the launch's accesses.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum AccessSource {
@@ -92,9 +100,10 @@ pub struct Recorder {
     /// Looked-up paths, in order of first lookup, and the set of them.
     lookups: Vec<std::sync::Arc<str>>,
     looked_up: HashSet<std::sync::Arc<str>>,
-    /// Pages the tree brought into the page cache itself, by file.
+    /// Pages the tree brought into the page cache itself, by file (at most
+    /// [`WindowLimits::max_files`] files).
     missed: HashMap<FileId, u64>,
-    /// Files the tree read or mapped (any access event).
+    /// Files the tree read or mapped (any access event; as many at most).
     accessed: HashSet<FileId>,
 }
 
@@ -148,7 +157,9 @@ impl Recorder {
                 }
             }
             Event::PageMiss { pid, file, page, time_ns } if self.tree.contains(pid) => {
-                *self.missed.entry(*file).or_default() += 1;
+                if let Some(n) = bounded(&mut self.missed, *file, self.limits.max_files) {
+                    *n += 1;
+                }
                 self.last_io_ns = self.last_io_ns.max(*time_ns);
                 self.last_ns = self.last_ns.max(*time_ns);
                 if self.source == AccessSource::Misses {
@@ -168,7 +179,9 @@ impl Recorder {
             }
             Event::PageAccess { pid, file, pages, kind, time_ns } if self.tree.contains(pid) => {
                 self.last_ns = self.last_ns.max(*time_ns);
-                self.accessed.insert(*file);
+                if self.accessed.len() < self.limits.max_files {
+                    self.accessed.insert(*file);
+                }
                 let counted = match self.source {
                     AccessSource::Observed => *pages,
                     AccessSource::Misses if *kind == AccessKind::MapPages => PageRange::new(pages.start, pages.start),
@@ -301,6 +314,26 @@ mod tests {
         assert_eq!(run.files[0].accesses, vec![PageRange::page(3), PageRange::page(1)]);
         assert_eq!(run.files[1].first_touch_ms, 3.0);
         assert_eq!(run.window_ms, 6.0);
+    }
+
+    #[test]
+    fn misses_are_counted_for_a_bounded_number_of_files() {
+        let limits = WindowLimits { max_files: 2, ..WindowLimits::default() };
+        let mut r = Recorder::new(1, 0, limits);
+        for ino in 1..=3 {
+            let file = FileId { dev: 1, ino };
+            r.on_event(&Event::PageMiss { pid: 1, file, page: 0, time_ns: 1_000_000 });
+            r.on_event(&Event::PageAccess {
+                pid: 1,
+                file,
+                pages: PageRange::page(0),
+                kind: AccessKind::Read,
+                time_ns: 1_000_000,
+            });
+        }
+        assert_eq!(r.missed_pages(), 2, "the third file is past max_files");
+        r.on_event(&Event::PageMiss { pid: 1, file: FileId { dev: 1, ino: 1 }, page: 1, time_ns: 2_000_000 });
+        assert_eq!(r.missed_pages(), 3, "a file already counted goes on counting");
     }
 
     #[test]
