@@ -68,7 +68,9 @@ pub struct Resolver {
     config: ResolverConfig,
     negative: HashMap<FileId, Instant>,
     scanned: HashMap<u32, Instant>,
-    seen: HashMap<FileId, (PathBuf, Instant)>,
+    seen: HashMap<FileId, (Seen, Instant)>,
+    /// Reused by every scan.
+    mappings: Vec<crate::sys::FileMapping>,
     window: (Instant, u32),
     stats: ResolverStats,
     proc_root: PathBuf,
@@ -87,6 +89,7 @@ impl Resolver {
             negative: HashMap::new(),
             scanned: HashMap::new(),
             seen: HashMap::new(),
+            mappings: Vec::new(),
             window: (Instant::now(), 0),
             stats: ResolverStats::default(),
             proc_root: proc_root.into(),
@@ -147,11 +150,15 @@ impl Resolver {
     }
 
     fn open_seen(&mut self, file: FileId, now: Instant) -> Option<FileRef> {
-        let (path, at) = self.seen.get(&file)?;
+        let (seen, at) = self.seen.get(&file)?;
         if now.duration_since(*at) >= self.config.seen_ttl {
             return None;
         }
-        match FileRef::open(path) {
+        let path = match seen {
+            Seen::Fd(path) => path.clone(),
+            Seen::Mapped { pid, start, end } => self.proc_root.join(format!("{pid}/map_files/{start:x}-{end:x}")),
+        };
+        match FileRef::open(&path) {
             Ok(found) if found.id() == file => {
                 self.stats.resolved += 1;
                 self.negative.remove(&file);
@@ -165,12 +172,14 @@ impl Resolver {
     }
 
     /// Remembers the identity of every regular file `pid` has open or mapped.
-    /// Mappings come from `/proc/PID/maps`, which names each mapping's file
-    /// by device and inode: one read for all of them, where a stat of every
-    /// `map_files` entry (a library is four or five) had cost the daemon's
-    /// dispatcher ~100 ms of CPU per warm headless Chromium launch. Its
-    /// `map_files` entry is opened only for the file asked for (the open
-    /// checks the identity and that it is a regular file).
+    /// Mappings come from the `PROCMAP_QUERY` ioctl on `/proc/PID/maps`
+    /// (Linux 6.11), which gives each file mapping's device and inode
+    /// without formatting its path, and on older kernels from reading
+    /// `maps`, which names them too. Reading `maps` was most of the daemon
+    /// dispatcher's CPU next to a warm headless Chromium (a stat of every
+    /// `map_files` entry, before it, more still). Its `map_files` entry is
+    /// opened only for the file asked for (the open checks the identity and
+    /// that it is a regular file).
     fn scan(&mut self, pid: u32, now: Instant) {
         self.stats.scans += 1;
         let base = self.proc_root.join(pid.to_string());
@@ -181,17 +190,49 @@ impl Resolver {
                 if let Ok(meta) = std::fs::metadata(&path)
                     && meta.file_type().is_file()
                 {
-                    self.seen.insert(FileId { dev: meta.dev(), ino: meta.ino() }, (path, now));
+                    self.seen.insert(FileId { dev: meta.dev(), ino: meta.ino() }, (Seen::Fd(path), now));
                 }
             }
         }
-        if let Ok(maps) = std::fs::read_to_string(base.join("maps")) {
-            let map_files = base.join("map_files");
-            for (range, id) in maps.lines().filter_map(mapped_file) {
-                self.seen.entry(id).or_insert_with(|| (map_files.join(range), now));
+        let Ok(maps) = std::fs::File::open(base.join("maps")) else { return };
+        self.mappings.clear();
+        use std::os::fd::AsFd;
+        match crate::sys::file_mappings(maps.as_fd(), MAX_MAPPINGS, &mut self.mappings) {
+            Ok(()) => {
+                for m in &self.mappings {
+                    let seen = Seen::Mapped { pid, start: m.start, end: m.end };
+                    self.seen.entry(FileId { dev: m.dev, ino: m.ino }).or_insert((seen, now));
+                }
             }
+            Err(err) if err.raw_os_error() == Some(libc::ENOTTY) => {
+                let Ok(text) = std::io::read_to_string(maps) else { return };
+                for (range, id) in text.lines().filter_map(mapped_file) {
+                    let Some((start, end)) = parse_range(range) else { continue };
+                    self.seen.entry(id).or_insert((Seen::Mapped { pid, start, end }, now));
+                }
+            }
+            Err(_) => {}
         }
     }
+}
+
+/// Mappings of one process looked at in a scan, at most (a process has a
+/// few thousand; the kernel's own limit is 65,530 by default).
+const MAX_MAPPINGS: usize = 1 << 16;
+
+/// Where a scan saw a file.
+#[derive(Debug)]
+enum Seen {
+    /// A `/proc/PID/fd/N` entry.
+    Fd(PathBuf),
+    /// A mapping, whose `/proc/PID/map_files/START-END` entry opens it.
+    Mapped { pid: u32, start: u64, end: u64 },
+}
+
+/// `start-end` in hex, as `maps` and `map_files` write an address range.
+fn parse_range(range: &str) -> Option<(u64, u64)> {
+    let (start, end) = range.split_once('-')?;
+    Some((u64::from_str_radix(start, 16).ok()?, u64::from_str_radix(end, 16).ok()?))
 }
 
 /// The address range (as `map_files` names it) and the file of one
@@ -257,6 +298,65 @@ mod tests {
         }; // the descriptor is closed: only the mapping is left
         let mut r = Resolver::new(ResolverConfig::default());
         let found = r.resolve(std::process::id(), id).expect("found through /proc/self/maps and map_files");
+        assert_eq!(found.id(), id);
+    }
+
+    #[test]
+    fn the_ioctl_and_the_maps_text_agree_on_this_processs_file_mappings() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("mapped");
+        std::fs::write(&path, vec![7u8; 3 * 4096]).expect("write");
+        let file = std::fs::File::open(&path).expect("open");
+        use std::os::fd::AsFd;
+        let _mapping = crate::sys::Mapping::map(file.as_fd(), 3 * 4096).expect("mmap");
+        let maps = std::fs::File::open("/proc/self/maps").expect("open maps");
+        let mut queried = Vec::new();
+        crate::sys::file_mappings(maps.as_fd(), MAX_MAPPINGS, &mut queried).expect("PROCMAP_QUERY (Linux 6.11)");
+        let text = std::fs::read_to_string("/proc/self/maps").expect("read maps");
+        let listed: Vec<(u64, u64, FileId)> = text
+            .lines()
+            .filter_map(mapped_file)
+            .filter_map(|(range, id)| parse_range(range).map(|(s, e)| (s, e, id)))
+            .collect();
+        let queried: Vec<(u64, u64, FileId)> =
+            queried.iter().map(|m| (m.start, m.end, FileId { dev: m.dev, ino: m.ino })).collect();
+        let meta = file.metadata().expect("stat");
+        let ours = FileId { dev: meta.dev(), ino: meta.ino() };
+        assert!(queried.iter().any(|q| q.2 == ours), "our mapping is reported");
+        // The two reads are not atomic (this test's threads may map in
+        // between), so compare the file mappings both saw.
+        for q in &queried {
+            if let Some(l) = listed.iter().find(|l| l.0 == q.0) {
+                assert_eq!(l, q, "the same mapping, device and inode");
+            }
+        }
+        assert!(queried.len() * 2 >= listed.len(), "{} queried against {} listed", queried.len(), listed.len());
+        assert_eq!(parse_range("7f37cc000000-7f37cc021000"), Some((0x7f37cc000000, 0x7f37cc021000)));
+        assert_eq!(parse_range("nonsense"), None);
+    }
+
+    #[test]
+    fn a_maps_file_that_is_not_procfs_is_read_as_text() {
+        // A procfs-shaped tree (as the tests of other modules build): the
+        // ioctl answers ENOTTY on a regular file and the text is parsed.
+        let root = tempfile::tempdir().expect("tempdir");
+        let dir = tempfile::tempdir().expect("tempdir");
+        let target = dir.path().join("lib");
+        std::fs::write(&target, b"x").expect("write");
+        let meta = std::fs::metadata(&target).expect("stat");
+        let id = FileId { dev: meta.dev(), ino: meta.ino() };
+        let pid_dir = root.path().join("42");
+        std::fs::create_dir_all(pid_dir.join("map_files")).expect("mkdir");
+        let major = libc::major(meta.dev());
+        let minor = libc::minor(meta.dev());
+        std::fs::write(
+            pid_dir.join("maps"),
+            format!("1000-2000 r--p 00000000 {major:x}:{minor:x} {} /lib\n", meta.ino()),
+        )
+        .expect("write maps");
+        std::os::unix::fs::symlink(&target, pid_dir.join("map_files/1000-2000")).expect("symlink");
+        let mut r = Resolver::with_proc(ResolverConfig::default(), root.path());
+        let found = r.resolve(42, id).expect("found through the maps text and map_files");
         assert_eq!(found.id(), id);
     }
 

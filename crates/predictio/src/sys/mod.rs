@@ -5,6 +5,8 @@
 //! # References
 //! - `cachestat(2)`, `mincore(2)`, `posix_fadvise(2)`, `readahead(2)`,
 //!   `madvise(2)`, `lseek(2)` (`SEEK_DATA`/`SEEK_HOLE`), `mmap(2)`.
+//! - `PROCMAP_QUERY`: <https://docs.kernel.org/filesystems/proc.html> and
+//!   `struct procmap_query` in `include/uapi/linux/fs.h` (Linux 6.11).
 
 pub mod bigread;
 pub mod socket;
@@ -336,6 +338,90 @@ pub fn open_by_inode(mount: BorrowedFd<'_>, ino: u64) -> io::Result<File> {
     }
     // SAFETY: a fresh descriptor from the syscall above, owned by us alone.
     Ok(unsafe { File::from_raw_fd(fd as i32) })
+}
+
+/// One file-backed mapping of a process, as `PROCMAP_QUERY` reports it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FileMapping {
+    /// First address of the mapping.
+    pub start: u64,
+    /// One past its last address.
+    pub end: u64,
+    /// The mapped file's device (`st_dev`).
+    pub dev: u64,
+    /// The mapped file's inode number.
+    pub ino: u64,
+}
+
+/// `struct procmap_query` of `<linux/fs.h>` (Linux 6.11).
+#[repr(C)]
+#[derive(Default)]
+struct ProcmapQuery {
+    size: u64,
+    query_flags: u64,
+    query_addr: u64,
+    vma_start: u64,
+    vma_end: u64,
+    vma_flags: u64,
+    vma_page_size: u64,
+    vma_offset: u64,
+    inode: u64,
+    dev_major: u32,
+    dev_minor: u32,
+    vma_name_size: u32,
+    build_id_size: u32,
+    vma_name_addr: u64,
+    build_id_addr: u64,
+}
+
+// The kernel's struct is 104 bytes; a mismatch would be a wrong ioctl number.
+const _: () = assert!(std::mem::size_of::<ProcmapQuery>() == 104);
+
+/// `_IOWR('f', 17, struct procmap_query)`.
+const PROCMAP_QUERY: u64 = (3 << 30) | ((std::mem::size_of::<ProcmapQuery>() as u64) << 16) | ((b'f' as u64) << 8) | 17;
+/// The mapping at the address, or else the next one above it.
+const PROCMAP_QUERY_COVERING_OR_NEXT_VMA: u64 = 0x10;
+/// File-backed mappings only.
+const PROCMAP_QUERY_FILE_BACKED_VMA: u64 = 0x20;
+
+/// Appends to `out` the file-backed mappings of the process whose
+/// `/proc/PID/maps` is open as `maps`, in address order, at most `max` of
+/// them, through the `PROCMAP_QUERY` ioctl: one call per file mapping and
+/// no path formatted, where reading `maps` formats every mapping's line and
+/// path. Kernels before 6.11 (and anything that is not a procfs `maps`)
+/// answer `ENOTTY`; a process that exited answers `ESRCH`.
+pub fn file_mappings(maps: BorrowedFd<'_>, max: usize, out: &mut Vec<FileMapping>) -> io::Result<()> {
+    let mut addr = 0u64;
+    for _ in 0..max {
+        let mut query = ProcmapQuery {
+            size: std::mem::size_of::<ProcmapQuery>() as u64,
+            query_flags: PROCMAP_QUERY_COVERING_OR_NEXT_VMA | PROCMAP_QUERY_FILE_BACKED_VMA,
+            query_addr: addr,
+            ..ProcmapQuery::default()
+        };
+        // SAFETY: `query` is a live, #[repr(C)] `struct procmap_query` whose
+        // `size` field says how many bytes the kernel may read and write;
+        // name and build-id sizes are 0, so the kernel writes no buffer of
+        // ours beyond the struct.
+        let rc =
+            unsafe { libc::ioctl(maps.as_raw_fd(), PROCMAP_QUERY as libc::Ioctl, &mut query as *mut ProcmapQuery) };
+        if rc < 0 {
+            let err = io::Error::last_os_error();
+            return if err.raw_os_error() == Some(libc::ENOENT) { Ok(()) } else { Err(err) };
+        }
+        if query.vma_end <= addr {
+            // Never loop on a kernel that does not move forward.
+            return Ok(());
+        }
+        addr = query.vma_end;
+        out.push(FileMapping {
+            start: query.vma_start,
+            end: query.vma_end,
+            dev: libc::makedev(query.dev_major, query.dev_minor),
+            ino: query.inode,
+        });
+    }
+    Ok(())
 }
 
 /// The `/proc/self/fd` path of `fd`: opening it gives a new open file
