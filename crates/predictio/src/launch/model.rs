@@ -56,8 +56,9 @@ pub struct WalkLimits {
     /// pages, each sorted and merged on its own (0: one wave, the whole
     /// file sorted). A replay hands the waves of all its files to the
     /// executor in order of when each is due
-    /// ([`crate::launch::policy::wave_order`]), so that a large library's
-    /// late pages do not hold up a small one's early ones.
+    /// ([`crate::launch::policy::wave_order`], by the pages before it), so
+    /// that a large library's late pages do not hold up a small one's early
+    /// ones.
     pub wave_pages: u64,
 }
 
