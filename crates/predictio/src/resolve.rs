@@ -21,6 +21,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use crate::file::{FileId, FileRef};
+use crate::sys::FileMapping;
 
 /// Bounds of a [`Resolver`].
 #[derive(Clone, Debug, PartialEq)]
@@ -70,7 +71,7 @@ pub struct Resolver {
     scanned: HashMap<u32, Instant>,
     seen: HashMap<FileId, (Seen, Instant)>,
     /// Reused by every scan.
-    mappings: Vec<crate::sys::FileMapping>,
+    mappings: Vec<FileMapping>,
     window: (Instant, u32),
     stats: ResolverStats,
     proc_root: PathBuf,
@@ -198,20 +199,16 @@ impl Resolver {
         self.mappings.clear();
         use std::os::fd::AsFd;
         match crate::sys::file_mappings(maps.as_fd(), MAX_MAPPINGS, &mut self.mappings) {
-            Ok(()) => {
-                for m in &self.mappings {
-                    let seen = Seen::Mapped { pid, start: m.start, end: m.end };
-                    self.seen.entry(FileId { dev: m.dev, ino: m.ino }).or_insert((seen, now));
-                }
-            }
+            Ok(()) => {}
             Err(err) if err.raw_os_error() == Some(libc::ENOTTY) => {
                 let Ok(text) = std::io::read_to_string(maps) else { return };
-                for (range, id) in text.lines().filter_map(mapped_file) {
-                    let Some((start, end)) = parse_range(range) else { continue };
-                    self.seen.entry(id).or_insert((Seen::Mapped { pid, start, end }, now));
-                }
+                self.mappings.extend(text.lines().filter_map(mapped_file));
             }
-            Err(_) => {}
+            Err(_) => return,
+        }
+        for m in &self.mappings {
+            let seen = Seen::Mapped { pid, start: m.start, end: m.end };
+            self.seen.entry(FileId { dev: m.dev, ino: m.ino }).or_insert((seen, now));
         }
     }
 }
@@ -235,12 +232,11 @@ fn parse_range(range: &str) -> Option<(u64, u64)> {
     Some((u64::from_str_radix(start, 16).ok()?, u64::from_str_radix(end, 16).ok()?))
 }
 
-/// The address range (as `map_files` names it) and the file of one
-/// `/proc/PID/maps` line (`start-end perms offset major:minor inode path`),
-/// if it maps a file.
-fn mapped_file(line: &str) -> Option<(&str, FileId)> {
+/// The file mapping of one `/proc/PID/maps` line (`start-end perms offset
+/// major:minor inode path`), if it maps a file.
+fn mapped_file(line: &str) -> Option<FileMapping> {
     let mut fields = line.split_whitespace();
-    let range = fields.next()?;
+    let (start, end) = parse_range(fields.next()?)?;
     let _perms = fields.next()?;
     let _offset = fields.next()?;
     let (major, minor) = fields.next()?.split_once(':')?;
@@ -250,7 +246,7 @@ fn mapped_file(line: &str) -> Option<(&str, FileId)> {
     }
     let major = u32::from_str_radix(major, 16).ok()?;
     let minor = u32::from_str_radix(minor, 16).ok()?;
-    Some((range, FileId { dev: libc::makedev(major, minor), ino }))
+    Some(FileMapping { start, end, dev: libc::makedev(major, minor), ino })
 }
 
 #[cfg(test)]
@@ -313,20 +309,13 @@ mod tests {
         let mut queried = Vec::new();
         crate::sys::file_mappings(maps.as_fd(), MAX_MAPPINGS, &mut queried).expect("PROCMAP_QUERY (Linux 6.11)");
         let text = std::fs::read_to_string("/proc/self/maps").expect("read maps");
-        let listed: Vec<(u64, u64, FileId)> = text
-            .lines()
-            .filter_map(mapped_file)
-            .filter_map(|(range, id)| parse_range(range).map(|(s, e)| (s, e, id)))
-            .collect();
-        let queried: Vec<(u64, u64, FileId)> =
-            queried.iter().map(|m| (m.start, m.end, FileId { dev: m.dev, ino: m.ino })).collect();
+        let listed: Vec<FileMapping> = text.lines().filter_map(mapped_file).collect();
         let meta = file.metadata().expect("stat");
-        let ours = FileId { dev: meta.dev(), ino: meta.ino() };
-        assert!(queried.iter().any(|q| q.2 == ours), "our mapping is reported");
+        assert!(queried.iter().any(|q| (q.dev, q.ino) == (meta.dev(), meta.ino())), "our mapping is reported");
         // The two reads are not atomic (this test's threads may map in
         // between), so compare the file mappings both saw.
         for q in &queried {
-            if let Some(l) = listed.iter().find(|l| l.0 == q.0) {
+            if let Some(l) = listed.iter().find(|l| l.start == q.start) {
                 assert_eq!(l, q, "the same mapping, device and inode");
             }
         }
@@ -365,11 +354,11 @@ mod tests {
         let line = "7f37cc000000-7f37cc021000 r--p 00000000 fe:00 247076                     /usr/lib/x86_64-linux-gnu/libc.so.6";
         assert_eq!(
             mapped_file(line),
-            Some(("7f37cc000000-7f37cc021000", FileId { dev: libc::makedev(0xfe, 0), ino: 247076 }))
+            Some(FileMapping { start: 0x7f37cc000000, end: 0x7f37cc021000, dev: libc::makedev(0xfe, 0), ino: 247076 })
         );
-        assert_eq!(mapped_file(line).map(|(_, id)| id.dev), Some(65024), "st_dev of device fe:00");
+        assert_eq!(mapped_file(line).map(|m| m.dev), Some(65024), "st_dev of device fe:00");
         let nvme = "55d0a000-55d0b000 r-xp 00001000 103:02 12 /opt/bin/x";
-        assert_eq!(mapped_file(nvme).map(|(_, id)| id.dev), Some(libc::makedev(259, 2)));
+        assert_eq!(mapped_file(nvme).map(|m| m.dev), Some(libc::makedev(259, 2)));
         assert_eq!(mapped_file("7ffd1000-7ffd2000 rw-p 00000000 00:00 0                          [stack]"), None);
         assert_eq!(mapped_file("7ffd1000-7ffd2000 rw-p 00000000 00:00 0"), None, "anonymous");
         assert_eq!(mapped_file("garbage"), None);

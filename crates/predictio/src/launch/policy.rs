@@ -424,26 +424,26 @@ impl LaunchPolicy {
 /// queued beside the replay.
 pub fn wave_order(files: &[ReplayFile], wave_pages: u64, span_ms: f64) -> Vec<(usize, &[PageRange])> {
     let span = files.iter().map(|f| f.first_touch_ms).fold(span_ms, f64::max).max(1.0);
-    let mut waves: Vec<(u64, usize, usize, &[PageRange])> = Vec::new();
+    // (pages of the file before the wave, file, wave), pushed file by file
+    // in each file's order.
+    let mut waves: Vec<(u64, usize, &[PageRange])> = Vec::new();
     let mut total = 0u64;
     for (i, f) in files.iter().enumerate() {
         let mut rest = f.ranges.as_slice();
         let mut before = 0u64;
-        let mut k = 0;
         while !rest.is_empty() {
             let wave = next_wave(&mut rest, wave_pages);
-            waves.push((before, i, k, wave));
+            waves.push((before, i, wave));
             let pages: u64 = wave.iter().map(|r| r.len()).sum();
             before += pages;
             total += pages;
-            k += 1;
         }
     }
     let per_page = span / total.max(1) as f64;
-    let due =
-        |&(before, i, _, _): &(u64, usize, usize, &[PageRange])| files[i].first_touch_ms + before as f64 * per_page;
-    waves.sort_by(|a, b| due(a).total_cmp(&due(b)).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
-    waves.into_iter().map(|(_, i, _, w)| (i, w)).collect()
+    let due = |&(before, i, _): &(u64, usize, &[PageRange])| files[i].first_touch_ms + before as f64 * per_page;
+    // A stable sort: ties keep the files' order, and each file's waves theirs.
+    waves.sort_by(|a, b| due(a).total_cmp(&due(b)));
+    waves.into_iter().map(|(_, i, w)| (i, w)).collect()
 }
 
 impl Policy for LaunchPolicy {
