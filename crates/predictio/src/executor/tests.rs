@@ -25,6 +25,8 @@ struct FakeState {
     settle_probes: u64,
     /// Pages whose read never settles.
     stuck: BTreeSet<u64>,
+    /// `read_settled` calls for a page of `stuck`.
+    stuck_probes: u64,
 }
 
 #[derive(Clone, Default)]
@@ -72,6 +74,7 @@ impl PageCache for FakeCache {
         let mut state = self.0.lock().unwrap();
         state.settle_probes += 1;
         if state.stuck.contains(&page) {
+            state.stuck_probes += 1;
             return false;
         }
         if state.unsettled_answers > 0 {
@@ -298,6 +301,38 @@ fn a_newer_io_that_settled_leaves_the_window_while_the_oldest_is_in_flight() {
     assert_eq!(d.issued_ios, 8);
     assert_eq!(d.paced_waits, 0, "each I/O found room left by a newer settled one");
     assert!(started.elapsed() < Duration::from_secs(5));
+}
+
+#[test]
+fn a_read_found_in_flight_is_not_probed_again_at_once() {
+    // The oldest read stays in flight while each newer one settles at its
+    // first probe: every I/O issued makes room by letting a newer one go.
+    // Probing the oldest again before each of them was most of the
+    // executor's syscalls on a real replay.
+    let cache = cache_of(10_000, []);
+    cache.0.lock().unwrap().stuck.insert(7);
+    let backend = FakeBackend::default();
+    let limits = Limits {
+        max_io_pages: 8,
+        max_unsettled_pages: 16,
+        settle_timeout: Duration::from_secs(30),
+        ..Limits::default()
+    };
+    let started = Instant::now();
+    let d = engine(&cache, &backend, limits, calm()).execute(req(&[(0, 1600)]));
+    let elapsed = started.elapsed();
+    assert_eq!((d.issued_ios, d.paced_waits), (200, 0));
+    let stuck = cache.0.lock().unwrap().stuck_probes;
+    let allowed = 1 + (elapsed.as_micros() / super::engine::MIN_PROBE_INTERVAL.as_micros()) as u64;
+    assert!(stuck <= allowed, "the stuck read was probed {stuck} times in {elapsed:?} (at most {allowed})");
+}
+
+#[test]
+fn probes_of_a_read_in_flight_back_off_with_its_age() {
+    use super::engine::{MAX_PROBE_INTERVAL, MIN_PROBE_INTERVAL, probe_interval};
+    assert_eq!(probe_interval(Duration::ZERO), MIN_PROBE_INTERVAL);
+    assert_eq!(probe_interval(Duration::from_millis(2)), Duration::from_micros(500));
+    assert_eq!(probe_interval(Duration::from_secs(1)), MAX_PROBE_INTERVAL);
 }
 
 #[test]
