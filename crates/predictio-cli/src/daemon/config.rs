@@ -76,6 +76,9 @@ pub struct ExecutorSection {
     /// default is the launch replay's window (4 MiB), which keeps a
     /// program's own reads from queueing behind a replay.
     pub max_unsettled_kib: u64,
+    /// Metadata prefetch (a launch's lookups and directory listings) in the
+    /// real-time I/O class, ahead of queued data prefetch.
+    pub meta_realtime_io: bool,
 }
 
 impl Default for ExecutorSection {
@@ -91,6 +94,7 @@ impl Default for ExecutorSection {
             track_hits: true,
             hit_timeout_secs: d.hit_timeout.as_secs(),
             max_unsettled_kib: predictio::launch::REPLAY_MAX_UNSETTLED_PAGES * 4,
+            meta_realtime_io: d.meta_realtime_io,
         }
     }
 }
@@ -323,6 +327,7 @@ impl Config {
                 ..PressureConfig::default()
             },
             hit_timeout: Duration::from_secs(e.hit_timeout_secs),
+            meta_realtime_io: e.meta_realtime_io,
             ..ExecutorConfig::default()
         })
     }

@@ -10,7 +10,10 @@
 //! [`MetaPool::threads`] threads that lists it (`getdents64` through the
 //! held descriptor, at most [`MAX_ENTRIES`] entries), which brings its blocks
 //! into the cache so the program's lookups find them there. A full queue
-//! drops the directory, counted; nothing is returned to anyone.
+//! drops the directory, counted; nothing is returned to anyone. The threads'
+//! reads go in the real-time I/O class when allowed
+//! ([`super::ExecutorConfig::meta_realtime_io`]), so that a directory block
+//! a launch is about to wait for is not queued behind the replay's data.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering, fence};
@@ -29,6 +32,10 @@ pub const MAX_ENTRIES: u64 = 1 << 16;
 /// Names one job looks up at most: a directory with many lookups (an
 /// interpreter's module directory) is spread over the threads.
 pub const LOOKUPS_PER_JOB: usize = 32;
+
+/// The real-time I/O level of the metadata threads: the class's middle
+/// (mq-deadline orders by class only).
+const REALTIME_LEVEL: u8 = 4;
 
 /// One job of the queue.
 enum Job {
@@ -59,8 +66,9 @@ impl std::fmt::Debug for MetaPool {
 }
 
 impl MetaPool {
-    /// Starts `threads` threads over a queue of `capacity` directories.
-    pub fn new(threads: usize, capacity: usize, accounting: Arc<Accounting>) -> std::io::Result<Self> {
+    /// Starts `threads` threads over a queue of `capacity` directories,
+    /// their I/O in the real-time class if `realtime` (and allowed).
+    pub fn new(threads: usize, capacity: usize, realtime: bool, accounting: Arc<Accounting>) -> std::io::Result<Self> {
         let shared = Arc::new(Shared {
             queue: ArrayQueue::new(capacity.max(1)),
             accounting,
@@ -71,7 +79,8 @@ impl MetaPool {
         let mut workers = Vec::new();
         for i in 0..threads {
             let shared = Arc::clone(&shared);
-            let handle = thread::Builder::new().name(format!("predictio-meta{i}")).spawn(move || worker(&shared))?;
+            let handle =
+                thread::Builder::new().name(format!("predictio-meta{i}")).spawn(move || worker(&shared, realtime))?;
             let t = handle.thread().clone();
             workers.push((handle, t));
         }
@@ -133,7 +142,10 @@ impl Drop for MetaPool {
     }
 }
 
-fn worker(shared: &Shared) {
+fn worker(shared: &Shared, realtime: bool) {
+    if realtime && let Err(err) = crate::sys::set_thread_io_realtime(REALTIME_LEVEL) {
+        tracing::debug!(%err, "metadata thread stays in its I/O class");
+    }
     loop {
         while let Some((job, origin)) = shared.queue.pop() {
             let d = match job {

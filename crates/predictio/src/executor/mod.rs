@@ -69,6 +69,15 @@ pub struct ExecutorConfig {
     pub meta_threads: usize,
     /// Directories waiting for a metadata thread; more are dropped.
     pub meta_queue_capacity: usize,
+    /// Whether the metadata threads' reads go in the real-time I/O class
+    /// (`ioprio_set`; needs `CAP_SYS_ADMIN`, else they stay best-effort), so
+    /// that mq-deadline dispatches a directory block ahead of queued data
+    /// prefetch. A launch's lookups are a chain of small reads it is about
+    /// to wait for (a program's own lookup of a name the metadata thread is
+    /// reading waits for that read); behind a replay's window of data they
+    /// waited their turn each. On by default; the work is bounded (one
+    /// replay's lookups and listings).
+    pub meta_realtime_io: bool,
     /// Requests of at most this many ranges are looked up in the page cache
     /// by the submitting thread (`cachestat`, stopping at the first range
     /// not wholly cached): one whose pages are all cached already is counted
@@ -110,6 +119,7 @@ impl Default for ExecutorConfig {
             hit_timeout: Duration::from_secs(30),
             meta_threads: 4,
             meta_queue_capacity: 4096,
+            meta_realtime_io: true,
             screen_resident_ranges: 0,
             stream_thread: true,
             issue_in_caller: false,
@@ -366,8 +376,13 @@ impl Executor {
         let worker_shared = Arc::clone(&shared);
         let worker_engine = Arc::clone(&engine);
         let worker_loop = move || worker_loop(worker_shared, worker_engine);
-        let meta = meta::MetaPool::new(config.meta_threads, config.meta_queue_capacity, Arc::clone(&shared.accounting))
-            .map_err(ExecutorError::Spawn)?;
+        let meta = meta::MetaPool::new(
+            config.meta_threads,
+            config.meta_queue_capacity,
+            config.meta_realtime_io,
+            Arc::clone(&shared.accounting),
+        )
+        .map_err(ExecutorError::Spawn)?;
         Ok(Self {
             shared,
             meta,
