@@ -18,6 +18,10 @@ pub struct ObserverConfig {
     /// not; with them every system call of every process takes the kernel's
     /// tracing path (the syscall tracepoints switch it on for all tasks),
     /// so a daemon that wants no lookups leaves them off.
+    ///
+    /// With them, the programs on `execve`/`execveat`'s entry report execs
+    /// starting too ([`predictio::Event::ExecStart`], for every reported
+    /// process).
     pub path_calls: bool,
     /// Report only files on these devices (`st_dev` values, as in
     /// [`predictio::FileId::dev`]). Empty: every device. At most 64.
@@ -134,4 +138,7 @@ pub struct ObserverStats {
     /// Lookup records (absolute paths the path system calls were given); the
     /// perf source has none.
     pub lookups: u64,
+    /// Exec-start records (`execve` entered with an absolute path); the
+    /// perf source has none.
+    pub exec_starts: u64,
 }

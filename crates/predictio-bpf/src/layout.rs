@@ -52,6 +52,16 @@ pub(crate) const PATH_CALLS: &[(&str, &str, Field)] = &[
     ("pio_path_readlink", "readlink", ("path", 16, 8)),
 ];
 
+/// The exec calls whose `syscalls:sys_enter_CALL` tracepoint reports an exec
+/// starting ([`predictio::Event::ExecStart`]): the program, the call and the
+/// path and argument-vector arguments it reads. Attached with the path calls
+/// (they need the same syscall tracing); a call this kernel lacks is not
+/// attached, one whose arguments moved is refused.
+pub(crate) const EXEC_START_CALLS: &[(&str, &str, [Field; 2])] = &[
+    ("pio_exec_start", "execve", [("filename", 16, 8), ("argv", 24, 8)]),
+    ("pio_exec_start_at", "execveat", [("filename", 24, 8), ("argv", 32, 8)]),
+];
+
 /// `sched:sched_process_exit`'s `group_dead` (Linux 6.16+): where the program
 /// reads it. Older kernels lack it; the program then uses the leader's exit.
 const GROUP_DEAD: Field = ("group_dead", 32, 1);
@@ -71,6 +81,8 @@ pub(crate) struct Layouts {
     pub exit_has_group_dead: bool,
     /// The [`PATH_CALLS`] this kernel has: (program, call).
     pub path_calls: Vec<(&'static str, &'static str)>,
+    /// The [`EXEC_START_CALLS`] this kernel has: (program, call).
+    pub exec_start_calls: Vec<(&'static str, &'static str)>,
 }
 
 /// Checks every tracepoint of [`TRACEPOINTS`] under `tracefs`.
@@ -94,7 +106,15 @@ pub(crate) fn check_all(tracefs: &Path) -> Result<Layouts, BpfError> {
         check("syscalls", &name, &format, &[field])?;
         path_calls.push((program, call));
     }
-    Ok(Layouts { exit_has_group_dead, path_calls })
+    let mut exec_start_calls = Vec::new();
+    for (program, call, fields) in EXEC_START_CALLS {
+        let name = format!("sys_enter_{call}");
+        let path = tracefs.join("events/syscalls").join(&name).join("format");
+        let Ok(format) = std::fs::read_to_string(&path) else { continue };
+        check("syscalls", &name, &format, fields)?;
+        exec_start_calls.push((*program, *call));
+    }
+    Ok(Layouts { exit_has_group_dead, path_calls, exec_start_calls })
 }
 
 /// Checks one tracepoint's `format` text against the fields a program reads.
@@ -186,6 +206,8 @@ format:
                 for call in ["openat", "newfstatat", "execve"] {
                     assert!(calls.contains(&call), "{call} not among {calls:?}");
                 }
+                let starts: Vec<&str> = layouts.exec_start_calls.iter().map(|(_, call)| *call).collect();
+                assert_eq!(starts, ["execve", "execveat"]);
             }
             None => eprintln!("skipping: tracefs is not mounted"),
         }

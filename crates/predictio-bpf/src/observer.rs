@@ -167,11 +167,14 @@ impl Observer {
             }
         }
 
-        let path_calls = if config.path_calls { &layouts.path_calls[..] } else { &[] };
-        for &(name, call) in path_calls {
-            let program =
-                ebpf.program_mut(name).ok_or_else(|| BpfError::Config(format!("object lacks program {name}")))?;
-            attach_tracepoint(program, name, "syscalls", &format!("sys_enter_{call}"))?;
+        // The path calls' programs, and with them those on the exec calls'
+        // entry (exec starts): the same syscall tracing pays for both.
+        if config.path_calls {
+            for &(name, call) in layouts.path_calls.iter().chain(&layouts.exec_start_calls) {
+                let program =
+                    ebpf.program_mut(name).ok_or_else(|| BpfError::Config(format!("object lacks program {name}")))?;
+                attach_tracepoint(program, name, "syscalls", &format!("sys_enter_{call}"))?;
+            }
         }
 
         let ring = RingBuf::try_from(take_map(&mut ebpf, "events")?).map_err(|source| BpfError::Map {
@@ -274,6 +277,7 @@ impl Observer {
                 Some(RecordKind::Fork) => &mut self.stats.forks,
                 Some(RecordKind::Exit) => &mut self.stats.exits,
                 Some(RecordKind::Lookup) => &mut self.stats.lookups,
+                Some(RecordKind::ExecStart) => &mut self.stats.exec_starts,
                 None => &mut self.stats.malformed,
             };
             *counter += 1;

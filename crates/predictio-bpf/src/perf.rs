@@ -266,6 +266,7 @@ impl From<PerfStats> for ObserverStats {
             forks: s.forks,
             exits: s.exits,
             lookups: 0,
+            exec_starts: 0,
         }
     }
 }

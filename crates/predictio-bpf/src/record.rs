@@ -90,6 +90,28 @@ impl Record {
         Some(Event::Lookup { pid: self.pid, path: path.into(), time_ns: self.time_ns })
     }
 
+    /// The event of an exec-start record (`struct pio_exec_start`): `tail` is
+    /// what follows the record, the path's buffer and then the command
+    /// line's. `None` when the path is missing, cut, not absolute or not
+    /// UTF-8, or `tail` is short (nothing is emitted).
+    pub(crate) fn exec_start_event(&self, tail: &[u8]) -> Option<Event> {
+        let len = self.aux as usize;
+        let path_bytes = PIO_PATH_BYTES as usize;
+        if self.kind != PIO_KIND_EXEC_START || len == 0 || len >= path_bytes || tail.len() < path_bytes {
+            return None;
+        }
+        let path = std::str::from_utf8(&tail[..len]).ok().filter(|p| p.starts_with('/'))?;
+        let args = &tail[path_bytes..];
+        let args = &args[..(self.first as usize).min(args.len()).min(PIO_ARGS_BYTES as usize)];
+        Some(Event::ExecStart {
+            pid: self.pid,
+            uid: u32::try_from(self.ino).unwrap_or(u32::MAX),
+            path: path.into(),
+            shape: predictio::launch::shape::of_argv(args).into(),
+            time_ns: self.time_ns,
+        })
+    }
+
     /// The shape of the command line an exec record (`struct pio_exec`)
     /// carries in `tail` (empty when it has none).
     fn exec_shape(&self, tail: &[u8]) -> std::sync::Arc<str> {
@@ -141,6 +163,10 @@ impl Record {
                 on_event(self.lookup_event(tail)?);
                 RecordKind::Lookup
             }
+            PIO_KIND_EXEC_START => {
+                on_event(self.exec_start_event(tail)?);
+                RecordKind::ExecStart
+            }
             PIO_KIND_FORK => {
                 on_event(Event::Fork { parent: pid, child: self.aux, time_ns });
                 RecordKind::Fork
@@ -186,6 +212,7 @@ pub(crate) enum RecordKind {
     Fork,
     Exit,
     Lookup,
+    ExecStart,
 }
 
 /// Converts the kernel's internal `dev_t` (`major << 20 | minor`, what

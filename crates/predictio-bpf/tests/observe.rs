@@ -674,7 +674,40 @@ fn without_the_path_call_programs_no_lookups_are_reported() {
     let events = held.run(&mut observer);
     assert!(!events.iter().any(|e| matches!(e, Event::Lookup { .. })), "{:?}", lookups_of(&events, pid));
     assert_eq!(observer.stats().lookups, 0);
+    assert!(
+        !events.iter().any(|e| matches!(e, Event::ExecStart { .. })),
+        "the exec-start programs are path-call programs"
+    );
+    assert_eq!(observer.stats().exec_starts, 0);
     assert!(pages_accessed(&events, data.id(), &[AccessKind::Read], Some(pid)).is_superset(&all_pages(1)));
+}
+
+#[test]
+fn an_exec_start_is_reported_before_its_exec() {
+    let data = TestFile::new(1);
+    let Some(mut observer) = observer(ObserverConfig::default()) else { return };
+    let held = Held::spawn(&["cat", path_str(&data.path)]);
+    let pid = held.pid();
+    observer.follow(pid).expect("follow");
+    let events = held.run(&mut observer);
+    let cat = which("cat");
+    // The shell's own exec may be seen too (see
+    // `exec_reports_the_executable_and_exit_follows`): cat's is the last.
+    // The shell tries each directory of its PATH: the last start before it
+    // is the one that ran.
+    let exec_at = events.iter().rposition(|e| matches!(e, Event::Exec { pid: p, .. } if *p == pid)).expect("exec");
+    let start = events[..exec_at].iter().rev().find_map(|e| match e {
+        Event::ExecStart { pid: p, uid, path, shape, .. } if *p == pid => Some((*uid, path.clone(), shape.clone())),
+        _ => None,
+    });
+    let Some((uid, path, shape)) = start else { panic!("no exec start before the exec: {events:?}") };
+    assert_eq!(std::fs::canonicalize(path.as_ref()).ok(), std::fs::canonicalize(&cat).ok(), "{path}");
+    // SAFETY: getuid has no preconditions.
+    assert_eq!(uid, unsafe { libc::getuid() });
+    // The command line as the caller passed it, shaped like the exec's.
+    let Event::Exec { shape: exec_shape, .. } = &events[exec_at] else { unreachable!() };
+    assert_eq!(shape, *exec_shape);
+    assert!(observer.stats().exec_starts >= 1);
 }
 
 #[test]

@@ -72,6 +72,25 @@ pub enum Event {
         /// Monotonic time, ns.
         time_ns: u64,
     },
+    /// A process entered `execve` (or `execveat`) with an absolute path:
+    /// an exec starting, before the kernel has looked the path up or read
+    /// the program, and before it is known whether the exec succeeds. Cold,
+    /// that part of an exec takes milliseconds (a large program's headers,
+    /// the loader's, and the read-around of their first faults), so a
+    /// launch replay started here is that much ahead of one started at the
+    /// [`Event::Exec`] that follows.
+    ExecStart {
+        /// Process (its thread-group id, which the exec keeps).
+        pid: u32,
+        /// The caller's real uid.
+        uid: u32,
+        /// The path, as the caller gave it (not resolved).
+        path: Arc<str>,
+        /// The shape of the command line it passed ([`crate::launch::shape`]).
+        shape: Arc<str>,
+        /// Monotonic time, ns.
+        time_ns: u64,
+    },
     /// A process forked.
     Fork {
         /// Parent.
@@ -224,11 +243,13 @@ pub enum EventKind {
     Scan,
     /// [`Event::Lookup`]
     Lookup,
+    /// [`Event::ExecStart`]
+    ExecStart,
 }
 
 impl EventKind {
     /// Every kind, in discriminant order.
-    pub const ALL: [EventKind; 15] = [
+    pub const ALL: [EventKind; 16] = [
         EventKind::PageAccess,
         EventKind::PageMiss,
         EventKind::PageEvict,
@@ -244,6 +265,7 @@ impl EventKind {
         EventKind::Pages,
         EventKind::Scan,
         EventKind::Lookup,
+        EventKind::ExecStart,
     ];
 
     /// Number of kinds.
@@ -258,6 +280,7 @@ impl Event {
             Event::PageMiss { .. } => EventKind::PageMiss,
             Event::PageEvict { .. } => EventKind::PageEvict,
             Event::Exec { .. } => EventKind::Exec,
+            Event::ExecStart { .. } => EventKind::ExecStart,
             Event::Fork { .. } => EventKind::Fork,
             Event::Exit { .. } => EventKind::Exit,
             Event::FileOpen { .. } => EventKind::FileOpen,
@@ -287,7 +310,11 @@ impl Event {
             | Event::Pages { file, .. }
             | Event::Scan { step: ScanStep::Segment { file, .. }, .. } => Some(*file),
             Event::Exec { exe, .. } => Some(*exe),
-            Event::Fork { .. } | Event::Exit { .. } | Event::Lookup { .. } | Event::Scan { .. } => None,
+            Event::ExecStart { .. }
+            | Event::Fork { .. }
+            | Event::Exit { .. }
+            | Event::Lookup { .. }
+            | Event::Scan { .. } => None,
         }
     }
 }

@@ -264,6 +264,8 @@ struct Prepared {
     /// The profile's executable and command shape, which the exec event
     /// carries.
     key: LaunchKey,
+    /// What the exec-start event of a launch carries.
+    start: ExecStart,
     runtime: Runtime,
     executor: Arc<Executor>,
     whole: Vec<Request>,
@@ -274,6 +276,20 @@ struct Prepared {
     dirs: usize,
     /// Names the replay looks up again (`Replay::lookups`).
     lookups: usize,
+}
+
+/// An exec starting, as the daemon sees it at `execve`'s entry (with
+/// `[launch] lookups` on, as the replayed lookups here assume).
+struct ExecStart {
+    uid: u32,
+    path: Arc<str>,
+    shape: Arc<str>,
+}
+
+impl ExecStart {
+    fn event(&self, pid: u32, time_ns: u64) -> Event {
+        Event::ExecStart { pid, uid: self.uid, path: Arc::clone(&self.path), shape: Arc::clone(&self.shape), time_ns }
+    }
 }
 
 impl Prepared {
@@ -305,14 +321,19 @@ fn make_cold(h: &Harness, p: &Prepared) -> Result<f64, BenchError> {
 }
 
 /// The replay's descriptors held in `held`, opened first if they are not.
-fn hold<'a>(held: &'a mut Option<Prepared>, profile: &Profile, exe: FileId) -> Result<&'a mut Prepared, BenchError> {
+fn hold<'a>(
+    held: &'a mut Option<Prepared>,
+    profile: &Profile,
+    exe: FileId,
+    argv: &[String],
+) -> Result<&'a mut Prepared, BenchError> {
     Ok(match held {
         Some(p) => p,
-        None => held.insert(prepare(profile, exe)?),
+        None => held.insert(prepare(profile, exe, argv)?),
     })
 }
 
-fn prepare(profile: &Profile, exe: FileId) -> Result<Prepared, BenchError> {
+fn prepare(profile: &Profile, exe: FileId, argv: &[String]) -> Result<Prepared, BenchError> {
     // The executor as `predictio run` and the daemon set it up for replays.
     let config = ExecutorConfig {
         limits: Limits { max_unsettled_pages: predictio::launch::REPLAY_MAX_UNSETTLED_PAGES, ..Limits::default() },
@@ -345,10 +366,23 @@ fn prepare(profile: &Profile, exe: FileId) -> Result<Prepared, BenchError> {
     }
     let book = ReplayBook::default();
     let key = LaunchKey::new(exe, &profile.shape);
-    book.insert(key.clone(), replay);
     let mut runtime = Runtime::new(Arc::clone(&executor));
-    runtime.add_policy(Box::new(LaunchPolicy::new(book)));
-    Ok(Prepared { key, runtime, executor, whole, replay_pages, whole_pages, files, changed, dirs, lookups })
+    runtime.add_policy(Box::new(LaunchPolicy::new(book.clone())));
+    // The exec as its caller asks for it: the path `execvp` runs and the
+    // command line as passed. The daemon pairs it with the exec it led to
+    // at the first launch it sees; here that launch is dispatched before
+    // the profile is in the book, so it replays nothing.
+    let start = ExecStart {
+        // SAFETY: getuid has no preconditions.
+        uid: unsafe { libc::getuid() },
+        path: which(&argv[0]).map(|p| p.display().to_string()).unwrap_or_else(|| argv[0].clone()).into(),
+        shape: predictio::launch::shape::of_args(argv).into(),
+    };
+    let seed = u32::MAX;
+    runtime.dispatch(&start.event(seed, 0));
+    runtime.dispatch(&Event::Exec { pid: seed, exe, shape: Arc::clone(&key.shape), time_ns: 0 });
+    book.insert(key.clone(), replay);
+    Ok(Prepared { key, start, runtime, executor, whole, replay_pages, whole_pages, files, changed, dirs, lookups })
 }
 
 fn pass(
@@ -375,10 +409,15 @@ fn pass(
     // its path lookups and ELF headers), the moment the daemon's exec event
     // fires; the replay starts then, as in the daemon. The time counts from
     // before the spawn, the exec included.
+    // The daemon's path: the exec-start event (`execve` entered; the pid is
+    // not known before the spawn and plays no part in a replay) reaches the
+    // policy, which emits the profile's requests to the executor; the exec
+    // event, once the program runs, finds the launch replayed.
+    if let (Side::Predictio, Some(p)) = (side, p.as_deref_mut()) {
+        p.runtime.dispatch(&p.start.event(0, time_ns));
+    }
     let child = spawn(argv)?;
     match (side, p.as_deref_mut()) {
-        // The daemon's path: the exec event reaches the policy, which emits
-        // the profile's requests to the executor.
         (Side::Predictio, Some(p)) => p.exec(child.id(), time_ns),
         (Side::WholeFile, Some(p)) => {
             for r in &p.whole {
@@ -513,7 +552,7 @@ fn measure(
             let s = (k + pair) % sides.len();
             let p = match sides[s] {
                 Side::Predictio | Side::WholeFile => {
-                    let p = hold(&mut held, &profile, key.id())?;
+                    let p = hold(&mut held, &profile, key.id(), argv)?;
                     resident_before = resident_before.max(make_cold(h, p)?);
                     Some(p)
                 }
@@ -550,7 +589,7 @@ fn measure(
     let warm_s = crate::report::median(&warm_runs.iter().map(|r| r.seconds).collect::<Vec<_>>());
     h.step(format!("{} warm", prog.name));
 
-    let p = hold(&mut held, &profile, key.id())?;
+    let p = hold(&mut held, &profile, key.id(), argv)?;
     // Without a block device under the executable (overlay, tmpfs) the
     // fill is timed until the executor is idle only.
     let disk = crate::machine::block_device_of(Path::new(&key.path))

@@ -22,6 +22,7 @@
 #define PIO_KIND_FORK 7      /* sched:sched_process_fork (raw): pid = parent, aux = child */
 #define PIO_KIND_EXIT 8      /* sched:sched_process_exit with group_dead */
 #define PIO_KIND_LOOKUP 9    /* syscalls:sys_enter_* of a path call: an absolute path (struct pio_lookup) */
+#define PIO_KIND_EXEC_START 10 /* syscalls:sys_enter_execve(at): path and command line asked for (struct pio_exec_start) */
 
 /* log2 of the page size page indices count in (predictio requires 4 KiB). */
 #define PIO_PAGE_SHIFT 12
@@ -91,6 +92,21 @@ struct pio_lookup {
 struct pio_exec {
 	struct pio_record record;
 	char args[PIO_ARGS_BYTES];
+};
+
+/*
+ * An exec starting (`execve`/`execveat` entered with an absolute path), before
+ * the kernel has looked the path up or read the program: `aux` is the path's
+ * length without its NUL (0 when it was cut or unreadable), `first` how many
+ * bytes of the command line follow in `args` (at most PIO_ARGS_BYTES; the
+ * second half of `args` is room the program needs to copy the arguments in
+ * with bounded offsets) and `ino` the caller's real uid. Whether the exec
+ * will succeed is not known yet.
+ */
+struct pio_exec_start {
+	struct pio_record record;
+	char path[PIO_PATH_BYTES];
+	char args[2 * PIO_ARGS_BYTES];
 };
 
 #endif

@@ -16,8 +16,9 @@ pub struct Args {
     /// Trace every process (root), not just CMD's tree.
     #[arg(long)]
     all: bool,
-    /// Only these event kinds (read, fault, map, miss, evict, exec, fork,
-    /// exit, lookup: an absolute path the process opened, stat'ed or
+    /// Only these event kinds (read, fault, map, miss, evict, exec-start:
+    /// `execve` entered with an absolute path, exec: the program running,
+    /// fork, exit, lookup: an absolute path the process opened, stat'ed or
     /// exec'd); repeatable. Default: all.
     #[arg(long = "kind", value_name = "KIND")]
     kinds: Vec<String>,
@@ -35,7 +36,7 @@ pub struct Args {
     command: Vec<String>,
 }
 
-const KINDS: [&str; 9] = ["read", "fault", "map", "miss", "evict", "exec", "fork", "exit", "lookup"];
+const KINDS: [&str; 10] = ["read", "fault", "map", "miss", "evict", "exec-start", "exec", "fork", "exit", "lookup"];
 
 fn kind_of(event: &Event) -> &'static str {
     use predictio::event::AccessKind;
@@ -45,6 +46,7 @@ fn kind_of(event: &Event) -> &'static str {
         Event::PageAccess { kind: AccessKind::MapPages, .. } => "map",
         Event::PageMiss { .. } => "miss",
         Event::PageEvict { .. } => "evict",
+        Event::ExecStart { .. } => "exec-start",
         Event::Exec { .. } => "exec",
         Event::Fork { .. } => "fork",
         Event::Exit { .. } => "exit",
@@ -58,6 +60,7 @@ fn pid_of(event: &Event) -> Option<u32> {
         Event::PageAccess { pid, .. }
         | Event::PageMiss { pid, .. }
         | Event::Exec { pid, .. }
+        | Event::ExecStart { pid, .. }
         | Event::Exit { pid, .. }
         | Event::FileOpen { pid, .. }
         | Event::Lookup { pid, .. } => Some(*pid),
@@ -73,6 +76,9 @@ pub fn describe(event: &Event) -> String {
         Event::PageMiss { pid, file, page, .. } => format!("{pid:>7} miss  {file} page {page}"),
         Event::PageEvict { file, page, .. } => format!("{:>7} evict {file} page {page}", "-"),
         Event::Exec { pid, exe, shape, .. } => format!("{pid:>7} exec  {exe} {} \"{shape}\"", exe_path(*pid)),
+        Event::ExecStart { pid, uid, path, shape, .. } => {
+            format!("{pid:>7} exec-start {path} \"{shape}\" uid {uid}")
+        }
         Event::Fork { parent, child, .. } => format!("{child:>7} fork  from {parent}"),
         Event::Exit { pid, .. } => format!("{pid:>7} exit"),
         Event::Lookup { pid, path, .. } => format!("{pid:>7} lookup {path}"),
@@ -106,6 +112,12 @@ fn json(event: &Event) -> serde_json::Value {
         Event::Fork { parent, .. } => v["parent"] = (*parent).into(),
         Event::Lookup { path, time_ns, .. } => {
             v["path"] = path.as_ref().into();
+            v["time_ns"] = (*time_ns).into();
+        }
+        Event::ExecStart { uid, path, shape, time_ns, .. } => {
+            v["uid"] = (*uid).into();
+            v["path"] = path.as_ref().into();
+            v["shape"] = shape.as_ref().into();
             v["time_ns"] = (*time_ns).into();
         }
         _ => {}

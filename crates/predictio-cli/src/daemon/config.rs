@@ -227,7 +227,10 @@ pub struct LaunchSection {
     /// default: the path-call tracepoints put every system call of every
     /// process on the kernel's tracing path (measured here: +45 ns a call,
     /// +400 ns a path call), for a wall-time gain not shown in the daemon;
-    /// off, they are not attached.
+    /// off, they are not attached. On, `execve`'s entry is seen too, and a
+    /// launch is replayed there, before the kernel reads the program, not
+    /// at its exec (python3's heavy imports 107–110 against 121–124 ms
+    /// here, see `docs/DESIGN.md`, "Exec starts").
     pub lookups: bool,
     /// Learn only executables under these path prefixes (empty: all).
     pub allow: Vec<String>,

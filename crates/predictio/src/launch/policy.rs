@@ -323,13 +323,36 @@ struct Learning {
     skipped: u64,
 }
 
+/// An exec as its caller asked for it ([`Event::ExecStart`]): who, which
+/// path, which command shape.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct StartKey {
+    uid: u32,
+    path: Arc<str>,
+    shape: Arc<str>,
+}
+
+/// Exec starts waiting for their exec, and paths learned, kept at most.
+const MAX_STARTS: usize = 4096;
+/// An exec start pairs with an exec of the same process at most this long
+/// after it (a cold exec takes milliseconds; a process that never exec'd
+/// and whose pid came back must not pair).
+const START_TTL_NS: u64 = 2_000_000_000;
+
 /// The `launch` policy (see the module docs).
 #[derive(Debug, Default)]
 pub struct LaunchPolicy {
     book: ReplayBook,
     pending: HashMap<FileId, (u64, Arc<Replay>)>,
     last_exec: HashMap<LaunchKey, u64>,
+    /// Exec starts by process, until its exec ([`Event::Exec`]) pairs them.
+    starting: HashMap<u32, (StartKey, u64)>,
+    /// The launch each exec start led to the last time: a later start with
+    /// the same user, path and shape replays that launch at once, without
+    /// waiting for the exec.
+    started: HashMap<StartKey, LaunchKey>,
     replays: u64,
+    early_replays: u64,
     learning: Option<Learning>,
 }
 
@@ -394,6 +417,52 @@ impl LaunchPolicy {
         self.replays
     }
 
+    /// Replays started at an exec start ([`Event::ExecStart`]), before the
+    /// exec; counted in [`LaunchPolicy::replays`] too.
+    pub fn early_replays(&self) -> u64 {
+        self.early_replays
+    }
+
+    /// Replays launch `key` at `time_ns` if the book has it and it did not
+    /// replay within [`REPEAT_NS`]; true if it did.
+    fn replay(&mut self, key: LaunchKey, time_ns: u64, ctx: &mut PolicyContext<'_>) -> bool {
+        let Some(replay) = self.book.get(&key) else { return false };
+        if self.last_exec.get(&key).is_some_and(|t| time_ns.saturating_sub(*t) < REPEAT_NS) {
+            return false;
+        }
+        if self.last_exec.len() >= MAX_PENDING {
+            self.last_exec.clear();
+        }
+        self.book.mark_replayed(&key);
+        self.last_exec.insert(key, time_ns);
+        self.replays += 1;
+        ctx.request_metadata(replay.lookups.clone(), replay.dirs.clone());
+        Self::emit(&replay.at_exec, &replay, ctx);
+        self.pending.retain(|_, (at, _)| time_ns.saturating_sub(*at) < TRIGGER_TTL_NS);
+        for (trigger, _) in &replay.on_trigger {
+            if self.pending.len() < MAX_PENDING {
+                self.pending.insert(*trigger, (time_ns, Arc::clone(&replay)));
+            }
+        }
+        true
+    }
+
+    /// Pairs `pid`'s exec start, if it has one, with the launch its exec is:
+    /// the next start like it replays that launch at once.
+    fn learn_start(&mut self, pid: u32, key: &LaunchKey, time_ns: u64) {
+        let Some((start, at)) = self.starting.remove(&pid) else { return };
+        if time_ns.saturating_sub(at) >= START_TTL_NS {
+            return;
+        }
+        if self.started.len() >= MAX_STARTS
+            && !self.started.contains_key(&start)
+            && let Some(victim) = self.started.keys().next().cloned()
+        {
+            self.started.remove(&victim);
+        }
+        self.started.insert(start, key.clone());
+    }
+
     /// One request per wave of each file (about `wave_pages` pages, in the
     /// file's order of first use), all waves in order of when they are
     /// expected to be needed (see [`wave_order`]). The executor runs
@@ -452,7 +521,7 @@ impl Policy for LaunchPolicy {
     }
 
     fn interests(&self) -> EventKinds {
-        let replay = EventKinds::of(&[EventKind::Exec, EventKind::PageAccess]);
+        let replay = EventKinds::of(&[EventKind::ExecStart, EventKind::Exec, EventKind::PageAccess]);
         if self.learning.is_some() {
             replay.with(EventKinds::of(&[EventKind::PageMiss, EventKind::Fork, EventKind::Exit, EventKind::Lookup]))
         } else {
@@ -467,26 +536,26 @@ impl Policy for LaunchPolicy {
     fn on_event(&mut self, event: &Event, ctx: &mut PolicyContext<'_>) {
         self.learn(event);
         match event {
-            Event::Exec { exe, shape, time_ns, .. } => {
-                let key = LaunchKey { exe: *exe, shape: Arc::clone(shape) };
-                let Some(replay) = self.book.get(&key) else { return };
-                if self.last_exec.get(&key).is_some_and(|t| time_ns.saturating_sub(*t) < REPEAT_NS) {
-                    return;
-                }
-                if self.last_exec.len() >= MAX_PENDING {
-                    self.last_exec.clear();
-                }
-                self.book.mark_replayed(&key);
-                self.last_exec.insert(key, *time_ns);
-                self.replays += 1;
-                ctx.request_metadata(replay.lookups.clone(), replay.dirs.clone());
-                Self::emit(&replay.at_exec, &replay, ctx);
-                self.pending.retain(|_, (at, _)| time_ns.saturating_sub(*at) < TRIGGER_TTL_NS);
-                for (trigger, _) in &replay.on_trigger {
-                    if self.pending.len() < MAX_PENDING {
-                        self.pending.insert(*trigger, (*time_ns, Arc::clone(&replay)));
+            Event::ExecStart { pid, uid, path, shape, time_ns } => {
+                let start = StartKey { uid: *uid, path: Arc::clone(path), shape: Arc::clone(shape) };
+                let known = self.started.get(&start).cloned();
+                if self.starting.len() >= MAX_STARTS && !self.starting.contains_key(pid) {
+                    self.starting.retain(|_, (_, at)| time_ns.saturating_sub(*at) < START_TTL_NS);
+                    if self.starting.len() >= MAX_STARTS {
+                        self.starting.clear();
                     }
                 }
+                self.starting.insert(*pid, (start, *time_ns));
+                if let Some(key) = known
+                    && self.replay(key, *time_ns, ctx)
+                {
+                    self.early_replays += 1;
+                }
+            }
+            Event::Exec { pid, exe, shape, time_ns } => {
+                let key = LaunchKey { exe: *exe, shape: Arc::clone(shape) };
+                self.learn_start(*pid, &key, *time_ns);
+                self.replay(key, *time_ns, ctx);
             }
             Event::PageAccess { file, .. } if !self.pending.is_empty() => {
                 if let Some((_, replay)) = self.pending.remove(file)
@@ -744,6 +813,54 @@ mod tests {
         drop(ctx);
         assert_eq!(out.len(), 2);
         assert_eq!(policy.replays(), 2);
+    }
+
+    #[test]
+    fn an_exec_start_replays_the_launch_its_last_start_led_to() {
+        let book = ReplayBook::default();
+        let exe = FileId { dev: 1, ino: 1 };
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        std::fs::write(&path, vec![0u8; 8192]).unwrap();
+        let file = FileRef::open(&path).unwrap();
+        let at_exec = vec![ReplayFile { file, ranges: vec![PageRange::page(1)], first_touch_ms: 0.0 }];
+        book.insert(LaunchKey::new(exe, "rustc --version"), Replay { at_exec, ..Replay::default() });
+        let mut policy = LaunchPolicy::new(book);
+        let files = crate::policy::FileTable::default();
+        let mut out = Vec::new();
+        let mut ctx = PolicyContext::new(&files, &mut out, crate::policy::PolicyId(1));
+        let s = 1_000_000_000;
+        let start = |pid, uid, path: &str, time_ns| Event::ExecStart {
+            pid,
+            uid,
+            path: path.into(),
+            shape: "rustc --version".into(),
+            time_ns,
+        };
+        let exec = |pid, time_ns| Event::Exec { pid, exe, shape: "rustc --version".into(), time_ns };
+        // Unknown at first: the start replays nothing, the exec does, and
+        // the pair is learned.
+        policy.on_event(&start(5, 0, "/bin/rustc", 0), &mut ctx);
+        assert_eq!((policy.replays(), policy.early_replays()), (0, 0));
+        policy.on_event(&exec(5, 1000), &mut ctx);
+        assert_eq!((policy.replays(), policy.early_replays()), (1, 0));
+        // The same start later replays at once, and its exec does not again.
+        policy.on_event(&start(6, 0, "/bin/rustc", 10 * s), &mut ctx);
+        assert_eq!((policy.replays(), policy.early_replays()), (2, 1));
+        policy.on_event(&exec(6, 10 * s + 1000), &mut ctx);
+        assert_eq!(policy.replays(), 2, "the exec right after its start is not replayed twice");
+        // Another user's start of the same path, or another path, waits
+        // for its exec.
+        policy.on_event(&start(7, 1000, "/bin/rustc", 20 * s), &mut ctx);
+        policy.on_event(&start(8, 0, "/tmp/rustc", 30 * s), &mut ctx);
+        assert_eq!(policy.early_replays(), 1);
+        // A start whose exec came too late (a pid reused) is not paired.
+        policy.on_event(&start(9, 0, "/opt/rustc", 40 * s), &mut ctx);
+        policy.on_event(&exec(9, 45 * s), &mut ctx);
+        policy.on_event(&start(10, 0, "/opt/rustc", 50 * s), &mut ctx);
+        assert_eq!(policy.early_replays(), 1);
+        drop(ctx);
+        assert_eq!(out.len(), policy.replays() as usize);
     }
 
     #[test]
