@@ -11,11 +11,15 @@
 //! 2. **Measured passes**, interleaved and rotated each pair, cold before
 //!    every pass (drop_caches, the resident fraction of the profile's files
 //!    checked): **baseline** (the program alone); **predictio** (the
-//!    `launch` policy gets the program's exec and hands the profile's page
-//!    lists to the executor once the program has exec'd — when the daemon's
-//!    exec event fires); **whole-file** (every file the profile names
-//!    prefetched whole through the same executor at the same moment: the
-//!    naive peer, like `vmtouch -t`). Time is from just before the spawn to
+//!    `launch` policy gets the program's exec start — the daemon with
+//!    `[launch] lookups`, whose profiles' lookups are replayed here too,
+//!    sees `execve` entered — just before the spawn, paired with the exec
+//!    it leads to as the daemon pairs them at the first launch it sees,
+//!    and hands the profile's page lists to the executor then; the exec
+//!    once the program has exec'd finds the launch replayed);
+//!    **whole-file** (every file the profile names prefetched whole
+//!    through the same executor at the same moment: the naive peer, like
+//!    `vmtouch -t`). Time is from just before the spawn to
 //!    the program's exit, its exec included. stdout and exit status must be
 //!    the same as the first baseline pass's.
 //! 3. **Warm** (the limit): the program run once to warm the cache, then the
@@ -405,26 +409,25 @@ fn pass(
     let issued = |p: &Option<&mut Prepared>| p.as_ref().map_or(0, |p| p.executor.stats().total.issued_bytes);
     let before = issued(&p);
     let start = Instant::now();
-    // `spawn` returns once the child has exec'd (the program's own exec:
-    // its path lookups and ELF headers), the moment the daemon's exec event
-    // fires; the replay starts then, as in the daemon. The time counts from
-    // before the spawn, the exec included.
-    // The daemon's path: the exec-start event (`execve` entered; the pid is
-    // not known before the spawn and plays no part in a replay) reaches the
+    // The time counts from before the spawn, the exec included. The
+    // daemon's path: the exec-start event (`execve` entered; the pid is not
+    // known before the spawn and plays no part in a replay) reaches the
     // policy, which emits the profile's requests to the executor; the exec
-    // event, once the program runs, finds the launch replayed.
-    if let (Side::Predictio, Some(p)) = (side, p.as_deref_mut()) {
-        p.runtime.dispatch(&p.start.event(0, time_ns));
-    }
-    let child = spawn(argv)?;
+    // event, once the program runs (`spawn` returns once the child has
+    // exec'd), finds the launch replayed. The whole-file peer starts at the
+    // same moment.
     match (side, p.as_deref_mut()) {
-        (Side::Predictio, Some(p)) => p.exec(child.id(), time_ns),
+        (Side::Predictio, Some(p)) => p.runtime.dispatch(&p.start.event(0, time_ns)),
         (Side::WholeFile, Some(p)) => {
             for r in &p.whole {
                 let _ = p.executor.submit(r.clone());
             }
         }
         _ => {}
+    }
+    let child = spawn(argv)?;
+    if let (Side::Predictio, Some(p)) = (side, p.as_deref_mut()) {
+        p.exec(child.id(), time_ns);
     }
     let run = wait(child, argv, start)?;
     if let Some(p) = p.as_deref() {
@@ -771,6 +774,7 @@ pub fn run(options: &BenchOptions) -> Result<Report, BenchError> {
             "window": "exec until the tree exits or 500 ms without a page-cache miss, cap 10 s",
             "training": "predictio record --exact (cold, readahead off while the program runs: the pages it read, the paths it looked up)",
             "lookups": if no_lookups() { "not replayed (PREDICTIO_BENCH_LAUNCH_NO_LOOKUPS)" } else { "replayed" },
+            "replay_at": "the exec start (execve entered, before the spawn), as the daemon with [launch] lookups",
         }),
         cold_method: h.cold.describe().into(),
         cases,
