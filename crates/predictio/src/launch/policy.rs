@@ -779,14 +779,13 @@ mod tests {
         assert_eq!(whole, vec![0, 1]);
     }
 
-    #[test]
-    fn repeated_exec_replays_once() {
-        let book = ReplayBook::default();
-        let exe = FileId { dev: 1, ino: 1 };
-        let dir = tempfile::tempdir().unwrap();
+    /// A book holding, for `rustc --version` of `exe` (stored as
+    /// `/x/rustc`), a replay of one page of a file made in `dir`.
+    fn book_of_one_page(dir: &tempfile::TempDir, exe: FileId) -> ReplayBook {
         let path = dir.path().join("f");
         std::fs::write(&path, vec![0u8; 8192]).unwrap();
         let file = FileRef::open(&path).unwrap();
+        let book = ReplayBook::default();
         book.insert(
             LaunchKey::new(exe, "rustc --version"),
             Replay {
@@ -795,6 +794,14 @@ mod tests {
                 ..Replay::default()
             },
         );
+        book
+    }
+
+    #[test]
+    fn repeated_exec_replays_once() {
+        let exe = FileId { dev: 1, ino: 1 };
+        let dir = tempfile::tempdir().unwrap();
+        let book = book_of_one_page(&dir, exe);
         assert!(book.take_replayed().is_empty(), "nothing replayed yet");
         let mut policy = LaunchPolicy::new(book.clone());
         let files = crate::policy::FileTable::default();
@@ -817,15 +824,9 @@ mod tests {
 
     #[test]
     fn an_exec_start_replays_the_launch_its_last_start_led_to() {
-        let book = ReplayBook::default();
         let exe = FileId { dev: 1, ino: 1 };
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("f");
-        std::fs::write(&path, vec![0u8; 8192]).unwrap();
-        let file = FileRef::open(&path).unwrap();
-        let at_exec = vec![ReplayFile { file, ranges: vec![PageRange::page(1)], first_touch_ms: 0.0 }];
-        book.insert(LaunchKey::new(exe, "rustc --version"), Replay { at_exec, ..Replay::default() });
-        let mut policy = LaunchPolicy::new(book);
+        let mut policy = LaunchPolicy::new(book_of_one_page(&dir, exe));
         let files = crate::policy::FileTable::default();
         let mut out = Vec::new();
         let mut ctx = PolicyContext::new(&files, &mut out, crate::policy::PolicyId(1));
