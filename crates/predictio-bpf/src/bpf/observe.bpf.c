@@ -347,6 +347,24 @@ int pio_exec(void *ctx)
 	return 0;
 }
 
+/* Whether the user-space string at `user_path` starts with '/'. */
+static __always_inline int user_path_is_absolute(const char *user_path)
+{
+	char first = 0;
+	return !bpf_probe_read_user(&first, 1, user_path) && first == '/';
+}
+
+/*
+ * Copies the user-space path into a record's `path` (PIO_PATH_BYTES) and
+ * returns its length without the NUL: 0 when it was unreadable, or filled
+ * the buffer and so may have been cut (not reported).
+ */
+static __always_inline __u32 copy_user_path(char *path, const char *user_path)
+{
+	long len = bpf_probe_read_user_str(path, PIO_PATH_BYTES, user_path);
+	return len > 1 && len < PIO_PATH_BYTES ? len - 1 : 0;
+}
+
 /* Arguments copied into an exec-start record at most. */
 #define PIO_EXEC_START_ARGS 32
 
@@ -365,16 +383,14 @@ static __always_inline int on_exec_start(const char *user_path, const char *cons
 	__u32 tgid = current_tgid();
 	if (!process_wanted(tgid))
 		return 0;
-	char first = 0;
-	if (bpf_probe_read_user(&first, 1, user_path) || first != '/')
+	if (!user_path_is_absolute(user_path))
 		return 0;
 	struct pio_exec_start *start = bpf_ringbuf_reserve(&events, sizeof(*start), 0);
 	if (!start) {
 		count_lost(PIO_LOST_RECORDS);
 		return 0;
 	}
-	long len = bpf_probe_read_user_str(start->path, sizeof(start->path), user_path);
-	__u32 reported = len > 1 && len < (long)sizeof(start->path) ? len - 1 : 0;
+	__u32 reported = copy_user_path(start->path, user_path);
 	__u32 off = 0;
 	for (int i = 0; i < PIO_EXEC_START_ARGS && user_argv; i++) {
 		const char *arg = 0;
@@ -508,8 +524,7 @@ static __always_inline int on_path(const char *user_path)
 	__s64 *budget = 0;
 	if (!lookups_wanted(tgid, &budget))
 		return 0;
-	char first = 0;
-	if (bpf_probe_read_user(&first, 1, user_path) || first != '/')
+	if (!user_path_is_absolute(user_path))
 		return 0;
 	/* Threads racing here may overshoot a launch's budget by one each. */
 	if (budget)
@@ -519,9 +534,7 @@ static __always_inline int on_path(const char *user_path)
 		count_lost(PIO_LOST_RECORDS);
 		return 0;
 	}
-	long len = bpf_probe_read_user_str(lookup->path, sizeof(lookup->path), user_path);
-	/* A path that filled the buffer may have been cut: not reported. */
-	__u32 reported = len > 1 && len < (long)sizeof(lookup->path) ? len - 1 : 0;
+	__u32 reported = copy_user_path(lookup->path, user_path);
 	fill(&lookup->record, PIO_KIND_LOOKUP, tgid, 0, 0, 0, 0, reported);
 	bpf_ringbuf_submit(lookup, wakeup_flags(0));
 	return 0;
