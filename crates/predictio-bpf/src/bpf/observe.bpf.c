@@ -179,6 +179,16 @@ static __always_inline void count_lost(__u32 counter)
 		*count += 1;
 }
 
+/* Reserves `size` bytes of the ring, or counts a lost record and returns
+ * NULL when it is full. */
+static __always_inline void *reserve(__u64 size)
+{
+	void *slot = bpf_ringbuf_reserve(&events, size, 0);
+	if (!slot)
+		count_lost(PIO_LOST_RECORDS);
+	return slot;
+}
+
 /* Fills a reserved record, stamped now. */
 static __always_inline void fill(struct pio_record *record, __u32 kind, __u32 pid, __u32 dev, __u64 ino,
 				 __u64 first, __u64 last, __u32 aux)
@@ -198,11 +208,9 @@ static __always_inline void fill(struct pio_record *record, __u32 kind, __u32 pi
 static __always_inline void emit(__u32 kind, __u32 pid, __u32 dev, __u64 ino, __u64 first,
 				 __u64 last, __u32 aux, int urgent)
 {
-	struct pio_record *record = bpf_ringbuf_reserve(&events, sizeof(*record), 0);
-	if (!record) {
-		count_lost(PIO_LOST_RECORDS);
+	struct pio_record *record = reserve(sizeof(*record));
+	if (!record)
 		return;
-	}
 	fill(record, kind, pid, dev, ino, first, last, aux);
 	bpf_ringbuf_submit(record, wakeup_flags(urgent));
 }
@@ -318,11 +326,9 @@ int pio_exec(void *ctx)
 	}
 	if (!process_wanted(tgid))
 		return 0;
-	struct pio_exec *exec = bpf_ringbuf_reserve(&events, sizeof(*exec), 0);
-	if (!exec) {
-		count_lost(PIO_LOST_RECORDS);
+	struct pio_exec *exec = reserve(sizeof(*exec));
+	if (!exec)
 		return 0;
-	}
 	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
 	struct mm_struct *mm = BPF_CORE_READ(task, mm);
 	struct inode *inode = BPF_CORE_READ(mm, exe_file, f_inode);
@@ -385,11 +391,9 @@ static __always_inline int on_exec_start(const char *user_path, const char *cons
 		return 0;
 	if (!user_path_is_absolute(user_path))
 		return 0;
-	struct pio_exec_start *start = bpf_ringbuf_reserve(&events, sizeof(*start), 0);
-	if (!start) {
-		count_lost(PIO_LOST_RECORDS);
+	struct pio_exec_start *start = reserve(sizeof(*start));
+	if (!start)
 		return 0;
-	}
 	__u32 reported = copy_user_path(start->path, user_path);
 	__u32 off = 0;
 	for (int i = 0; i < PIO_EXEC_START_ARGS && user_argv; i++) {
@@ -529,11 +533,9 @@ static __always_inline int on_path(const char *user_path)
 	/* Threads racing here may overshoot a launch's budget by one each. */
 	if (budget)
 		__sync_fetch_and_add(budget, -1);
-	struct pio_lookup *lookup = bpf_ringbuf_reserve(&events, sizeof(*lookup), 0);
-	if (!lookup) {
-		count_lost(PIO_LOST_RECORDS);
+	struct pio_lookup *lookup = reserve(sizeof(*lookup));
+	if (!lookup)
 		return 0;
-	}
 	__u32 reported = copy_user_path(lookup->path, user_path);
 	fill(&lookup->record, PIO_KIND_LOOKUP, tgid, 0, 0, 0, 0, reported);
 	bpf_ringbuf_submit(lookup, wakeup_flags(0));
