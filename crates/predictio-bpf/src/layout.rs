@@ -98,23 +98,28 @@ pub(crate) fn check_all(tracefs: &Path) -> Result<Layouts, BpfError> {
             exit_has_group_dead = true;
         }
     }
-    let mut path_calls = Vec::new();
-    for &(program, call, field) in PATH_CALLS {
-        let name = format!("sys_enter_{call}");
-        let path = tracefs.join("events/syscalls").join(&name).join("format");
-        let Ok(format) = std::fs::read_to_string(&path) else { continue };
-        check("syscalls", &name, &format, &[field])?;
-        path_calls.push((program, call));
-    }
-    let mut exec_start_calls = Vec::new();
-    for (program, call, fields) in EXEC_START_CALLS {
+    let path_calls = syscalls_present(tracefs, PATH_CALLS.iter().map(|(p, c, f)| (*p, *c, std::slice::from_ref(f))))?;
+    let exec_start_calls = syscalls_present(tracefs, EXEC_START_CALLS.iter().map(|(p, c, f)| (*p, *c, &f[..])))?;
+    Ok(Layouts { exit_has_group_dead, path_calls, exec_start_calls })
+}
+
+/// The (program, call) pairs of `calls` whose `syscalls:sys_enter_CALL`
+/// tracepoint this kernel has, each checked against the fields its program
+/// reads; a call the kernel lacks is left out, one whose fields moved is an
+/// error.
+fn syscalls_present<'a>(
+    tracefs: &Path,
+    calls: impl Iterator<Item = (&'static str, &'static str, &'a [Field])>,
+) -> Result<Vec<(&'static str, &'static str)>, BpfError> {
+    let mut present = Vec::new();
+    for (program, call, fields) in calls {
         let name = format!("sys_enter_{call}");
         let path = tracefs.join("events/syscalls").join(&name).join("format");
         let Ok(format) = std::fs::read_to_string(&path) else { continue };
         check("syscalls", &name, &format, fields)?;
-        exec_start_calls.push((*program, *call));
+        present.push((program, call));
     }
-    Ok(Layouts { exit_has_group_dead, path_calls, exec_start_calls })
+    Ok(present)
 }
 
 /// Checks one tracepoint's `format` text against the fields a program reads.

@@ -82,12 +82,23 @@ impl Record {
     /// not absolute or not UTF-8 (nothing is emitted: a replay cannot look
     /// it up again by a lossy name).
     pub(crate) fn lookup_event(&self, tail: &[u8]) -> Option<Event> {
-        let len = self.aux as usize;
-        if self.kind != PIO_KIND_LOOKUP || len == 0 || len >= PIO_PATH_BYTES as usize || tail.len() < len {
+        if self.kind != PIO_KIND_LOOKUP {
             return None;
         }
-        let path = std::str::from_utf8(&tail[..len]).ok().filter(|p| p.starts_with('/'))?;
+        let path = self.path(tail)?;
         Some(Event::Lookup { pid: self.pid, path: path.into(), time_ns: self.time_ns })
+    }
+
+    /// The absolute path at the start of `tail`, `aux` bytes long, as the
+    /// lookup and exec-start programs report it (`copy_user_path`): `None`
+    /// when it is missing, cut, not absolute or not UTF-8, or `tail` is
+    /// short.
+    fn path<'a>(&self, tail: &'a [u8]) -> Option<&'a str> {
+        let len = self.aux as usize;
+        if len == 0 || len >= PIO_PATH_BYTES as usize || tail.len() < len {
+            return None;
+        }
+        std::str::from_utf8(&tail[..len]).ok().filter(|p| p.starts_with('/'))
     }
 
     /// The event of an exec-start record (`struct pio_exec_start`): `tail` is
@@ -95,19 +106,16 @@ impl Record {
     /// line's. `None` when the path is missing, cut, not absolute or not
     /// UTF-8, or `tail` is short (nothing is emitted).
     pub(crate) fn exec_start_event(&self, tail: &[u8]) -> Option<Event> {
-        let len = self.aux as usize;
         let path_bytes = PIO_PATH_BYTES as usize;
-        if self.kind != PIO_KIND_EXEC_START || len == 0 || len >= path_bytes || tail.len() < path_bytes {
+        if self.kind != PIO_KIND_EXEC_START || tail.len() < path_bytes {
             return None;
         }
-        let path = std::str::from_utf8(&tail[..len]).ok().filter(|p| p.starts_with('/'))?;
-        let args = &tail[path_bytes..];
-        let args = &args[..(self.first as usize).min(args.len()).min(PIO_ARGS_BYTES as usize)];
+        let path = self.path(tail)?;
         Some(Event::ExecStart {
             pid: self.pid,
             uid: u32::try_from(self.ino).unwrap_or(u32::MAX),
             path: path.into(),
-            shape: predictio::launch::shape::of_argv(args).into(),
+            shape: shape_of(&tail[path_bytes..], self.first),
             time_ns: self.time_ns,
         })
     }
@@ -115,8 +123,7 @@ impl Record {
     /// The shape of the command line an exec record (`struct pio_exec`)
     /// carries in `tail` (empty when it has none).
     fn exec_shape(&self, tail: &[u8]) -> std::sync::Arc<str> {
-        let len = (self.aux as usize).min(tail.len()).min(PIO_ARGS_BYTES as usize);
-        predictio::launch::shape::of_argv(&tail[..len]).into()
+        shape_of(tail, self.aux.into())
     }
 
     /// Turns the record into events (several for a miss or eviction of a
@@ -213,6 +220,13 @@ pub(crate) enum RecordKind {
     Exit,
     Lookup,
     ExecStart,
+}
+
+/// The shape of the command line in the first `len` bytes of `args` (at
+/// most [`PIO_ARGS_BYTES`], however long `len` claims it is).
+fn shape_of(args: &[u8], len: u64) -> std::sync::Arc<str> {
+    let len = usize::try_from(len).unwrap_or(usize::MAX).min(args.len()).min(PIO_ARGS_BYTES as usize);
+    predictio::launch::shape::of_argv(&args[..len]).into()
 }
 
 /// Converts the kernel's internal `dev_t` (`major << 20 | minor`, what
