@@ -39,6 +39,7 @@ fn profile_of(exe: &str, files: &[(&std::path::Path, Vec<u64>)], salt: u64) -> P
                 identity: ident(p),
                 first_touch_ms: i as f64,
                 accesses: pages.iter().map(|&x| PageRange::page(x + salt % 3)).collect(),
+                access_ms: Vec::new(),
             })
             .collect(),
         window_ms: 10.0,

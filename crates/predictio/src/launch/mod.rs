@@ -40,7 +40,7 @@ pub mod store;
 /// Chromium within noise.
 pub const REPLAY_MAX_UNSETTLED_PAGES: u64 = 1024;
 
-pub use model::{ModelLimits, PageModel, WalkLimits};
+pub use model::{ModelLimits, PageModel, WalkLimits, Walked};
 pub use policy::{LaunchKey, LaunchPolicy, Replay, ReplayBook};
 pub use profile::{FileIdentity, FirstRuns, Freshness, LaunchRun, LearnLimits, Profile};
 pub use recorder::{AccessSource, Recorder, WindowLimits};

@@ -12,7 +12,11 @@
 //! [`PageModel::walk`] turns it into a prediction: starting from the pages a
 //! launch started this file at, it follows transitions (each node once, so
 //! loops and repeats are suppressed), keeps the nodes seen in enough of the
-//! recent runs, and returns a sorted sparse page list. Pure data; no I/O.
+//! recent runs, and returns a sorted sparse page list. Runs that say when
+//! each access happened ([`PageModel::merge_timed_run`]) also teach each
+//! node when it is first needed (an aged mean, ms after exec); a walk whose
+//! nodes all know it returns them in that order rather than the walk's
+//! ([`PageModel::walk_timed`]). Pure data; no I/O.
 
 use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet};
 
@@ -77,6 +81,22 @@ pub struct Node {
     pub pages: u32,
     /// Aged number of runs that touched it.
     pub weight: f32,
+    /// When the runs that touched it first did, ms after exec: their mean,
+    /// weighted like the runs (absent when no run said).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub at_ms: Option<f32>,
+}
+
+/// A walk's prediction for one file: page ranges in waves (in order of
+/// expected first use, each wave sorted and merged), and when each range is
+/// expected to be first needed, ms after exec — the earliest node of its
+/// wave — when every node walked knew it.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Walked {
+    /// The ranges, wave after wave.
+    pub ranges: Vec<PageRange>,
+    /// Parallel to `ranges`, or empty (a node walked had no time).
+    pub due_ms: Vec<f64>,
 }
 
 /// An edge: access `to` followed access `from`.
@@ -108,6 +128,14 @@ impl PageModel {
     /// Accesses already covered earlier in the same run are skipped (they
     /// were hits; they say nothing about first use).
     pub fn merge_run(&mut self, accesses: &[PageRange], limits: &ModelLimits) {
+        self.merge_timed_run(accesses, &[], limits);
+    }
+
+    /// [`PageModel::merge_run`] with when each access began, ms after exec
+    /// (`at_ms`, parallel to `accesses`; shorter or empty: the rest are not
+    /// known). Each node a timed access touches moves its
+    /// [`Node::at_ms`] toward the time.
+    pub fn merge_timed_run(&mut self, accesses: &[PageRange], at_ms: &[f32], limits: &ModelLimits) {
         let decay = limits.decay.clamp(0.0, 1.0);
         let mut nodes: BTreeMap<u64, Node> = self.nodes.iter().map(|n| (n.page, *n)).collect();
         let mut edges: HashMap<(u64, u64), f32> = self.edges.iter().map(|e| ((e.from, e.to), e.weight)).collect();
@@ -126,7 +154,8 @@ impl PageModel {
         let mut seen: HashSet<u64> = HashSet::new();
         let mut touched_nodes: HashSet<u64> = HashSet::new();
         let mut previous: Option<u64> = None;
-        for access in accesses {
+        for (i, access) in accesses.iter().enumerate() {
+            let at = at_ms.get(i).copied().filter(|t| t.is_finite());
             let mut page = access.start;
             while page < access.end {
                 let len = (access.end - page).min(u64::from(limits.max_node_pages.max(1)));
@@ -135,10 +164,17 @@ impl PageModel {
                     if seen.len() < 1 << 20 {
                         seen.extend(page..page + len);
                     }
-                    let node = nodes.entry(page).or_insert(Node { page, pages: 0, weight: 0.0 });
+                    let node = nodes.entry(page).or_insert(Node { page, pages: 0, weight: 0.0, at_ms: None });
                     node.pages = node.pages.max(len as u32);
                     if touched_nodes.insert(page) {
+                        let before = node.weight;
                         node.weight += 1.0;
+                        if let Some(t) = at {
+                            node.at_ms = Some(match node.at_ms {
+                                Some(old) if before > 0.0 => (old * before + t) / node.weight,
+                                _ => t,
+                            });
+                        }
                     }
                     match previous {
                         None => *starts.entry(page).or_insert(0.0) += 1.0,
@@ -188,8 +224,19 @@ impl PageModel {
     /// [`WalkLimits::wave_pages`] pages in walk order, each wave's ranges
     /// sorted and merged.
     pub fn walk(&self, limits: &WalkLimits) -> Vec<PageRange> {
+        self.walk_timed(limits).ranges
+    }
+
+    /// [`PageModel::walk`], and when each range is expected to be needed:
+    /// when every node the walk keeps knows when runs first touched it
+    /// ([`Node::at_ms`]), the nodes go in that order instead of the walk's
+    /// (which only follows transitions, and for a file several processes
+    /// read at once merges their streams: a traced Chromium reached pages
+    /// of its binary at 57–250 ms that the walk put in waves 359–372 of
+    /// 408), and [`Walked::due_ms`] says when.
+    pub fn walk_timed(&self, limits: &WalkLimits) -> Walked {
         if self.runs <= 0.0 {
-            return Vec::new();
+            return Walked::default();
         }
         let nodes: HashMap<u64, &Node> = self.nodes.iter().map(|n| (n.page, n)).collect();
         let mut out_edges: HashMap<u64, Vec<(u64, f32)>> = HashMap::new();
@@ -219,7 +266,7 @@ impl PageModel {
             .collect();
         let mut visited: HashSet<u64> = HashSet::new();
         let mut taken: BTreeMap<u64, u64> = BTreeMap::new();
-        let mut picked: Vec<PageRange> = Vec::new();
+        let mut picked: Vec<(PageRange, Option<f32>)> = Vec::new();
         let mut total = 0u64;
         let min_weight = limits.min_share * self.runs;
         while let Some(Item(p, std::cmp::Reverse(page))) = heap.pop() {
@@ -236,7 +283,7 @@ impl PageModel {
                     if len == 0 {
                         break;
                     }
-                    picked.push(PageRange::new(part.start, part.start + len));
+                    picked.push((PageRange::new(part.start, part.start + len), node.at_ms));
                     total += len;
                 }
                 if total >= limits.max_pages {
@@ -293,13 +340,27 @@ fn take_new(taken: &mut BTreeMap<u64, u64>, range: PageRange) -> Vec<PageRange> 
     parts
 }
 
-/// Cuts `picked` (in walk order) into consecutive waves of at least
-/// `wave_pages` pages (0: one wave) and sorts and merges each.
-fn waves(picked: Vec<PageRange>, wave_pages: u64, gap: u64) -> Vec<PageRange> {
-    let mut out = Vec::with_capacity(picked.len());
-    let mut rest = picked.as_slice();
+/// Cuts `picked` (in walk order, each range with its node's time) into
+/// consecutive waves of at least `wave_pages` pages (0: one wave) and sorts
+/// and merges each. When every range has a time they go in order of it
+/// first (ties keep the walk's order), and each wave is due at its
+/// earliest.
+fn waves(mut picked: Vec<(PageRange, Option<f32>)>, wave_pages: u64, gap: u64) -> Walked {
+    let timed = !picked.is_empty() && picked.iter().all(|p| p.1.is_some());
+    if timed {
+        picked.sort_by(|a, b| a.1.unwrap_or(0.0).total_cmp(&b.1.unwrap_or(0.0)));
+    }
+    let ranges: Vec<PageRange> = picked.iter().map(|p| p.0).collect();
+    let mut out = Walked { ranges: Vec::with_capacity(ranges.len()), due_ms: Vec::new() };
+    let mut rest = ranges.as_slice();
     while !rest.is_empty() {
-        out.extend(sorted_sparse(next_wave(&mut rest, wave_pages).to_vec(), gap));
+        let first = ranges.len() - rest.len();
+        let wave = sorted_sparse(next_wave(&mut rest, wave_pages).to_vec(), gap);
+        if timed {
+            let due = f64::from(picked[first].1.unwrap_or(0.0));
+            out.due_ms.extend(std::iter::repeat_n(due, wave.len()));
+        }
+        out.ranges.extend(wave);
     }
     out
 }
@@ -390,6 +451,46 @@ mod tests {
         let starts = |v: Vec<PageRange>| v.iter().map(|r| r.start).collect::<Vec<_>>();
         assert_eq!(starts(walk(2)), vec![40, 50, 20, 30, 0, 10], "the first pages used come first");
         assert_eq!(starts(walk(0)), vec![0, 10, 20, 30, 40, 50], "one wave: sorted");
+    }
+
+    #[test]
+    fn timed_runs_order_the_walk_by_when_pages_are_needed() {
+        // Two processes reading one file at once: the file's stream
+        // alternates between them, and the walk's transitions follow
+        // neither. The times say which page comes when.
+        let limits = ModelLimits::default();
+        let run = [r(0, 1), r(900, 901), r(10, 11), r(500, 501), r(20, 21)];
+        let at = [1.0, 50.0, 2.0, 60.0, 3.0];
+        let mut m = PageModel::default();
+        m.merge_timed_run(&run, &at, &limits);
+        let walk = WalkLimits { merge_gap: 0, wave_pages: 1, ..WalkLimits::default() };
+        let starts = |v: &[PageRange]| v.iter().map(|r| r.start).collect::<Vec<_>>();
+        let mut untimed = PageModel::default();
+        untimed.merge_run(&run, &limits);
+        assert_eq!(starts(&untimed.walk(&walk)), vec![0, 900, 10, 500, 20], "the transitions' order");
+        assert!(untimed.walk_timed(&walk).due_ms.is_empty());
+        let timed = m.walk_timed(&walk);
+        assert_eq!(starts(&timed.ranges), vec![0, 10, 20, 900, 500], "by time, not by transitions");
+        assert_eq!(timed.due_ms, vec![1.0, 2.0, 3.0, 50.0, 60.0]);
+        // Waves of two pages: each wave sorted, due at its earliest node.
+        let two = m.walk_timed(&WalkLimits { wave_pages: 2, ..walk });
+        assert_eq!(starts(&two.ranges), vec![0, 10, 20, 900, 500]);
+        assert_eq!(two.due_ms, vec![1.0, 1.0, 3.0, 3.0, 60.0]);
+
+        // A second run, later for page 900: the time is the runs' mean,
+        // the older run aged like its weight.
+        m.merge_timed_run(&[r(0, 1), r(900, 901)], &[1.0, 100.0], &limits);
+        let node = *m.nodes.iter().find(|n| n.page == 900).unwrap();
+        let expected = (50.0 * 0.7 + 100.0) / 1.7;
+        assert!((node.at_ms.unwrap() - expected).abs() < 1e-3, "{:?} against {expected}", node.at_ms);
+
+        // A run that says nothing of time leaves the times it has, and a
+        // node no run timed leaves the whole file in the walk's order.
+        m.merge_run(&[r(0, 1), r(700, 701)], &limits);
+        assert_eq!(m.nodes.iter().find(|n| n.page == 900).unwrap().at_ms, Some(node.at_ms.unwrap()));
+        let untimed = m.walk_timed(&walk);
+        assert!(untimed.due_ms.is_empty());
+        assert_eq!(untimed.ranges, m.walk(&walk));
     }
 
     #[test]

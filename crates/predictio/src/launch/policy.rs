@@ -31,6 +31,10 @@ pub struct ReplayFile {
     /// When the launch first touched the file, ms after exec (the
     /// profile's average).
     pub first_touch_ms: f64,
+    /// When each range is expected to be first needed, ms after exec
+    /// (parallel to `ranges`), or empty when the profile does not know
+    /// ([`crate::launch::Walked::due_ms`]).
+    pub due_ms: Vec<f64>,
 }
 
 /// A profile ready to replay: descriptors opened, files checked.
@@ -77,7 +81,8 @@ impl Replay {
             span_ms: window.max(latest),
             ..Replay::default()
         };
-        let open_one = |index: usize, ranges: Vec<PageRange>, replay: &mut Replay| -> Option<ReplayFile> {
+        let mut due_ms = plan.due_ms;
+        let mut open_one = |index: usize, ranges: Vec<PageRange>, replay: &mut Replay| -> Option<ReplayFile> {
             let identity = &profile.files[index].identity;
             let file = match FileRef::open(&identity.path) {
                 Ok(file) => file,
@@ -87,9 +92,12 @@ impl Replay {
                 }
             };
             match file.file().metadata().map(|m| identity.compare(&m)) {
-                Ok(Freshness::Fresh) => {
-                    Some(ReplayFile { file, ranges, first_touch_ms: profile.files[index].first_touch_ms })
-                }
+                Ok(Freshness::Fresh) => Some(ReplayFile {
+                    file,
+                    ranges,
+                    first_touch_ms: profile.files[index].first_touch_ms,
+                    due_ms: due_ms.remove(&index).unwrap_or_default(),
+                }),
                 Ok(_) => {
                     replay.changed.push(identity.path.clone());
                     None
@@ -478,12 +486,14 @@ impl LaunchPolicy {
 }
 
 /// The waves of `files` (`(file index, ranges)`), in order of expected need.
-/// The launch is taken to read its pages at an even rate over its span
-/// (`span_ms`, at least the latest first touch), and a file's waves one
-/// after another from its first touch, each due when the pages of the
-/// file's waves before it would have been read at that rate: the first
-/// touch and the order within each file are what the profile knows. Ties
-/// keep the files' order.
+/// A file whose profile knows when each range is first needed
+/// ([`ReplayFile::due_ms`]) has each wave due then. Otherwise the launch is
+/// taken to read its pages at an even rate over its span (`span_ms`, at
+/// least the latest first touch), and a file's waves one after another
+/// from its first touch, each due when the pages of the file's waves before
+/// it would have been read at that rate: the first touch and the order
+/// within each file are what such a profile knows. Ties keep the files'
+/// order.
 ///
 /// Counting pages, not waves: a small file is one wave of a few pages, and
 /// when each wave took an equal share of the span, Chromium's ~300 small
@@ -493,26 +503,30 @@ impl LaunchPolicy {
 /// queued beside the replay.
 pub fn wave_order(files: &[ReplayFile], wave_pages: u64, span_ms: f64) -> Vec<(usize, &[PageRange])> {
     let span = files.iter().map(|f| f.first_touch_ms).fold(span_ms, f64::max).max(1.0);
-    // (pages of the file before the wave, file, wave), pushed file by file
-    // in each file's order.
-    let mut waves: Vec<(u64, usize, &[PageRange])> = Vec::new();
+    // (pages of the file before the wave, its due time if known, file,
+    // wave), pushed file by file in each file's order.
+    let mut waves: Vec<(u64, Option<f64>, usize, &[PageRange])> = Vec::new();
     let mut total = 0u64;
     for (i, f) in files.iter().enumerate() {
+        let timed = f.due_ms.len() == f.ranges.len();
         let mut rest = f.ranges.as_slice();
         let mut before = 0u64;
         while !rest.is_empty() {
+            let first = f.ranges.len() - rest.len();
             let wave = next_wave(&mut rest, wave_pages);
-            waves.push((before, i, wave));
+            waves.push((before, timed.then(|| f.due_ms[first]), i, wave));
             let pages: u64 = wave.iter().map(|r| r.len()).sum();
             before += pages;
             total += pages;
         }
     }
     let per_page = span / total.max(1) as f64;
-    let due = |&(before, i, _): &(u64, usize, &[PageRange])| files[i].first_touch_ms + before as f64 * per_page;
+    let due = |&(before, at, i, _): &(u64, Option<f64>, usize, &[PageRange])| {
+        at.unwrap_or_else(|| files[i].first_touch_ms + before as f64 * per_page)
+    };
     // A stable sort: ties keep the files' order, and each file's waves theirs.
     waves.sort_by(|a, b| due(a).total_cmp(&due(b)));
-    waves.into_iter().map(|(_, i, w)| (i, w)).collect()
+    waves.into_iter().map(|(_, _, i, w)| (i, w)).collect()
 }
 
 impl Policy for LaunchPolicy {
@@ -715,6 +729,7 @@ mod tests {
                 identity: ident,
                 first_touch_ms: 0.0,
                 accesses: vec![PageRange::page(0)],
+                access_ms: Vec::new(),
             }],
             window_ms: 1.0,
             lookups: Vec::new(),
@@ -742,8 +757,14 @@ mod tests {
             file: open("big"),
             ranges: (0..20).map(|i| PageRange::page(i * 2)).collect(),
             first_touch_ms: 0.0,
+            due_ms: Vec::new(),
         };
-        let small = ReplayFile { file: open("small"), ranges: vec![PageRange::page(0)], first_touch_ms: 1.0 };
+        let small = ReplayFile {
+            file: open("small"),
+            ranges: vec![PageRange::page(0)],
+            first_touch_ms: 1.0,
+            due_ms: Vec::new(),
+        };
         let files = [big, small];
         let order: Vec<usize> = wave_order(&files, 1, 100.0).into_iter().map(|(f, _)| f).collect();
         assert_eq!(order.len(), 21);
@@ -758,6 +779,7 @@ mod tests {
             file: open("big4"),
             ranges: (0..80).map(|i| PageRange::page(i * 2)).collect(),
             first_touch_ms: 0.0,
+            due_ms: Vec::new(),
         };
         let mut many = vec![big4];
         for i in 0..40 {
@@ -765,9 +787,15 @@ mod tests {
                 file: open(&format!("early{i}")),
                 ranges: vec![PageRange::page(0)],
                 first_touch_ms: 2.0,
+                due_ms: Vec::new(),
             });
         }
-        many.push(ReplayFile { file: open("late"), ranges: vec![PageRange::page(0)], first_touch_ms: 48.0 });
+        many.push(ReplayFile {
+            file: open("late"),
+            ranges: vec![PageRange::page(0)],
+            first_touch_ms: 48.0,
+            due_ms: Vec::new(),
+        });
         let order: Vec<usize> = wave_order(&many, 4, 100.0).into_iter().map(|(f, _)| f).collect();
         assert_eq!(order.len(), 20 + 41);
         let late = order.iter().position(|&f| f == 41).unwrap();
@@ -777,6 +805,34 @@ mod tests {
         // One wave per file (wave_pages 0): one request each, files in order.
         let whole: Vec<usize> = wave_order(&files, 0, 100.0).into_iter().map(|(f, _)| f).collect();
         assert_eq!(whole, vec![0, 1]);
+    }
+
+    #[test]
+    fn waves_with_known_times_are_due_then() {
+        let dir = tempfile::tempdir().unwrap();
+        let open = |name: &str| {
+            let path = dir.path().join(name);
+            std::fs::write(&path, vec![0u8; 4096]).unwrap();
+            FileRef::open(&path).unwrap()
+        };
+        // A binary touched first whose profile knows its pages' times (one
+        // needed at 1 ms, one at 90 ms), a library without times touched at
+        // 10 ms: the library's page goes between the binary's two.
+        let binary = ReplayFile {
+            file: open("binary"),
+            ranges: vec![PageRange::page(0), PageRange::page(8)],
+            first_touch_ms: 0.0,
+            due_ms: vec![1.0, 90.0],
+        };
+        let lib = ReplayFile {
+            file: open("lib"),
+            ranges: vec![PageRange::page(0)],
+            first_touch_ms: 10.0,
+            due_ms: Vec::new(),
+        };
+        let files = [binary, lib];
+        let order: Vec<(usize, u64)> = wave_order(&files, 1, 100.0).into_iter().map(|(f, w)| (f, w[0].start)).collect();
+        assert_eq!(order, vec![(0, 0), (1, 0), (0, 8)]);
     }
 
     /// A book holding, for `rustc --version` of `exe` (stored as
@@ -790,7 +846,12 @@ mod tests {
             LaunchKey::new(exe, "rustc --version"),
             Replay {
                 exe: "/x/rustc".into(),
-                at_exec: vec![ReplayFile { file, ranges: vec![PageRange::page(1)], first_touch_ms: 0.0 }],
+                at_exec: vec![ReplayFile {
+                    file,
+                    ranges: vec![PageRange::page(1)],
+                    first_touch_ms: 0.0,
+                    due_ms: Vec::new(),
+                }],
                 ..Replay::default()
             },
         );
@@ -876,6 +937,7 @@ mod tests {
                 file: FileRef::open(&path).unwrap(),
                 ranges: vec![PageRange::page(1)],
                 first_touch_ms: 0.0,
+                due_ms: Vec::new(),
             }],
             ..Replay::default()
         };

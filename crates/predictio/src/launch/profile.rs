@@ -116,6 +116,10 @@ pub struct RunFile {
     pub first_touch_ms: f64,
     /// The accesses, in order.
     pub accesses: Vec<PageRange>,
+    /// When each access began, ms after exec (parallel to `accesses`;
+    /// empty when not known, as in runs kept by an older version).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub access_ms: Vec<f32>,
 }
 
 /// One learned file of a [`Profile`].
@@ -273,6 +277,10 @@ pub struct Plan {
     /// `(trigger file index, [(file index, ranges)])` to fetch when the
     /// trigger file is first touched.
     pub on_trigger: Vec<(usize, FilePages)>,
+    /// By file index: when each of its ranges is expected to be first
+    /// needed, ms after exec ([`crate::launch::Walked::due_ms`]), for the
+    /// files whose models know.
+    pub due_ms: std::collections::HashMap<usize, Vec<f64>>,
 }
 
 impl Plan {
@@ -343,12 +351,12 @@ impl Profile {
                     } else {
                         known.first_touch_ms = 0.5 * (known.first_touch_ms + file.first_touch_ms);
                     }
-                    known.model.merge_run(&file.accesses, &limits.model);
+                    known.model.merge_timed_run(&file.accesses, &file.access_ms, &limits.model);
                     touched[i] = true;
                 }
                 None if self.files.len() < limits.max_files => {
                     let mut model = PageModel::default();
-                    model.merge_run(&file.accesses, &limits.model);
+                    model.merge_timed_run(&file.accesses, &file.access_ms, &limits.model);
                     self.files.push(FileProfile {
                         identity: file.identity.clone(),
                         first_touch_ms: file.first_touch_ms,
@@ -387,17 +395,22 @@ impl Profile {
         let mut plan = Plan::default();
         let later: std::collections::HashSet<usize> =
             self.triggers.iter().flat_map(|t| t.then.iter().copied()).collect();
-        let walked = |i: usize| -> Option<(usize, Vec<PageRange>)> {
-            let ranges = self.files[i].model.walk(walk);
-            (!ranges.is_empty()).then_some((i, ranges))
+        let mut due_ms = std::collections::HashMap::new();
+        let mut walked = |i: usize| -> Option<(usize, Vec<PageRange>)> {
+            let walked = self.files[i].model.walk_timed(walk);
+            if !walked.due_ms.is_empty() {
+                due_ms.insert(i, walked.due_ms);
+            }
+            (!walked.ranges.is_empty()).then_some((i, walked.ranges))
         };
-        plan.at_exec = (0..self.files.len()).filter(|i| !later.contains(i)).filter_map(walked).collect();
+        plan.at_exec = (0..self.files.len()).filter(|i| !later.contains(i)).filter_map(&mut walked).collect();
         plan.on_trigger = self
             .triggers
             .iter()
             .map(|t| (t.on, t.then.iter().filter_map(|&i| walked(i)).collect::<Vec<_>>()))
             .filter(|t| !t.1.is_empty())
             .collect();
+        plan.due_ms = due_ms;
         plan
     }
 }
@@ -454,6 +467,7 @@ mod tests {
             identity: ident(path, ino),
             first_touch_ms: at,
             accesses: pages.iter().map(|&p| PageRange::page(p)).collect(),
+            access_ms: Vec::new(),
         }
     }
 

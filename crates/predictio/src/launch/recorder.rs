@@ -81,6 +81,8 @@ pub enum AccessSource {
 struct Seen {
     first_ns: u64,
     accesses: Vec<PageRange>,
+    /// When each access began, ms after exec (parallel to `accesses`).
+    at_ms: Vec<f32>,
 }
 
 /// Records one launch (see the module docs).
@@ -200,7 +202,7 @@ impl Recorder {
     /// sequential walk is one miss per page.
     fn touch(&mut self, pid: u32, file: FileId, pages: PageRange, time_ns: u64) {
         if !self.files.contains_key(&file) && self.files.len() < self.limits.max_files {
-            self.files.insert(file, Seen { first_ns: time_ns, accesses: Vec::new() });
+            self.files.insert(file, Seen { first_ns: time_ns, accesses: Vec::new(), at_ms: Vec::new() });
             self.order.push(file);
             self.pids.insert(file, pid);
         }
@@ -218,6 +220,7 @@ impl Recorder {
         }
         if seen.accesses.len() < self.limits.max_accesses_per_file {
             seen.accesses.push(pages);
+            seen.at_ms.push(time_ns.saturating_sub(self.exec_ns) as f32 / 1e6);
         }
     }
 
@@ -274,6 +277,7 @@ impl Recorder {
                 identity,
                 first_touch_ms: seen.first_ns.saturating_sub(self.exec_ns) as f64 / 1e6,
                 accesses: seen.accesses.clone(),
+                access_ms: seen.at_ms.clone(),
             });
         }
         let lookups = self.lookups.iter().map(|p| p.to_string()).collect();
@@ -312,6 +316,7 @@ mod tests {
         let run = r.finish(|id, _| ident(id));
         assert_eq!(run.files.iter().map(|f| f.identity.ino).collect::<Vec<_>>(), vec![5, 7]);
         assert_eq!(run.files[0].accesses, vec![PageRange::page(3), PageRange::page(1)]);
+        assert_eq!(run.files[0].access_ms, vec![1.0, 4.0], "when each access began, ms after exec");
         assert_eq!(run.files[1].first_touch_ms, 3.0);
         assert_eq!(run.window_ms, 6.0);
     }

@@ -461,7 +461,7 @@ mod tests {
         let accesses = (0..pages).map(|i| PageRange::page(i * 7)).collect();
         p.merge(
             &LaunchRun {
-                files: vec![RunFile { identity: ident, first_touch_ms: 0.0, accesses }],
+                files: vec![RunFile { identity: ident, first_touch_ms: 0.0, accesses, access_ms: Vec::new() }],
                 window_ms: 5.0,
                 lookups: Vec::new(),
             },
