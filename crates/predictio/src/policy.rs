@@ -121,8 +121,14 @@ impl<'a> PolicyContext<'a> {
     /// opened and checked itself, from profiles it learned by observation —
     /// never a path a client named).
     pub fn request_file(&mut self, file: &FileRef, ranges: Vec<PageRange>, urgency: Urgency) {
+        self.request_file_paced(file, ranges, urgency, 0);
+    }
+
+    /// [`PolicyContext::request_file`] with a narrower pacing window for
+    /// its reads ([`Request::window_pages`]).
+    pub fn request_file_paced(&mut self, file: &FileRef, ranges: Vec<PageRange>, urgency: Urgency, window_pages: u64) {
         if !ranges.is_empty() {
-            self.out.push(Request::new(file.clone(), ranges, self.origin).with_urgency(urgency));
+            self.out.push(Request::new(file.clone(), ranges, self.origin).with_urgency(urgency).paced(window_pages));
         }
     }
 

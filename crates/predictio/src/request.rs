@@ -35,12 +35,28 @@ pub struct Request {
     /// [`crate::executor::stream`]), instead of issuing them through its
     /// backend.
     pub sequential: bool,
+    /// A narrower pacing window for this request's reads, in pages: while
+    /// they are issued, at most this many pages of reads that report no
+    /// completion may be in flight (0: the executor's own
+    /// [`crate::executor::Limits::max_unsettled_pages`]; never wider than
+    /// it, and nothing when that is unbounded). A launch replay too small
+    /// to be bound by the device's throughput asks for one, so the
+    /// program's own reads wait behind less (see
+    /// [`crate::launch::replay_window_pages`]).
+    pub window_pages: u64,
 }
 
 impl Request {
     /// A speculative request.
     pub fn new(file: FileRef, ranges: Vec<PageRange>, origin: PolicyId) -> Self {
-        Self { file, ranges, origin, urgency: Urgency::Speculative, sequential: false }
+        Self { file, ranges, origin, urgency: Urgency::Speculative, sequential: false, window_pages: 0 }
+    }
+
+    /// The same request with a narrower pacing window (see
+    /// [`Request::window_pages`]).
+    pub fn paced(mut self, window_pages: u64) -> Self {
+        self.window_pages = window_pages;
+        self
     }
 
     /// The same request, marked to be streamed (see [`Request::sequential`]).

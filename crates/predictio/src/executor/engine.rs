@@ -294,6 +294,7 @@ impl Engine {
         let id = file.id();
         let asked = request.ranges.iter().map(PageRange::len).sum::<u64>();
         d.requested_pages = asked;
+        let window = self.window(request.window_pages);
 
         if request.urgency == Urgency::Speculative && self.pressure.under_pressure(now) {
             d.dropped_requests = 1;
@@ -397,7 +398,7 @@ impl Engine {
         }
         for &chunk in &chunks {
             self.make_room(chunk.len());
-            d.paced_waits += self.pace(chunk.len());
+            d.paced_waits += self.pace(chunk.len(), window);
             let token = self.next_token;
             self.next_token = self.next_token.wrapping_add(1);
             // Remembered before the read is issued: the program may touch
@@ -536,16 +537,27 @@ impl Engine {
     /// settled are let go (looked up, never waited for). What
     /// [`super::Executor::submit`] asks before running a request in the
     /// caller's thread.
-    pub fn issues_without_waiting(&mut self, pages: u64) -> bool {
+    pub fn issues_without_waiting(&mut self, pages: u64, window_pages: u64) -> bool {
         if self.backend.in_flight() > 0 {
             return false;
         }
-        let limit = self.limits.max_unsettled_pages;
+        let limit = self.window(window_pages);
         if limit == 0 {
             return true;
         }
         while self.unsettled_pages + pages > limit && self.release_settled() {}
         self.unsettled_pages + pages <= limit
+    }
+
+    /// The pacing window for a request asking for `window_pages` (see
+    /// [`Request::window_pages`]): the executor's, or the request's when
+    /// that is narrower; unbounded only when the executor's is.
+    fn window(&self, window_pages: u64) -> u64 {
+        match (self.limits.max_unsettled_pages, window_pages) {
+            (0, _) => 0,
+            (limit, 0) => limit,
+            (limit, asked) => limit.min(asked),
+        }
     }
 
     /// Lets go of unsettled reads that have settled (or are past
@@ -582,13 +594,12 @@ impl Engine {
         released
     }
 
-    /// Waits until an I/O of `pages` more pages fits the window of
-    /// [`Limits::max_unsettled_pages`]: settled I/Os leave it (see
+    /// Waits until an I/O of `pages` more pages fits a window of `limit`
+    /// pages ([`Self::window`]; 0: unbounded): settled I/Os leave it (see
     /// [`Self::release_settled`]); one that has not settled within
     /// [`Limits::settle_timeout`] leaves it anyway. Returns the rounds of
     /// probes that found nothing settled (each followed by a short sleep).
-    fn pace(&mut self, pages: u64) -> u64 {
-        let limit = self.limits.max_unsettled_pages;
+    fn pace(&mut self, pages: u64, limit: u64) -> u64 {
         let mut waits = 0;
         while limit > 0 && self.unsettled_pages + pages > limit && !self.unsettled.is_empty() {
             if !self.release_settled() {

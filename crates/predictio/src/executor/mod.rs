@@ -497,7 +497,7 @@ impl Executor {
             return Some(request);
         }
         let Ok(mut engine) = self.engine.try_lock() else { return Some(request) };
-        if !engine.issues_without_waiting(request.pages()) {
+        if !engine.issues_without_waiting(request.pages(), request.window_pages) {
             return Some(request);
         }
         self.shared.submitted.fetch_add(1, Ordering::SeqCst);

@@ -283,6 +283,22 @@ fn unsettled_window_paces_backends_without_completions() {
 }
 
 #[test]
+fn a_request_narrows_the_window_but_never_widens_it() {
+    let run = |executor_window: u64, request_window: u64| {
+        let cache = cache_of(10_000, []);
+        cache.0.lock().unwrap().unsettled_answers = 3;
+        let backend = FakeBackend::default();
+        let limits = Limits { max_io_pages: 8, max_unsettled_pages: executor_window, ..Limits::default() };
+        let d = engine(&cache, &backend, limits, calm()).execute(req(&[(0, 64)]).paced(request_window));
+        (d.issued_ios, d.paced_waits)
+    };
+    assert_eq!(run(64, 0), (8, 0), "all 64 pages fit the executor's window");
+    assert_eq!(run(64, 16), (8, 1), "paced as in a 16-page window");
+    assert_eq!(run(16, 1000), (8, 1), "the executor's 16 pages still bound it");
+    assert_eq!(run(0, 16), (8, 0), "an unbounded executor tracks nothing to pace by");
+}
+
+#[test]
 fn a_newer_io_that_settled_leaves_the_window_while_the_oldest_is_in_flight() {
     // The block layer completes reads out of order: a window released only
     // oldest first would sit full of settled reads, issuing nothing, until

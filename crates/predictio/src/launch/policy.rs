@@ -64,6 +64,9 @@ pub struct Replay {
     /// latest first touch if that is later. Spreads the waves over time
     /// ([`wave_order`]).
     pub span_ms: f64,
+    /// The pacing window its requests ask for
+    /// ([`crate::launch::replay_window_pages`] of its pages).
+    pub window_pages: u64,
 }
 
 impl Replay {
@@ -122,6 +125,7 @@ impl Replay {
                 replay.on_trigger.push((trigger, opened));
             }
         }
+        replay.window_pages = super::replay_window_pages(replay.pages());
         replay
     }
 
@@ -480,7 +484,7 @@ impl LaunchPolicy {
     /// libLLVM's 33 MiB ahead of libstdc++'s first page).
     fn emit(files: &[ReplayFile], replay: &Replay, ctx: &mut PolicyContext<'_>) {
         for (f, wave) in wave_order(files, replay.wave_pages, replay.span_ms) {
-            ctx.request_file(&files[f].file, wave.to_vec(), Urgency::Imminent);
+            ctx.request_file_paced(&files[f].file, wave.to_vec(), Urgency::Imminent, replay.window_pages);
         }
     }
 }
@@ -737,6 +741,8 @@ mod tests {
         profile.merge(&run, &crate::launch::LearnLimits::default());
         profile.dirs.push("/nonexistent-predictio-dir".into());
         let replay = Replay::open(&profile, &WalkLimits::default());
+        assert_eq!(replay.window_pages, crate::launch::REPLAY_SMALL_WINDOW_PAGES, "one page: a small replay");
+        assert_eq!(crate::launch::replay_window_pages(crate::launch::REPLAY_SMALL_PAGES + 1), 0, "the executor's");
         let held: Vec<&str> = replay.dirs.iter().map(MetaDir::path).collect();
         assert!(held.contains(&lib.to_str().unwrap()) && held.contains(&"/"), "{held:?}");
         assert!(!held.contains(&"/nonexistent-predictio-dir"));
