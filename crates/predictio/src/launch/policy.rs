@@ -748,14 +748,17 @@ mod tests {
         assert!(!held.contains(&"/nonexistent-predictio-dir"));
     }
 
+    /// A one-page file `name` in `dir`, held open.
+    fn page_file(dir: &std::path::Path, name: &str) -> FileRef {
+        let path = dir.join(name);
+        std::fs::write(&path, vec![0u8; 4096]).unwrap();
+        FileRef::open(&path).unwrap()
+    }
+
     #[test]
     fn waves_are_ordered_by_when_they_are_needed() {
         let dir = tempfile::tempdir().unwrap();
-        let open = |name: &str| {
-            let path = dir.path().join(name);
-            std::fs::write(&path, vec![0u8; 4096]).unwrap();
-            FileRef::open(&path).unwrap()
-        };
+        let open = |name: &str| page_file(dir.path(), name);
         // A large library touched first (20 waves of one page) and a small
         // one touched 1 ms later, in a launch of 100 ms: the small one's
         // page comes after the large one's first waves, not after all 20.
@@ -816,11 +819,7 @@ mod tests {
     #[test]
     fn waves_with_known_times_are_due_then() {
         let dir = tempfile::tempdir().unwrap();
-        let open = |name: &str| {
-            let path = dir.path().join(name);
-            std::fs::write(&path, vec![0u8; 4096]).unwrap();
-            FileRef::open(&path).unwrap()
-        };
+        let open = |name: &str| page_file(dir.path(), name);
         // A binary touched first whose profile knows its pages' times (one
         // needed at 1 ms, one at 90 ms), a library without times touched at
         // 10 ms: the library's page goes between the binary's two.
