@@ -820,24 +820,30 @@ mod tests {
     fn waves_with_known_times_are_due_then() {
         let dir = tempfile::tempdir().unwrap();
         let open = |name: &str| page_file(dir.path(), name);
-        // A binary touched first whose profile knows its pages' times (one
-        // needed at 1 ms, one at 90 ms), a library without times touched at
-        // 10 ms: the library's page goes between the binary's two.
-        let binary = ReplayFile {
-            file: open("binary"),
-            ranges: vec![PageRange::page(0), PageRange::page(8)],
-            first_touch_ms: 0.0,
-            due_ms: vec![1.0, 90.0],
+        // A binary of two one-page waves touched first, and a library
+        // without times touched at `lib_ms`, in a launch of 100 ms. Without
+        // times the binary's second wave would be due at 33 ms (3 pages
+        // over 100 ms); with them it is due when the profile says.
+        let order = |binary_due: Vec<f64>, lib_ms: f64| -> Vec<(usize, u64)> {
+            let binary = ReplayFile {
+                file: open("binary"),
+                ranges: vec![PageRange::page(0), PageRange::page(8)],
+                first_touch_ms: 0.0,
+                due_ms: binary_due,
+            };
+            let lib = ReplayFile {
+                file: open("lib"),
+                ranges: vec![PageRange::page(0)],
+                first_touch_ms: lib_ms,
+                due_ms: Vec::new(),
+            };
+            let files = [binary, lib];
+            wave_order(&files, 1, 100.0).into_iter().map(|(f, w)| (f, w[0].start)).collect()
         };
-        let lib = ReplayFile {
-            file: open("lib"),
-            ranges: vec![PageRange::page(0)],
-            first_touch_ms: 10.0,
-            due_ms: Vec::new(),
-        };
-        let files = [binary, lib];
-        let order: Vec<(usize, u64)> = wave_order(&files, 1, 100.0).into_iter().map(|(f, w)| (f, w[0].start)).collect();
-        assert_eq!(order, vec![(0, 0), (1, 0), (0, 8)]);
+        assert_eq!(order(Vec::new(), 10.0), vec![(0, 0), (1, 0), (0, 8)], "untimed: by the even rate");
+        assert_eq!(order(vec![1.0, 5.0], 10.0), vec![(0, 0), (0, 8), (1, 0)], "both of the binary's pages first");
+        assert_eq!(order(vec![1.0, 90.0], 50.0), vec![(0, 0), (1, 0), (0, 8)], "the library between them");
+        assert_eq!(order(Vec::new(), 50.0), vec![(0, 0), (0, 8), (1, 0)], "untimed, the library last");
     }
 
     /// A book holding, for `rustc --version` of `exe` (stored as
