@@ -278,7 +278,7 @@ fn show(out: &mut impl Write, p: &Profile) -> Result<()> {
             .iter()
             .chain(plan.on_trigger.iter().flat_map(|t| t.1.iter()))
             .filter(|(j, _)| *j == i)
-            .flat_map(|(_, r)| r)
+            .flat_map(|(_, w)| &w.ranges)
             .map(|r| r.len())
             .sum();
         let state = match f.identity.check() {

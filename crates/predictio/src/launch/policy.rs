@@ -11,7 +11,7 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
-use super::model::{WalkLimits, next_wave};
+use super::model::{WalkLimits, Walked, next_wave};
 use super::profile::{Freshness, MAX_DIRS, Profile};
 use super::recorder::{Recorder, WindowLimits};
 use crate::event::{Event, EventKind, EventKinds};
@@ -84,8 +84,7 @@ impl Replay {
             span_ms: window.max(latest),
             ..Replay::default()
         };
-        let mut due_ms = plan.due_ms;
-        let mut open_one = |index: usize, ranges: Vec<PageRange>, replay: &mut Replay| -> Option<ReplayFile> {
+        let open_one = |index: usize, walked: Walked, replay: &mut Replay| -> Option<ReplayFile> {
             let identity = &profile.files[index].identity;
             let file = match FileRef::open(&identity.path) {
                 Ok(file) => file,
@@ -97,9 +96,9 @@ impl Replay {
             match file.file().metadata().map(|m| identity.compare(&m)) {
                 Ok(Freshness::Fresh) => Some(ReplayFile {
                     file,
-                    ranges,
+                    ranges: walked.ranges,
                     first_touch_ms: profile.files[index].first_touch_ms,
-                    due_ms: due_ms.remove(&index).unwrap_or_default(),
+                    due_ms: walked.due_ms,
                 }),
                 Ok(_) => {
                     replay.changed.push(identity.path.clone());
@@ -111,8 +110,8 @@ impl Replay {
                 }
             }
         };
-        for (index, ranges) in plan.at_exec {
-            if let Some(f) = open_one(index, ranges, &mut replay) {
+        for (index, walked) in plan.at_exec {
+            if let Some(f) = open_one(index, walked, &mut replay) {
                 replay.at_exec.push(f);
             }
         }

@@ -14,7 +14,7 @@
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
-use super::model::{ModelLimits, PageModel, WalkLimits};
+use super::model::{ModelLimits, PageModel, WalkLimits, Walked};
 use crate::file::FileId;
 use crate::page::PageRange;
 
@@ -266,8 +266,8 @@ pub struct Profile {
     pub lookups: Vec<String>,
 }
 
-/// Page lists of some files: `(index into Profile::files, ranges)`.
-pub type FilePages = Vec<(usize, Vec<PageRange>)>;
+/// Page lists of some files: `(index into Profile::files, its walk)`.
+pub type FilePages = Vec<(usize, Walked)>;
 
 /// A replay plan: page lists per file, in expected order of first use.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -277,16 +277,12 @@ pub struct Plan {
     /// `(trigger file index, [(file index, ranges)])` to fetch when the
     /// trigger file is first touched.
     pub on_trigger: Vec<(usize, FilePages)>,
-    /// By file index: when each of its ranges is expected to be first
-    /// needed, ms after exec ([`crate::launch::Walked::due_ms`]), for the
-    /// files whose models know.
-    pub due_ms: std::collections::HashMap<usize, Vec<f64>>,
 }
 
 impl Plan {
     /// Pages in the whole plan.
     pub fn pages(&self) -> u64 {
-        let sum = |v: &[(usize, Vec<PageRange>)]| v.iter().flat_map(|f| &f.1).map(PageRange::len).sum::<u64>();
+        let sum = |v: &[(usize, Walked)]| v.iter().flat_map(|f| &f.1.ranges).map(PageRange::len).sum::<u64>();
         sum(&self.at_exec) + self.on_trigger.iter().map(|t| sum(&t.1)).sum::<u64>()
     }
 }
@@ -395,22 +391,17 @@ impl Profile {
         let mut plan = Plan::default();
         let later: std::collections::HashSet<usize> =
             self.triggers.iter().flat_map(|t| t.then.iter().copied()).collect();
-        let mut due_ms = std::collections::HashMap::new();
-        let mut walked = |i: usize| -> Option<(usize, Vec<PageRange>)> {
+        let walked = |i: usize| -> Option<(usize, Walked)> {
             let walked = self.files[i].model.walk_timed(walk);
-            if !walked.due_ms.is_empty() {
-                due_ms.insert(i, walked.due_ms);
-            }
-            (!walked.ranges.is_empty()).then_some((i, walked.ranges))
+            (!walked.ranges.is_empty()).then_some((i, walked))
         };
-        plan.at_exec = (0..self.files.len()).filter(|i| !later.contains(i)).filter_map(&mut walked).collect();
+        plan.at_exec = (0..self.files.len()).filter(|i| !later.contains(i)).filter_map(walked).collect();
         plan.on_trigger = self
             .triggers
             .iter()
             .map(|t| (t.on, t.then.iter().filter_map(|&i| walked(i)).collect::<Vec<_>>()))
             .filter(|t| !t.1.is_empty())
             .collect();
-        plan.due_ms = due_ms;
         plan
     }
 }
@@ -462,6 +453,11 @@ mod tests {
         FileIdentity { path: path.into(), dev: 1, ino, size: 4096 * 100, mtime_ns: 7 }
     }
 
+    /// A plan's page lists, without their times.
+    fn ranges(files: &FilePages) -> Vec<(usize, Vec<PageRange>)> {
+        files.iter().map(|(i, w)| (*i, w.ranges.clone())).collect()
+    }
+
     fn file(path: &str, ino: u64, at: f64, pages: &[u64]) -> RunFile {
         RunFile {
             identity: ident(path, ino),
@@ -483,7 +479,7 @@ mod tests {
         assert_eq!(p.files.iter().map(|f| f.identity.path.as_str()).collect::<Vec<_>>(), vec!["/bin/x", "/lib/b"]);
         let plan = p.plan(&WalkLimits { merge_gap: 0, ..WalkLimits::default() });
         assert_eq!(
-            plan.at_exec,
+            ranges(&plan.at_exec),
             vec![(0, vec![PageRange::page(0), PageRange::page(4)]), (1, vec![PageRange::page(1), PageRange::page(9)])]
         );
         assert!(plan.on_trigger.is_empty());
@@ -506,7 +502,7 @@ mod tests {
             &limits,
         );
         assert_eq!(p.files[0].identity.ino, 99);
-        assert_eq!(p.plan(&WalkLimits::default()).at_exec, vec![(0, vec![PageRange::page(500)])]);
+        assert_eq!(ranges(&p.plan(&WalkLimits::default()).at_exec), vec![(0, vec![PageRange::page(500)])]);
     }
 
     #[test]
