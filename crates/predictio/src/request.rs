@@ -87,14 +87,25 @@ pub struct MetaDir {
 }
 
 impl MetaDir {
-    /// Opens the directory at `path`; fails unless it is a directory.
+    /// Opens the directory at `path`; fails unless it is a directory
+    /// (`O_DIRECTORY`: anything else — a FIFO, a device — is refused before
+    /// it is opened, so trying a path has no side effect).
     pub fn open(path: impl AsRef<std::path::Path>) -> std::io::Result<Self> {
+        use std::os::unix::fs::OpenOptionsExt;
         let path = path.as_ref();
-        let dir = std::fs::File::open(path)?;
+        let dir = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_DIRECTORY).open(path)?;
         if !dir.metadata()?.is_dir() {
             return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a directory"));
         }
         Ok(Self { dir: std::sync::Arc::new(dir), path: path.to_string_lossy().into() })
+    }
+
+    /// Whether the directory lives on a filesystem with a backing device
+    /// (its device number has a major): listing one in `/proc`, `/sys`, a
+    /// tmpfs reads nothing from storage.
+    pub fn on_storage(&self) -> bool {
+        use std::os::unix::fs::MetadataExt;
+        self.dir.metadata().is_ok_and(|m| libc::major(m.dev()) != 0)
     }
 
     /// The path it was opened at (for display).

@@ -51,8 +51,9 @@ pub struct Replay {
     pub changed: Vec<String>,
     /// Files of the profile left out because they are gone or unreadable.
     pub missing: Vec<String>,
-    /// The directories the launch searched, held open, listed by the
-    /// executor's metadata threads at exec.
+    /// The directories the launch searched and those it looked up
+    /// ([`looked_up_dirs`]), held open, listed by the executor's metadata
+    /// threads at exec.
     pub dirs: Vec<MetaDir>,
     /// The launch's lookups, by held directory ([`lookups_of`]), looked up
     /// again by the executor's metadata threads at exec.
@@ -116,6 +117,8 @@ impl Replay {
             }
         }
         replay.dirs = profile.dirs.iter().filter_map(|d| MetaDir::open(d).ok()).collect();
+        let listed = looked_up_dirs(&profile.lookups, &replay.dirs);
+        replay.dirs.extend(listed);
         replay.lookups = lookups_of(&profile.lookups, &replay.dirs);
         for (on, files) in plan.on_trigger {
             let trigger = profile.files[on].identity.id();
@@ -189,6 +192,40 @@ pub fn lookups_of(paths: &[String], held: &[MetaDir]) -> Vec<MetaLookup> {
         }
     }
     by_dir.into_iter().map(|(dir, names)| MetaLookup { dir, names: names.into() }).collect()
+}
+
+/// The directories among the lookups `paths` (absolute), held open, to be
+/// listed too: a launch that looks a directory up usually lists it (a
+/// browser its profile's component directories, an interpreter its search
+/// path), and a directory it opened nothing in is not among the profile's
+/// [`Profile::dirs`]. Leaves out those of `held` (listed already), paths
+/// with `.` or `..`, directories without a backing device (`/proc`, a
+/// tmpfs: listing them reads nothing from storage), and any beyond
+/// [`MAX_DIRS`] in all. Opening with `O_DIRECTORY` refuses anything else
+/// before it is opened. Does I/O (opens): call it off the event path.
+pub fn looked_up_dirs(paths: &[String], held: &[MetaDir]) -> Vec<MetaDir> {
+    use std::path::{Component, Path, PathBuf};
+    let mut seen: HashSet<PathBuf> = held.iter().map(|d| PathBuf::from(d.path())).collect();
+    let mut dirs = Vec::new();
+    for path in paths {
+        if held.len() + dirs.len() >= MAX_DIRS {
+            break;
+        }
+        let path = Path::new(path.as_str());
+        if !path.is_absolute() || path.components().any(|c| matches!(c, Component::CurDir | Component::ParentDir)) {
+            continue;
+        }
+        // `a/b/` and `a/b` are one directory.
+        if !seen.insert(path.components().collect()) {
+            continue;
+        }
+        if let Ok(dir) = MetaDir::open(path)
+            && dir.on_storage()
+        {
+            dirs.push(dir);
+        }
+    }
+    dirs
 }
 
 /// Which profile a launch replays: its executable and the shape of its
@@ -639,6 +676,42 @@ mod tests {
         );
     }
     use crate::event::AccessKind;
+
+    #[test]
+    fn looked_up_directories_on_storage_are_listed_once() {
+        let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+        let root = dir.path().to_str().unwrap();
+        std::fs::create_dir(dir.path().join("comp")).unwrap();
+        std::fs::create_dir(dir.path().join("held")).unwrap();
+        std::fs::write(dir.path().join("f"), b"x").unwrap();
+        let held = vec![MetaDir::open(dir.path().join("held")).unwrap()];
+        let paths: Vec<String> = [
+            "comp",      // a directory: listed
+            "comp/",     // the same one again
+            "held",      // listed already
+            "f",         // a file
+            "missing",   // gone
+            "comp/../f", // not resolved
+        ]
+        .iter()
+        .map(|p| format!("{root}/{p}"))
+        .chain(["/proc".to_string(), "relative".to_string()])
+        .collect();
+        let listed = looked_up_dirs(&paths, &held);
+        assert_eq!(listed.iter().map(MetaDir::path).collect::<Vec<_>>(), vec![format!("{root}/comp")]);
+        assert!(MetaDir::open("/proc").is_ok_and(|d| !d.on_storage()), "procfs reads nothing from storage");
+    }
+
+    #[test]
+    fn replay_lists_the_directories_its_launch_looked_up() {
+        let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+        std::fs::create_dir(dir.path().join("comp")).unwrap();
+        let mut profile = Profile::new(crate::launch::FileIdentity::of_path("/bin/sh").unwrap(), "sh");
+        profile.lookups = vec![dir.path().join("comp").to_string_lossy().into_owned()];
+        let replay = Replay::open(&profile, &WalkLimits::default());
+        let listed: Vec<&str> = replay.dirs.iter().map(MetaDir::path).collect();
+        assert!(listed.contains(&dir.path().join("comp").to_str().unwrap()), "{listed:?}");
+    }
 
     #[test]
     fn learning_opens_a_window_per_exec_and_hands_it_over() {
