@@ -100,12 +100,11 @@ impl MetaDir {
         Ok(Self { dir: std::sync::Arc::new(dir), path: path.to_string_lossy().into() })
     }
 
-    /// Whether the directory lives on a filesystem with a backing device
-    /// (its device number has a major): listing one in `/proc`, `/sys`, a
-    /// tmpfs reads nothing from storage.
+    /// Whether the directory lives on a filesystem that keeps its data on
+    /// storage: listing one in `/proc`, `/sys` or a tmpfs reads nothing
+    /// from a device ([`crate::sys::memory_only_fs`]).
     pub fn on_storage(&self) -> bool {
-        use std::os::unix::fs::MetadataExt;
-        self.dir.metadata().is_ok_and(|m| libc::major(m.dev()) != 0)
+        crate::sys::memory_only_fs(self.as_fd()).is_ok_and(|memory| !memory)
     }
 
     /// The path it was opened at (for display).

@@ -199,7 +199,7 @@ pub fn lookups_of(paths: &[String], held: &[MetaDir]) -> Vec<MetaLookup> {
 /// browser its profile's component directories, an interpreter its search
 /// path), and a directory it opened nothing in is not among the profile's
 /// [`Profile::dirs`]. Leaves out those of `held` (listed already), paths
-/// with `.` or `..`, directories without a backing device (`/proc`, a
+/// with `.` or `..`, directories of in-memory filesystems (`/proc`, a
 /// tmpfs: listing them reads nothing from storage), and any beyond
 /// [`MAX_DIRS`] in all. Opening with `O_DIRECTORY` refuses anything else
 /// before it is opened. Does I/O (opens): call it off the event path.
@@ -695,11 +695,13 @@ mod tests {
         ]
         .iter()
         .map(|p| format!("{root}/{p}"))
-        .chain(["/proc".to_string(), "relative".to_string()])
+        .chain(["/proc".to_string(), "/dev".to_string(), "relative".to_string()])
         .collect();
         let listed = looked_up_dirs(&paths, &held);
         assert_eq!(listed.iter().map(MetaDir::path).collect::<Vec<_>>(), vec![format!("{root}/comp")]);
         assert!(MetaDir::open("/proc").is_ok_and(|d| !d.on_storage()), "procfs reads nothing from storage");
+        assert!(MetaDir::open("/dev").is_ok_and(|d| !d.on_storage()), "nor does devtmpfs");
+        assert!(MetaDir::open(dir.path()).is_ok_and(|d| d.on_storage()));
     }
 
     #[test]

@@ -130,6 +130,36 @@ pub fn seek_hole(fd: BorrowedFd<'_>, offset: u64) -> io::Result<Option<u64>> {
     lseek(fd, offset, libc::SEEK_HOLE)
 }
 
+/// Whether the filesystem holding `fd` makes its files up or keeps them in
+/// memory only (proc, sysfs, tmpfs and devtmpfs, devpts, cgroup, debugfs,
+/// tracefs, securityfs, bpf, hugetlbfs), so reading it never reaches
+/// storage (`fstatfs(2)`'s `f_type`).
+pub fn memory_only_fs(fd: BorrowedFd<'_>) -> io::Result<bool> {
+    let mut st = std::mem::MaybeUninit::<libc::statfs>::uninit();
+    // SAFETY: `fd` is open for the borrow's lifetime; fstatfs writes one
+    // whole `statfs` into the buffer it is given and nothing else.
+    let rc = unsafe { libc::fstatfs(fd.as_raw_fd(), st.as_mut_ptr()) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: fstatfs succeeded, so it initialised the buffer.
+    let st = unsafe { st.assume_init() };
+    Ok(matches!(
+        st.f_type,
+        libc::PROC_SUPER_MAGIC
+            | libc::SYSFS_MAGIC
+            | libc::TMPFS_MAGIC
+            | libc::DEVPTS_SUPER_MAGIC
+            | libc::CGROUP_SUPER_MAGIC
+            | libc::CGROUP2_SUPER_MAGIC
+            | libc::DEBUGFS_MAGIC
+            | libc::TRACEFS_MAGIC
+            | libc::SECURITYFS_MAGIC
+            | libc::BPF_FS_MAGIC
+            | libc::HUGETLBFS_MAGIC
+    ))
+}
+
 /// Sets the calling thread's nice value (Linux: `PRIO_PROCESS` with id 0 is
 /// the calling thread). Lowering it below 0 needs `CAP_SYS_NICE`.
 pub fn set_thread_nice(nice: i32) -> io::Result<()> {
