@@ -87,16 +87,13 @@ pub struct MetaDir {
 }
 
 impl MetaDir {
-    /// Opens the directory at `path`; fails unless it is a directory
-    /// (`O_DIRECTORY`: anything else — a FIFO, a device — is refused before
-    /// it is opened, so trying a path has no side effect).
+    /// Opens the directory at `path`; fails (`ENOTDIR`) unless it is a
+    /// directory (`O_DIRECTORY`: anything else — a FIFO, a device — is
+    /// refused before it is opened, so trying a path has no side effect).
     pub fn open(path: impl AsRef<std::path::Path>) -> std::io::Result<Self> {
         use std::os::unix::fs::OpenOptionsExt;
         let path = path.as_ref();
         let dir = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_DIRECTORY).open(path)?;
-        if !dir.metadata()?.is_dir() {
-            return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a directory"));
-        }
         Ok(Self { dir: std::sync::Arc::new(dir), path: path.to_string_lossy().into() })
     }
 

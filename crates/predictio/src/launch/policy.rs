@@ -143,6 +143,14 @@ impl Replay {
     }
 }
 
+/// Whether a recorded `path` can be used as it is: absolute, without `.`
+/// or `..` components (which would need resolving against what the launch
+/// saw, not what is there now).
+fn is_plain_absolute(path: &std::path::Path) -> bool {
+    use std::path::Component;
+    path.is_absolute() && !path.components().any(|c| matches!(c, Component::CurDir | Component::ParentDir))
+}
+
 /// The lookups of `paths` (absolute), by directory: each path's deepest
 /// directory that exists now, held open, and the name looked up in it — the
 /// path's last component, or for a path whose parent is gone the first
@@ -153,7 +161,7 @@ impl Replay {
 /// are instead of being opened again. Does I/O (opens directories): call it
 /// off the event path.
 pub fn lookups_of(paths: &[String], held: &[MetaDir]) -> Vec<MetaLookup> {
-    use std::path::{Component, Path};
+    use std::path::Path;
     let mut opened: HashMap<&Path, Option<MetaDir>> =
         held.iter().map(|d| (Path::new(d.path()), Some(d.clone()))).collect();
     let mut newly_opened = 0;
@@ -162,7 +170,7 @@ pub fn lookups_of(paths: &[String], held: &[MetaDir]) -> Vec<MetaLookup> {
     let mut seen: std::collections::HashSet<(usize, &str)> = std::collections::HashSet::new();
     for path in paths {
         let path = Path::new(path.as_str());
-        if !path.is_absolute() || path.components().any(|c| matches!(c, Component::CurDir | Component::ParentDir)) {
+        if !is_plain_absolute(path) {
             continue;
         }
         let mut name = path.file_name();
@@ -204,7 +212,7 @@ pub fn lookups_of(paths: &[String], held: &[MetaDir]) -> Vec<MetaLookup> {
 /// [`MAX_DIRS`] in all. Opening with `O_DIRECTORY` refuses anything else
 /// before it is opened. Does I/O (opens): call it off the event path.
 pub fn looked_up_dirs(paths: &[String], held: &[MetaDir]) -> Vec<MetaDir> {
-    use std::path::{Component, Path, PathBuf};
+    use std::path::{Path, PathBuf};
     let mut seen: HashSet<PathBuf> = held.iter().map(|d| PathBuf::from(d.path())).collect();
     let mut dirs = Vec::new();
     for path in paths {
@@ -212,7 +220,7 @@ pub fn looked_up_dirs(paths: &[String], held: &[MetaDir]) -> Vec<MetaDir> {
             break;
         }
         let path = Path::new(path.as_str());
-        if !path.is_absolute() || path.components().any(|c| matches!(c, Component::CurDir | Component::ParentDir)) {
+        if !is_plain_absolute(path) {
             continue;
         }
         // `a/b/` and `a/b` are one directory.
