@@ -18,6 +18,7 @@ pub mod btree;
 pub mod cache;
 pub mod embedded;
 pub mod event;
+pub mod exec_image;
 pub mod executor;
 pub mod file;
 pub mod hints;

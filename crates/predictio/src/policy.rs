@@ -7,6 +7,7 @@
 //! event stream.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use crate::event::{Event, EventKinds};
 use crate::file::{FileId, FileRef};
@@ -132,12 +133,12 @@ impl<'a> PolicyContext<'a> {
         }
     }
 
-    /// Emits a metadata request: names to look up and directories to list,
-    /// held open by the policy's owner (the `launch` policy's replays), for
-    /// the executor's metadata threads.
-    pub fn request_metadata(&mut self, lookups: Vec<MetaLookup>, dirs: Vec<MetaDir>) {
-        if !lookups.is_empty() || !dirs.is_empty() {
-            self.meta.push(MetaRequest { lookups, dirs, origin: self.origin });
+    /// Emits a metadata request: paths being exec'd (resolved first), names
+    /// to look up and directories to list, held open by the policy's owner
+    /// (the `launch` policy's replays), for the executor's metadata threads.
+    pub fn request_metadata(&mut self, execs: Vec<Arc<str>>, lookups: Vec<MetaLookup>, dirs: Vec<MetaDir>) {
+        if !execs.is_empty() || !lookups.is_empty() || !dirs.is_empty() {
+            self.meta.push(MetaRequest { execs, lookups, dirs, origin: self.origin });
         }
     }
 

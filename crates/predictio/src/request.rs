@@ -134,6 +134,12 @@ pub struct MetaLookup {
 /// nothing is returned to anyone.
 #[derive(Clone, Debug)]
 pub struct MetaRequest {
+    /// Paths a program is being exec'd from, resolved first as the exec
+    /// will resolve them: each path with its symbolic links, then its
+    /// interpreter (a `#!` line's, an ELF file's dynamic loader) and so on
+    /// ([`crate::exec_image`]), reading each file's first page. Absolute
+    /// paths only; the rest are skipped.
+    pub execs: Vec<std::sync::Arc<str>>,
     /// Names to look up, in the order they are expected to be looked up;
     /// done before the directories are listed.
     pub lookups: Vec<MetaLookup>,

@@ -15,10 +15,10 @@
 //! ([`super::ExecutorConfig::meta_realtime_io`]), so that a directory block
 //! a launch is about to wait for is not queued behind the replay's data.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering, fence};
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread::{self, JoinHandle, Thread};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crossbeam_queue::ArrayQueue;
 
@@ -37,8 +37,78 @@ pub const LOOKUPS_PER_JOB: usize = 32;
 /// (mq-deadline orders by class only).
 const REALTIME_LEVEL: u8 = 4;
 
+/// Files of one exec resolved at most: the program, up to
+/// [`crate::launch::command::MAX_INTERPRETERS`] `#!` interpreters, and the
+/// dynamic loader.
+const MAX_EXEC_CHAIN: usize = 6;
+
+/// How long data prefetch waits, at most, for the execs being resolved
+/// ([`ExecGate`]): on an idle device an exec's lookups and first pages take
+/// about a millisecond.
+pub const EXEC_GATE_MAX: Duration = Duration::from_millis(5);
+
+/// Holds the executor's data reads and the other metadata jobs back while
+/// execs are being resolved ([`MetaRequest::execs`]), for at most
+/// [`EXEC_GATE_MAX`] from when the first of them was queued. The device
+/// serves reads in the order they reach it: once a replay's data window is
+/// in its queue, a directory block or an inode the exec waits for, even in
+/// the real-time class, waits behind a few MiB of data — 1.5–4 ms per
+/// lookup, five or so in a row before the program runs; and the metadata
+/// threads' real-time lookups go ahead of the exec's own best-effort
+/// reads. The wait is the executor's threads', never a submitter's.
+#[derive(Debug, Default)]
+pub struct ExecGate {
+    /// Execs queued or being resolved, and since when the gate is closed.
+    state: Mutex<(u64, Option<Instant>)>,
+    opened: Condvar,
+}
+
+impl ExecGate {
+    fn close(&self, execs: u64) {
+        if execs == 0 {
+            return;
+        }
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if state.0 == 0 {
+            state.1 = Some(Instant::now());
+        }
+        state.0 += execs;
+    }
+
+    fn done(&self) {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        state.0 = state.0.saturating_sub(1);
+        if state.0 == 0 {
+            state.1 = None;
+            self.opened.notify_all();
+        }
+    }
+
+    /// Waits until no exec is being resolved, or until [`EXEC_GATE_MAX`]
+    /// after the gate closed. Returns at once when it is open.
+    pub fn wait(&self) {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        while let (1.., Some(since)) = *state {
+            let Some(left) = (since + EXEC_GATE_MAX).checked_duration_since(Instant::now()) else { return };
+            state = self.opened.wait_timeout(state, left).unwrap_or_else(|e| e.into_inner()).0;
+        }
+    }
+
+    /// Whether data reads would wait now.
+    pub fn is_closed(&self) -> bool {
+        let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        matches!(*state, (1.., Some(since)) if since.elapsed() < EXEC_GATE_MAX)
+    }
+}
+
+/// Zeroed pages ([`crate::exec_image::elf_zeroed_offsets`]) read per file
+/// at most.
+const MAX_ZEROED: usize = 4;
+
 /// One job of the queue.
 enum Job {
+    /// Resolve the exec of a program at this path.
+    Exec(Arc<str>),
     /// List the directory.
     List(MetaDir),
     /// Look `names[range]` up in `dir`.
@@ -48,6 +118,7 @@ enum Job {
 struct Shared {
     queue: ArrayQueue<(Job, PolicyId)>,
     accounting: Arc<Accounting>,
+    gate: Arc<ExecGate>,
     stop: AtomicBool,
     submitted: AtomicU64,
     processed: AtomicU64,
@@ -72,6 +143,7 @@ impl MetaPool {
         let shared = Arc::new(Shared {
             queue: ArrayQueue::new(capacity.max(1)),
             accounting,
+            gate: Arc::new(ExecGate::default()),
             stop: AtomicBool::new(false),
             submitted: AtomicU64::new(0),
             processed: AtomicU64::new(0),
@@ -85,6 +157,11 @@ impl MetaPool {
             workers.push((handle, t));
         }
         Ok(Self { shared, workers })
+    }
+
+    /// The gate that holds data reads back while execs are resolved.
+    pub fn gate(&self) -> Arc<ExecGate> {
+        Arc::clone(&self.shared.gate)
     }
 
     /// Threads listing directories.
@@ -106,12 +183,19 @@ impl MetaPool {
             })
         });
         let dirs = request.dirs.len() as u64;
-        for job in lookups.chain(request.dirs.into_iter().map(Job::List)) {
+        // Closed before the jobs are queued, so that none is done first.
+        self.shared.gate.close(request.execs.len() as u64);
+        let execs = request.execs.into_iter().map(Job::Exec);
+        for job in execs.chain(lookups).chain(request.dirs.into_iter().map(Job::List)) {
             let refused =
                 if self.workers.is_empty() { Err((job, origin)) } else { self.shared.queue.push((job, origin)) };
             match refused {
                 Ok(()) => queued += 1,
                 Err((Job::List(_), _)) => dropped += 1,
+                Err((Job::Exec(_), _)) => {
+                    names_dropped += 1;
+                    self.shared.gate.done();
+                }
                 Err((Job::Lookup(_, _, range), _)) => names_dropped += range.len() as u64,
             }
         }
@@ -142,13 +226,61 @@ impl Drop for MetaPool {
     }
 }
 
+/// Resolves an exec of the program at `path` (absolute) as the kernel will:
+/// opens the path (every component and symbolic link looked up), reads the
+/// first page of the file it names and the pages its loader will zero
+/// ([`crate::exec_image::elf_zeroed_offsets`]), and goes on with the
+/// interpreter that page names ([`crate::exec_image::interpreter`]), at
+/// most [`MAX_EXEC_CHAIN`] files. Opens only to look a path up (`O_PATH`: no
+/// FIFO or device is ever opened for reading) and reads regular files only,
+/// through `/proc/self/fd` (without `/proc`, it stops at the lookup).
+/// Returns the files looked up.
+fn resolve_exec(path: &std::path::Path) -> u64 {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::fs::{FileExt, OpenOptionsExt};
+    let mut next = Some(path.to_path_buf());
+    let mut resolved = 0;
+    while let Some(path) = next.take() {
+        if !path.is_absolute() || resolved >= MAX_EXEC_CHAIN as u64 {
+            break;
+        }
+        let Ok(file) = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_PATH).open(&path) else { break };
+        resolved += 1;
+        if !file.metadata().is_ok_and(|m| m.is_file()) {
+            break;
+        }
+        let Ok(readable) = std::fs::File::open(format!("/proc/self/fd/{}", file.as_raw_fd())) else { break };
+        let mut head = vec![0u8; crate::exec_image::HEAD_BYTES];
+        let Ok(len) = readable.read_at(&mut head, 0) else { break };
+        // The pages the exec's loader zeroes: it faults them in before the
+        // program runs.
+        for offset in crate::exec_image::elf_zeroed_offsets(&head[..len]).into_iter().take(MAX_ZEROED) {
+            let _ = readable.read_at(&mut [0u8], offset);
+        }
+        next = crate::exec_image::interpreter(&head[..len])
+            .map(|interpreter| std::path::PathBuf::from(std::ffi::OsStr::from_bytes(interpreter)));
+    }
+    resolved
+}
+
 fn worker(shared: &Shared, realtime: bool) {
     if realtime && let Err(err) = crate::sys::set_thread_io_realtime(REALTIME_LEVEL) {
         tracing::debug!(%err, "metadata thread stays in its I/O class");
     }
     loop {
         while let Some((job, origin)) = shared.queue.pop() {
+            // The other metadata waits for the execs too: its real-time
+            // reads would go ahead of the exec's own.
+            if !matches!(job, Job::Exec(_)) {
+                shared.gate.wait();
+            }
             let d = match job {
+                Job::Exec(path) => {
+                    let resolved = resolve_exec(std::path::Path::new(&*path));
+                    shared.gate.done();
+                    Counters { meta_lookups: resolved, ..Counters::default() }
+                }
                 Job::List(dir) => match crate::sys::list_dir(dir.as_fd(), MAX_ENTRIES) {
                     Ok(entries) => Counters { meta_dirs_listed: 1, meta_entries: entries, ..Counters::default() },
                     Err(err) => {
@@ -172,5 +304,73 @@ fn worker(shared: &Shared, realtime: bool) {
             return;
         }
         thread::park_timeout(Duration::from_millis(250));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_gate_holds_data_back_for_a_bounded_time() {
+        let gate = ExecGate::default();
+        assert!(!gate.is_closed());
+        let start = Instant::now();
+        gate.wait();
+        assert!(start.elapsed() < EXEC_GATE_MAX, "open: no wait");
+        gate.close(2);
+        assert!(gate.is_closed());
+        let start = Instant::now();
+        gate.wait();
+        let waited = start.elapsed();
+        assert!(waited >= EXEC_GATE_MAX - Duration::from_millis(1) && waited < Duration::from_secs(1), "{waited:?}");
+        assert!(!gate.is_closed(), "past its time the gate no longer holds anything");
+        // Once every exec is done it opens (and closes afresh).
+        gate.done();
+        gate.done();
+        gate.close(1);
+        assert!(gate.is_closed());
+        let opener = std::thread::spawn({
+            let gate = Arc::new(gate);
+            let g = Arc::clone(&gate);
+            move || {
+                std::thread::sleep(Duration::from_millis(1));
+                g.done();
+                gate
+            }
+        });
+        let gate = opener.join().expect("joins");
+        assert!(!gate.is_closed());
+        let start = Instant::now();
+        gate.wait();
+        assert!(start.elapsed() < EXEC_GATE_MAX);
+    }
+
+    #[test]
+    fn an_exec_is_resolved_through_its_interpreters() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let script = dir.path().join("tool");
+        std::fs::write(&script, "#!/bin/sh -e\necho hi\n").expect("write");
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        // The script, /bin/sh, and the loader /bin/sh names (itself with
+        // no interpreter).
+        assert_eq!(resolve_exec(&script), 3);
+        // Through a symbolic link the same.
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&script, &link).expect("symlink");
+        assert_eq!(resolve_exec(&link), 3);
+        // A FIFO is looked up, never opened for reading (which would
+        // block); nothing missing or relative is tried.
+        let fifo = dir.path().join("fifo");
+        let made = std::process::Command::new("mkfifo").arg(&fifo).status().expect("mkfifo runs");
+        assert!(made.success());
+        assert_eq!(resolve_exec(&fifo), 1);
+        assert_eq!(resolve_exec(&dir.path().join("missing")), 0);
+        assert_eq!(resolve_exec(std::path::Path::new("bin/sh")), 0);
+        // A script naming itself stops at the chain's bound.
+        let looped = dir.path().join("loop");
+        std::fs::write(&looped, format!("#!{}\n", looped.display())).expect("write");
+        assert_eq!(resolve_exec(&looped), MAX_EXEC_CHAIN as u64);
     }
 }

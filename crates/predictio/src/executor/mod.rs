@@ -373,9 +373,6 @@ impl Executor {
             None
         };
         let engine = Arc::new(Mutex::new(engine));
-        let worker_shared = Arc::clone(&shared);
-        let worker_engine = Arc::clone(&engine);
-        let worker_loop = move || worker_loop(worker_shared, worker_engine);
         let meta = meta::MetaPool::new(
             config.meta_threads,
             config.meta_queue_capacity,
@@ -383,6 +380,10 @@ impl Executor {
             Arc::clone(&shared.accounting),
         )
         .map_err(ExecutorError::Spawn)?;
+        let worker_shared = Arc::clone(&shared);
+        let worker_engine = Arc::clone(&engine);
+        let gate = meta.gate();
+        let worker_loop = move || worker_loop(worker_shared, worker_engine, &gate);
         Ok(Self {
             shared,
             meta,
@@ -493,7 +494,7 @@ impl Executor {
     /// nothing is queued ahead of it, the engine is free, and issuing it
     /// would not wait. Gives the request back otherwise (to be queued).
     fn run_in_caller(&self, request: Request) -> Option<Request> {
-        if !self.caller_runs || !self.shared.queue.is_empty() {
+        if !self.caller_runs || !self.shared.queue.is_empty() || self.meta.gate().is_closed() {
             return Some(request);
         }
         let Ok(mut engine) = self.engine.try_lock() else { return Some(request) };
@@ -573,13 +574,13 @@ impl Executor {
     /// dropped, counted ([`Counters::meta_dirs_dropped`]); an empty request
     /// is refused.
     pub fn submit_meta(&self, request: MetaRequest) -> Result<(), SubmitError> {
-        if request.dirs.is_empty() && request.lookups.is_empty() {
+        if request.execs.is_empty() && request.dirs.is_empty() && request.lookups.is_empty() {
             return Err(SubmitError::Empty);
         }
         if self.shared.stop.load(Ordering::Relaxed) {
             return Err(SubmitError::ShuttingDown);
         }
-        let wanted = request.dirs.len() + request.lookups.len();
+        let wanted = request.execs.len() + request.dirs.len() + request.lookups.len();
         if self.meta.submit(request) == 0 {
             return Err(SubmitError::QueueFull { capacity: wanted });
         }
@@ -740,13 +741,16 @@ pub fn validate(request: &Request, max_ranges: usize) -> Result<(), SubmitError>
     if any { Ok(()) } else { Err(SubmitError::Empty) }
 }
 
-fn worker_loop(shared: Arc<Shared>, engine: Arc<Mutex<Engine>>) {
+fn worker_loop(shared: Arc<Shared>, engine: Arc<Mutex<Engine>>, gate: &meta::ExecGate) {
     loop {
         // Held while working; a submitting thread that finds it taken
         // queues its request instead (`Executor::run_in_caller`).
         let mut engine = engine.lock().unwrap_or_else(|e| e.into_inner());
         let mut did_work = false;
         while let Some(request) = shared.queue.pop() {
+            // Execs being resolved go first ([`meta::ExecGate`]); the wait
+            // is bounded.
+            gate.wait();
             engine.execute(request);
             shared.processed.fetch_add(1, Ordering::SeqCst);
             shared.inflight_ios.store(engine.inflight_ios() as u64, Ordering::SeqCst);

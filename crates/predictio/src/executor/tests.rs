@@ -488,7 +488,7 @@ fn metadata_requests_list_their_directories() {
         crate::request::MetaDir::open(dir.path()).expect("dir opens"),
         crate::request::MetaDir::open(dir.path().join("sub")).expect("dir opens"),
     ];
-    exec.submit_meta(MetaRequest { lookups: Vec::new(), dirs, origin }).expect("accepted");
+    exec.submit_meta(MetaRequest { execs: Vec::new(), lookups: Vec::new(), dirs, origin }).expect("accepted");
     assert!(exec.wait_idle(Duration::from_secs(5)));
     let c = exec.stats().total;
     assert_eq!((c.meta_dirs_requested, c.meta_dirs_listed, c.meta_dirs_dropped), (2, 2, 0));
@@ -497,7 +497,7 @@ fn metadata_requests_list_their_directories() {
     assert_eq!(c.meta_entries, 26);
     assert!(crate::request::MetaDir::open(dir.path().join("f0")).is_err(), "a file is not a directory");
     assert_eq!(
-        exec.submit_meta(MetaRequest { lookups: Vec::new(), dirs: Vec::new(), origin }),
+        exec.submit_meta(MetaRequest { execs: Vec::new(), lookups: Vec::new(), dirs: Vec::new(), origin }),
         Err(SubmitError::Empty)
     );
 }
@@ -519,7 +519,7 @@ fn metadata_threads_look_names_up_in_jobs_of_bounded_size() {
     names.push("here".into());
     let held = crate::request::MetaDir::open(dir.path()).expect("dir opens");
     let lookups = vec![crate::request::MetaLookup { dir: held.clone(), names: names.into() }];
-    exec.submit_meta(MetaRequest { lookups, dirs: vec![held], origin }).expect("accepted");
+    exec.submit_meta(MetaRequest { execs: Vec::new(), lookups, dirs: vec![held], origin }).expect("accepted");
     assert!(exec.wait_idle(Duration::from_secs(5)));
     let c = exec.stats().total;
     // 71 names (three jobs of at most 32) and one listing.
@@ -541,9 +541,39 @@ fn metadata_beyond_the_queue_is_dropped_and_counted() {
     let dirs = vec![crate::request::MetaDir::open(dir.path()).expect("dir opens"); 3];
     let names: Vec<Box<str>> = vec!["a".into(), "b".into()];
     let lookups = vec![crate::request::MetaLookup { dir: dirs[0].clone(), names: names.into() }];
-    assert!(exec.submit_meta(MetaRequest { lookups, dirs, origin }).is_err());
+    assert!(exec.submit_meta(MetaRequest { execs: Vec::new(), lookups, dirs, origin }).is_err());
     assert!(exec.wait_idle(Duration::from_secs(1)));
     let c = exec.stats().total;
     assert_eq!((c.meta_dirs_requested, c.meta_dirs_dropped, c.meta_dirs_listed), (3, 3, 0));
     assert_eq!((c.meta_lookups_dropped, c.meta_lookups), (2, 0));
+}
+
+/// An exec's path is resolved (with its interpreters) on the metadata
+/// threads, counted as lookups, and the data requests after it still run.
+#[test]
+fn metadata_requests_resolve_the_execs_they_name() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let script = dir.path().join("tool");
+    std::fs::write(&script, "#!/bin/sh\n").expect("write");
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let backend = FakeBackend::default();
+    let exec = Executor::with_parts(
+        ExecutorConfig::default(),
+        Box::new(cache_of(4, [])),
+        Box::new(backend.clone()),
+        calm(),
+        None,
+    )
+    .expect("starts");
+    let origin = exec.register_origin("t");
+    let path: Arc<str> = script.to_str().expect("utf-8").into();
+    exec.submit_meta(MetaRequest { execs: vec![path], lookups: Vec::new(), dirs: Vec::new(), origin })
+        .expect("accepted");
+    exec.submit(Request::new(any_file(), vec![PageRange::new(0, 4)], origin)).expect("accepted");
+    assert!(exec.wait_idle(Duration::from_secs(5)));
+    let c = exec.stats().total;
+    // The script, /bin/sh, and the loader /bin/sh names.
+    assert_eq!((c.meta_lookups, c.meta_lookups_dropped), (3, 0));
+    assert_eq!(backend.io.lock().unwrap().issued, vec![PageRange::new(0, 4)]);
 }

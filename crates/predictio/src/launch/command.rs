@@ -87,18 +87,9 @@ fn shebang(path: &Path) -> Result<Option<(OsString, Option<OsString>)>, CommandE
     let io = |source| CommandError::Io { path: path.display().to_string(), source };
     let mut head = Vec::with_capacity(SHEBANG_BYTES);
     std::fs::File::open(path).map_err(io)?.take(SHEBANG_BYTES as u64).read_to_end(&mut head).map_err(io)?;
-    let Some(line) = head.strip_prefix(b"#!") else { return Ok(None) };
-    let line = line.split(|&b| b == b'\n').next().unwrap_or_default();
-    let blank = |b: &u8| *b == b' ' || *b == b'\t';
-    let line = &line[line.iter().position(|b| !blank(b)).unwrap_or(line.len())..];
-    let end = line.iter().position(blank).unwrap_or(line.len());
-    let (interpreter, rest) = line.split_at(end);
-    if interpreter.is_empty() {
-        return Ok(None);
-    }
-    let rest = rest.trim_ascii();
-    let arg = (!rest.is_empty()).then(|| OsString::from_vec(rest.to_vec()));
-    Ok(Some((OsString::from_vec(interpreter.to_vec()), arg)))
+    Ok(crate::exec_image::shebang(&head).map(|(interpreter, arg)| {
+        (OsString::from_vec(interpreter.to_vec()), arg.map(|a| OsString::from_vec(a.to_vec())))
+    }))
 }
 
 /// What `command` (the program and its arguments) launches as.

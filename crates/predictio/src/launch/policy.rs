@@ -480,8 +480,11 @@ impl LaunchPolicy {
     }
 
     /// Replays launch `key` at `time_ns` if the book has it and it did not
-    /// replay within [`REPEAT_NS`]; true if it did.
-    fn replay(&mut self, key: LaunchKey, time_ns: u64, ctx: &mut PolicyContext<'_>) -> bool {
+    /// replay within [`REPEAT_NS`]; true if it did. `exec` is the path of an
+    /// exec that has not happened yet (the replay at its start): the
+    /// metadata threads resolve it first, as the exec will
+    /// ([`crate::request::MetaRequest::execs`]).
+    fn replay(&mut self, key: LaunchKey, time_ns: u64, exec: Option<&Arc<str>>, ctx: &mut PolicyContext<'_>) -> bool {
         let Some(replay) = self.book.get(&key) else { return false };
         if self.last_exec.get(&key).is_some_and(|t| time_ns.saturating_sub(*t) < REPEAT_NS) {
             return false;
@@ -492,7 +495,7 @@ impl LaunchPolicy {
         self.book.mark_replayed(&key);
         self.last_exec.insert(key, time_ns);
         self.replays += 1;
-        ctx.request_metadata(replay.lookups.clone(), replay.dirs.clone());
+        ctx.request_metadata(exec.into_iter().cloned().collect(), replay.lookups.clone(), replay.dirs.clone());
         Self::emit(&replay.at_exec, &replay, ctx);
         self.pending.retain(|_, (at, _)| time_ns.saturating_sub(*at) < TRIGGER_TTL_NS);
         for (trigger, _) in &replay.on_trigger {
@@ -609,7 +612,7 @@ impl Policy for LaunchPolicy {
                 }
                 self.starting.insert(*pid, (start, *time_ns));
                 if let Some(key) = known
-                    && self.replay(key, *time_ns, ctx)
+                    && self.replay(key, *time_ns, Some(path), ctx)
                 {
                     self.early_replays += 1;
                 }
@@ -617,7 +620,7 @@ impl Policy for LaunchPolicy {
             Event::Exec { pid, exe, shape, time_ns } => {
                 let key = LaunchKey { exe: *exe, shape: Arc::clone(shape) };
                 self.learn_start(*pid, &key, *time_ns);
-                self.replay(key, *time_ns, ctx);
+                self.replay(key, *time_ns, None, ctx);
             }
             Event::PageAccess { file, .. } if !self.pending.is_empty() => {
                 if let Some((_, replay)) = self.pending.remove(file)
@@ -999,9 +1002,14 @@ mod tests {
         assert_eq!((policy.replays(), policy.early_replays()), (0, 0));
         policy.on_event(&exec(5, 1000), &mut ctx);
         assert_eq!((policy.replays(), policy.early_replays()), (1, 0));
-        // The same start later replays at once, and its exec does not again.
+        assert!(ctx.take_metadata().is_empty(), "an exec done has nothing to resolve, this replay no directories");
+        // The same start later replays at once, and its exec does not again;
+        // the exec's path is resolved first.
         policy.on_event(&start(6, 0, "/bin/rustc", 10 * s), &mut ctx);
         assert_eq!((policy.replays(), policy.early_replays()), (2, 1));
+        let meta = ctx.take_metadata();
+        assert_eq!(meta.len(), 1);
+        assert_eq!(meta[0].execs, vec![std::sync::Arc::<str>::from("/bin/rustc")]);
         policy.on_event(&exec(6, 10 * s + 1000), &mut ctx);
         assert_eq!(policy.replays(), 2, "the exec right after its start is not replayed twice");
         // Another user's start of the same path, or another path, waits
