@@ -47,15 +47,16 @@ const MAX_EXEC_CHAIN: usize = 6;
 /// about a millisecond.
 pub const EXEC_GATE_MAX: Duration = Duration::from_millis(5);
 
-/// Holds the executor's data reads and the other metadata jobs back while
-/// execs are being resolved ([`MetaRequest::execs`]), for at most
-/// [`EXEC_GATE_MAX`] from when the first of them was queued. The device
-/// serves reads in the order they reach it: once a replay's data window is
-/// in its queue, a directory block or an inode the exec waits for, even in
-/// the real-time class, waits behind a few MiB of data — 1.5–4 ms per
-/// lookup, five or so in a row before the program runs; and the metadata
-/// threads' real-time lookups go ahead of the exec's own best-effort
-/// reads. The wait is the executor's threads', never a submitter's.
+/// Holds the executor's data reads back while execs are being resolved
+/// ([`MetaRequest::execs`]), for at most [`EXEC_GATE_MAX`] from when the
+/// first of them was queued. The device serves reads in the order they
+/// reach it: once a replay's data window is in its queue, a directory
+/// block or an inode the exec waits for, even in the real-time class,
+/// waits behind a few MiB of data — 1.5–4 ms per lookup, five or so in a
+/// row before the program runs. The other metadata is not held: holding
+/// it too measured worse for gdb, whose own lookups it serves
+/// (`docs/DESIGN.md`). The wait is the executor worker's, never a
+/// submitter's.
 #[derive(Debug, Default)]
 pub struct ExecGate {
     /// Execs queued or being resolved, and since when the gate is closed.
@@ -270,11 +271,6 @@ fn worker(shared: &Shared, realtime: bool) {
     }
     loop {
         while let Some((job, origin)) = shared.queue.pop() {
-            // The other metadata waits for the execs too: its real-time
-            // reads would go ahead of the exec's own.
-            if !matches!(job, Job::Exec(_)) {
-                shared.gate.wait();
-            }
             let d = match job {
                 Job::Exec(path) => {
                     let resolved = resolve_exec(std::path::Path::new(&*path));
