@@ -22,6 +22,16 @@ pub fn skip(reason: &str) -> bool {
     true
 }
 
+/// Writes `text` to `dir/name` as an executable (mode 755) and returns its
+/// path: a script for exec and launch tests.
+pub fn executable_script(dir: &std::path::Path, name: &str, text: &str) -> std::path::PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let path = dir.join(name);
+    std::fs::write(&path, text).expect("the script is written");
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("the script is made executable");
+    path
+}
+
 /// A real SQLite database made by the `sqlite3` shell in `dir`: 5,000 rows
 /// of 700 bytes inserted in a scattered order, so a root over a few interior
 /// pages over ~1,000 leaves spread over the file. `None` when the shell is

@@ -344,11 +344,8 @@ mod tests {
 
     #[test]
     fn an_exec_is_resolved_through_its_interpreters() {
-        use std::os::unix::fs::PermissionsExt;
         let dir = tempfile::tempdir().expect("tempdir");
-        let script = dir.path().join("tool");
-        std::fs::write(&script, "#!/bin/sh -e\necho hi\n").expect("write");
-        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        let script = crate::testing::executable_script(dir.path(), "tool", "#!/bin/sh -e\necho hi\n");
         // The script, /bin/sh, and the loader /bin/sh names (itself with
         // no interpreter).
         assert_eq!(resolve_exec(&script), 3);

@@ -552,11 +552,8 @@ fn metadata_beyond_the_queue_is_dropped_and_counted() {
 /// threads, counted as lookups, and the data requests after it still run.
 #[test]
 fn metadata_requests_resolve_the_execs_they_name() {
-    use std::os::unix::fs::PermissionsExt;
     let dir = tempfile::tempdir().expect("tempdir");
-    let script = dir.path().join("tool");
-    std::fs::write(&script, "#!/bin/sh\n").expect("write");
-    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let script = crate::testing::executable_script(dir.path(), "tool", "#!/bin/sh\n");
     let backend = FakeBackend::default();
     let exec = Executor::with_parts(
         ExecutorConfig::default(),

@@ -121,14 +121,6 @@ pub fn launch_of<S: AsRef<OsStr>>(command: &[S]) -> Result<Launch, CommandError>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::os::unix::fs::PermissionsExt;
-
-    fn script(dir: &Path, name: &str, text: &str) -> PathBuf {
-        let path = dir.join(name);
-        std::fs::write(&path, text).unwrap();
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
-        path
-    }
 
     #[test]
     fn a_binary_is_itself_and_a_script_its_interpreter() {
@@ -138,7 +130,7 @@ mod tests {
         assert_eq!(binary.shape, super::super::shape::of_args(&["/bin/sh", "-c", "true"]));
 
         let dir = tempfile::tempdir().unwrap();
-        let path = script(dir.path(), "tool.sh", "#!/bin/sh -e\necho hi\n");
+        let path = crate::testing::executable_script(dir.path(), "tool.sh", "#!/bin/sh -e\necho hi\n");
         let launch = launch_of(&[path.as_os_str(), OsStr::new("--fast")]).unwrap();
         assert_eq!(launch.exe.path, sh.display().to_string(), "the interpreter runs");
         let want: Vec<OsString> =
@@ -150,18 +142,19 @@ mod tests {
     #[test]
     fn env_scripts_nesting_and_bad_input() {
         let dir = tempfile::tempdir().unwrap();
-        let env = script(dir.path(), "a.py", "#!/usr/bin/env python3\nprint(1)\n");
+        let env = crate::testing::executable_script(dir.path(), "a.py", "#!/usr/bin/env python3\nprint(1)\n");
         let launch = launch_of(&[env.as_os_str()]).unwrap();
         assert!(launch.exe.path.ends_with("/env"), "{}", launch.exe.path);
         assert_eq!(launch.shape, format!("env python3 {}", env.display()), "env's command counts, not env");
         // A script whose interpreter is a script.
-        let inner = script(dir.path(), "inner", "#!/bin/sh\n");
-        let outer = script(dir.path(), "outer", &format!("#!{}\n", inner.display()));
+        let inner = crate::testing::executable_script(dir.path(), "inner", "#!/bin/sh\n");
+        let outer = crate::testing::executable_script(dir.path(), "outer", &format!("#!{}\n", inner.display()));
         let launch = launch_of(&[outer.as_os_str()]).unwrap();
         assert_eq!(launch.exe.path, std::fs::canonicalize("/bin/sh").unwrap().display().to_string());
         assert_eq!(launch.argv.len(), 3);
         // Loops stop with an error, missing programs too.
-        let looped = script(dir.path(), "loop", &format!("#!{}/loop\n", dir.path().display()));
+        let looped =
+            crate::testing::executable_script(dir.path(), "loop", &format!("#!{}/loop\n", dir.path().display()));
         assert!(matches!(launch_of(&[looped.as_os_str()]), Err(CommandError::TooDeep(_))));
         assert!(matches!(launch_of(&["/no/such/program"]), Err(CommandError::NotFound(_))));
         assert!(matches!(launch_of(&["no-such-program-predictio"]), Err(CommandError::NotFound(_))));
