@@ -16,6 +16,10 @@
 /// headers and interpreter path lie within its first page in practice.
 pub const HEAD_BYTES: usize = 4096;
 
+/// Bytes of a script's first line the kernel reads (`BINPRM_BUF_SIZE`);
+/// [`shebang`] looks at no more.
+pub const SHEBANG_BYTES: usize = 256;
+
 /// ELF program header type of the interpreter path.
 const PT_INTERP: u32 = 3;
 
@@ -33,10 +37,10 @@ pub fn interpreter(head: &[u8]) -> Option<&[u8]> {
 /// The interpreter line of a script whose head is `head`, if it starts
 /// with `#!`: the interpreter and its optional single argument, split as
 /// the kernel splits them (the rest of the line after the interpreter,
-/// trimmed, is one argument). Only the first 256 bytes count, as for the
-/// kernel.
+/// trimmed, is one argument). Only the first [`SHEBANG_BYTES`] count, as
+/// for the kernel.
 pub fn shebang(head: &[u8]) -> Option<(&[u8], Option<&[u8]>)> {
-    let head = &head[..head.len().min(256)];
+    let head = &head[..head.len().min(SHEBANG_BYTES)];
     let line = head.strip_prefix(b"#!")?;
     let line = line.split(|&b| b == b'\n').next().unwrap_or_default();
     let blank = |b: &u8| *b == b' ' || *b == b'\t';

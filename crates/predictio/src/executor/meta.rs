@@ -65,7 +65,7 @@ pub struct ExecGate {
 }
 
 impl ExecGate {
-    fn close(&self, execs: u64) {
+    pub(super) fn close(&self, execs: u64) {
         if execs == 0 {
             return;
         }
@@ -161,8 +161,8 @@ impl MetaPool {
     }
 
     /// The gate that holds data reads back while execs are resolved.
-    pub fn gate(&self) -> Arc<ExecGate> {
-        Arc::clone(&self.shared.gate)
+    pub fn gate(&self) -> &Arc<ExecGate> {
+        &self.shared.gate
     }
 
     /// Threads listing directories.

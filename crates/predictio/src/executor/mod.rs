@@ -382,7 +382,7 @@ impl Executor {
         .map_err(ExecutorError::Spawn)?;
         let worker_shared = Arc::clone(&shared);
         let worker_engine = Arc::clone(&engine);
-        let gate = meta.gate();
+        let gate = Arc::clone(meta.gate());
         let worker_loop = move || worker_loop(worker_shared, worker_engine, &gate);
         Ok(Self {
             shared,

@@ -21,9 +21,6 @@ use super::profile::FileIdentity;
 /// Interpreters of interpreters followed at most (the kernel's too).
 pub const MAX_INTERPRETERS: usize = 4;
 
-/// Bytes of a script's first line the kernel reads (`BINPRM_BUF_SIZE`).
-const SHEBANG_BYTES: usize = 256;
-
 /// Why a command cannot be keyed.
 #[derive(Debug, thiserror::Error)]
 pub enum CommandError {
@@ -85,8 +82,12 @@ fn is_executable(path: &Path) -> bool {
 fn shebang(path: &Path) -> Result<Option<(OsString, Option<OsString>)>, CommandError> {
     use std::io::Read;
     let io = |source| CommandError::Io { path: path.display().to_string(), source };
-    let mut head = Vec::with_capacity(SHEBANG_BYTES);
-    std::fs::File::open(path).map_err(io)?.take(SHEBANG_BYTES as u64).read_to_end(&mut head).map_err(io)?;
+    let mut head = Vec::with_capacity(crate::exec_image::SHEBANG_BYTES);
+    std::fs::File::open(path)
+        .map_err(io)?
+        .take(crate::exec_image::SHEBANG_BYTES as u64)
+        .read_to_end(&mut head)
+        .map_err(io)?;
     Ok(crate::exec_image::shebang(&head).map(|(interpreter, arg)| {
         (OsString::from_vec(interpreter.to_vec()), arg.map(|a| OsString::from_vec(a.to_vec())))
     }))
