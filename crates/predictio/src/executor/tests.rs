@@ -574,3 +574,26 @@ fn metadata_requests_resolve_the_execs_they_name() {
     assert_eq!((c.meta_lookups, c.meta_lookups_dropped), (3, 0));
     assert_eq!(backend.io.lock().unwrap().issued, vec![PageRange::new(0, 4)]);
 }
+
+/// Rule: while an exec is being resolved the worker holds data back, for
+/// [`meta::EXEC_GATE_MAX`] at most; the submitter never waits.
+#[test]
+fn data_waits_for_the_exec_being_resolved_for_a_bounded_time() {
+    let backend = FakeBackend::default();
+    let exec = Executor::with_parts(
+        ExecutorConfig::default(),
+        Box::new(cache_of(4, [])),
+        Box::new(backend.clone()),
+        calm(),
+        None,
+    )
+    .expect("starts");
+    let origin = exec.register_origin("t");
+    let start = Instant::now();
+    exec.meta.gate().close(1);
+    exec.submit(Request::new(any_file(), vec![PageRange::new(0, 4)], origin)).expect("accepted");
+    assert!(start.elapsed() < meta::EXEC_GATE_MAX, "the submitter did not wait");
+    assert!(exec.wait_idle(Duration::from_secs(5)));
+    assert!(start.elapsed() >= meta::EXEC_GATE_MAX, "issued after {:?}", start.elapsed());
+    assert_eq!(backend.io.lock().unwrap().issued, vec![PageRange::new(0, 4)], "then issued all the same");
+}
