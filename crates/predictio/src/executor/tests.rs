@@ -548,12 +548,9 @@ fn metadata_beyond_the_queue_is_dropped_and_counted() {
     assert_eq!((c.meta_lookups_dropped, c.meta_lookups), (2, 0));
 }
 
-/// An exec's path is resolved (with its interpreters) on the metadata
-/// threads, counted as lookups, and the data requests after it still run.
-#[test]
-fn metadata_requests_resolve_the_execs_they_name() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let script = crate::testing::executable_script(dir.path(), "tool", "#!/bin/sh\n");
+/// An executor over a 4-page file none of which is cached, with its fake
+/// backend.
+fn executor_of_four_pages() -> (Executor, FakeBackend) {
     let backend = FakeBackend::default();
     let exec = Executor::with_parts(
         ExecutorConfig::default(),
@@ -563,6 +560,16 @@ fn metadata_requests_resolve_the_execs_they_name() {
         None,
     )
     .expect("starts");
+    (exec, backend)
+}
+
+/// An exec's path is resolved (with its interpreters) on the metadata
+/// threads, counted as lookups, and the data requests after it still run.
+#[test]
+fn metadata_requests_resolve_the_execs_they_name() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let script = crate::testing::executable_script(dir.path(), "tool", "#!/bin/sh\n");
+    let (exec, backend) = executor_of_four_pages();
     let origin = exec.register_origin("t");
     let path: Arc<str> = script.to_str().expect("utf-8").into();
     exec.submit_meta(MetaRequest { execs: vec![path], lookups: Vec::new(), dirs: Vec::new(), origin })
@@ -579,15 +586,7 @@ fn metadata_requests_resolve_the_execs_they_name() {
 /// [`meta::EXEC_GATE_MAX`] at most; the submitter never waits.
 #[test]
 fn data_waits_for_the_exec_being_resolved_for_a_bounded_time() {
-    let backend = FakeBackend::default();
-    let exec = Executor::with_parts(
-        ExecutorConfig::default(),
-        Box::new(cache_of(4, [])),
-        Box::new(backend.clone()),
-        calm(),
-        None,
-    )
-    .expect("starts");
+    let (exec, backend) = executor_of_four_pages();
     let origin = exec.register_origin("t");
     let start = Instant::now();
     exec.meta.gate().close(1);
