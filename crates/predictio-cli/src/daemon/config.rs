@@ -77,7 +77,9 @@ pub struct ExecutorSection {
     /// program's own reads from queueing behind a replay.
     pub max_unsettled_kib: u64,
     /// Metadata prefetch (a launch's lookups and directory listings) in the
-    /// real-time I/O class, ahead of queued data prefetch.
+    /// real-time I/O class, ahead of queued data prefetch. Off by default:
+    /// mq-deadline holds every best-effort read back while a real-time one
+    /// is in flight, the launching program's own reads included.
     pub meta_realtime_io: bool,
 }
 

@@ -11,9 +11,10 @@
 //! held descriptor, at most [`MAX_ENTRIES`] entries), which brings its blocks
 //! into the cache so the program's lookups find them there. A full queue
 //! drops the directory, counted; nothing is returned to anyone. The threads'
-//! reads go in the real-time I/O class when allowed
-//! ([`super::ExecutorConfig::meta_realtime_io`]), so that a directory block
-//! a launch is about to wait for is not queued behind the replay's data.
+//! reads stay in the best-effort class, the program's own, unless
+//! [`super::ExecutorConfig::meta_realtime_io`] says otherwise (mq-deadline
+//! holds a program's best-effort reads back while a real-time one is in
+//! flight).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering, fence};
 use std::sync::{Arc, Condvar, Mutex};

@@ -72,11 +72,14 @@ pub struct ExecutorConfig {
     /// Whether the metadata threads' reads go in the real-time I/O class
     /// (`ioprio_set`; needs `CAP_SYS_ADMIN`, else they stay best-effort), so
     /// that mq-deadline dispatches a directory block ahead of queued data
-    /// prefetch. A launch's lookups are a chain of small reads it is about
-    /// to wait for (a program's own lookup of a name the metadata thread is
-    /// reading waits for that read); behind a replay's window of data they
-    /// waited their turn each. On by default; the work is bounded (one
-    /// replay's lookups and listings).
+    /// prefetch. Off by default: while any real-time read is in flight,
+    /// mq-deadline holds every best-effort one back — the program's own
+    /// reads included — and dispatches it only when something next runs the
+    /// queue. Traced in the launch bench, a program's exec sat 3–4 ms with
+    /// its directory block held in the scheduler and the device idle, until
+    /// the executor's first data read ran the queue (see `docs/DESIGN.md`,
+    /// "Executor"). For a device whose scheduler does not hold classes back
+    /// (`none`, `kyber`) it costs nothing and may help.
     pub meta_realtime_io: bool,
     /// Requests of at most this many ranges are looked up in the page cache
     /// by the submitting thread (`cachestat`, stopping at the first range
@@ -119,7 +122,7 @@ impl Default for ExecutorConfig {
             hit_timeout: Duration::from_secs(30),
             meta_threads: 4,
             meta_queue_capacity: 4096,
-            meta_realtime_io: true,
+            meta_realtime_io: false,
             screen_resident_ranges: 0,
             stream_thread: true,
             issue_in_caller: false,
