@@ -45,7 +45,10 @@ const MAX_EXEC_CHAIN: usize = 6;
 
 /// How long data prefetch waits, at most, for the execs being resolved
 /// ([`ExecGate`]): on an idle device an exec's lookups and first pages take
-/// about a millisecond.
+/// about a millisecond; in the launch bench, with the launch's other
+/// lookups read beside them, 1.5–3.3 ms (8–18 ms with the metadata threads
+/// in the real-time class, which held the exec's own reads back:
+/// [`super::ExecutorConfig::meta_realtime_io`]).
 pub const EXEC_GATE_MAX: Duration = Duration::from_millis(5);
 
 /// Holds the executor's data reads back while execs are being resolved
