@@ -20,6 +20,9 @@ pub const HEAD_BYTES: usize = 4096;
 /// [`shebang`] looks at no more.
 pub const SHEBANG_BYTES: usize = 256;
 
+/// ELF program header type of a loadable segment.
+const PT_LOAD: u32 = 1;
+
 /// ELF program header type of the interpreter path.
 const PT_INTERP: u32 = 3;
 
@@ -82,9 +85,6 @@ pub fn elf_zeroed_offsets(head: &[u8]) -> Vec<u64> {
         .filter_map(|h| h.offset.checked_add(h.file_size))
         .collect()
 }
-
-/// ELF program header type of a loadable segment.
-const PT_LOAD: u32 = 1;
 
 /// An ELF head's layout: where its program headers are, how to read them.
 struct Elf<'a> {
