@@ -380,8 +380,12 @@ fn waves(mut picked: Vec<(PageRange, Option<f32>)>, limits: &WalkLimits) -> Walk
         coalesce(&mut cut, limits.merge_gap, limits.coalesce_pages);
     }
     let mut out = Walked { ranges: Vec::with_capacity(ranges.len()), due_ms: Vec::new() };
+    // A wave's merged ranges can bridge a gap holding pages of a later wave:
+    // each page goes with the first wave that reads it.
+    let mut taken: BTreeMap<u64, u64> = BTreeMap::new();
     for (wave, due) in cut.into_iter().zip(due) {
-        let wave = sorted_sparse(wave, limits.merge_gap);
+        let wave: Vec<PageRange> =
+            sorted_sparse(wave, limits.merge_gap).into_iter().flat_map(|r| take_new(&mut taken, r)).collect();
         if timed {
             out.due_ms.extend(std::iter::repeat_n(due, wave.len()));
         }
@@ -411,11 +415,16 @@ fn coalesce(waves: &mut [Vec<PageRange>], gap: u64, max_pages: u64) {
             rest.remove(&r.start);
         }
         let mut grown = sorted_sparse(own, gap);
-        for range in &mut grown {
+        for i in 0..grown.len() {
+            // Grown up to its neighbours at most: the wave's ranges stay disjoint.
+            let low = if i > 0 { grown[i - 1].end } else { 0 };
+            let high = grown.get(i + 1).map_or(u64::MAX, |r| r.start);
+            let mut range = grown[i];
             loop {
                 let next = rest.range(range.end..).next().map(|(s, e)| (*s, e.0));
                 if let Some((start, end)) = next
                     && start <= range.end.saturating_add(gap)
+                    && end <= high
                     && end - range.start <= max_pages
                 {
                     rest.remove(&start);
@@ -425,6 +434,7 @@ fn coalesce(waves: &mut [Vec<PageRange>], gap: u64, max_pages: u64) {
                 let before = rest.range(..range.start).next_back().map(|(s, e)| (*s, e.0));
                 if let Some((start, end)) = before
                     && end.saturating_add(gap) >= range.start
+                    && start >= low
                     && range.end - start <= max_pages
                 {
                     rest.remove(&start);
@@ -432,6 +442,18 @@ fn coalesce(waves: &mut [Vec<PageRange>], gap: u64, max_pages: u64) {
                     continue;
                 }
                 break;
+            }
+            grown[i] = range;
+        }
+        // Later pieces inside a bridged gap are read with the range that spans them.
+        for range in &grown {
+            let inside: Vec<(u64, u64, usize)> =
+                rest.range(range.start..range.end).map(|(s, (e, w))| (*s, *e, *w)).collect();
+            for (start, end, later) in inside {
+                rest.remove(&start);
+                if end > range.end {
+                    rest.insert(range.end, (end, later));
+                }
             }
         }
         *wave = grown;
@@ -605,6 +627,11 @@ mod tests {
         assert_eq!(waves(&[&[r(0, 2)], &[r(6, 7)]], 3, 64), vec![vec![r(0, 2)], vec![r(6, 7)]], "wider ones not");
         assert_eq!(waves(&[&[r(0, 100)], &[r(100, 101)]], 0, 64), vec![vec![r(0, 100)], vec![r(100, 101)]]);
         assert_eq!(waves(&[&[r(5, 6)], &[r(0, 2)]], 0, 64), vec![vec![r(5, 6)], vec![r(0, 2)]], "not adjacent");
+        assert_eq!(
+            waves(&[&[r(0, 2), r(5, 6)], &[r(3, 4), r(6, 7)]], 2, 64),
+            vec![vec![r(0, 4), r(5, 7)], vec![]],
+            "a range grows up to the wave's next one, not over it"
+        );
 
         // Through the walk: the pages stay the same, fewer ranges, each
         // wave due at its own earliest.
@@ -618,6 +645,83 @@ mod tests {
         let apart = m.walk_timed(&WalkLimits { coalesce_pages: 0, ..each });
         assert_eq!(apart.ranges, run.to_vec());
         assert_eq!(apart.due_ms, vec![1.0, 2.0, 3.0, 4.0, 5.0]);
+    }
+
+    #[test]
+    fn coalescing_moves_pages_only_earlier_and_adds_only_bridged_gaps() {
+        let mut rng = crate::testing::Rng(0x5EED_C0A1_E5CE_0001);
+        for _ in 0..300 {
+            // Disjoint ranges over 0..2000, dealt to waves at random.
+            let mut ranges = Vec::new();
+            let mut at = rng.below(5u64);
+            while at < 2000 {
+                let len = 1 + rng.below(8u64);
+                ranges.push(r(at, at + len));
+                at += len + rng.below(6u64);
+            }
+            let nwaves = 1 + rng.below(12usize);
+            let mut cut = vec![Vec::new(); nwaves];
+            let mut wave_of = HashMap::new();
+            for range in &ranges {
+                let w = rng.below(nwaves);
+                cut[w].push(*range);
+                for page in range.start..range.end {
+                    wave_of.insert(page, w);
+                }
+            }
+            let (gap, max) = (rng.below(6u64), 1 + rng.below(100u64));
+
+            let mut seen = HashSet::new();
+            for (w, wave) in cut.iter().enumerate() {
+                assert!(wave.windows(2).all(|p| p[0].end <= p[1].start), "wave {w}: {wave:?} not sorted and disjoint");
+                for range in wave {
+                    let mut later = false;
+                    for page in range.start..range.end {
+                        // A wave's own pieces, merged, may span an earlier
+                        // wave's (`waves` reads each page once, below).
+                        let first = seen.insert(page);
+                        match wave_of.get(&page) {
+                            Some(&from) => {
+                                assert!(!first || from >= w, "page {page} moved later");
+                                later |= from > w;
+                            }
+                            None => {
+                                // A bridged gap: original pages within `gap` on both sides, in this range.
+                                let before = (range.start..page).rev().take_while(|p| !wave_of.contains_key(p)).count();
+                                let after = (page..range.end).take_while(|p| !wave_of.contains_key(p)).count();
+                                assert!(before + after <= usize::try_from(gap).unwrap_or(usize::MAX));
+                                assert!(page > range.start && page < range.end - 1);
+                            }
+                        }
+                    }
+                    // Grown past its own pages only within the bound (a
+                    // wave's own pieces, merged, may be longer).
+                    let own: Vec<u64> = (range.start..range.end).filter(|p| wave_of.get(p) == Some(&w)).collect();
+                    let outside = |p: u64| own.first().is_none_or(|&lo| p < lo) || own.last().is_none_or(|&hi| p > hi);
+                    let grown = later && (range.start..range.end).any(|p| wave_of.contains_key(&p) && outside(p));
+                    assert!(!grown || range.len() <= max, "{range:?} took in later pages past {max}");
+                }
+            }
+            assert!(wave_of.keys().all(|p| seen.contains(p)), "every page kept");
+
+            // Through `waves`, each wave sorted and merged again: still each page once.
+            let picked: Vec<(PageRange, Option<f32>)> =
+                ranges.iter().map(|r| (*r, Some(wave_of[&r.start] as f32))).collect();
+            let limits = WalkLimits {
+                merge_gap: gap,
+                wave_pages: 1 + rng.below(40u64),
+                coalesce_pages: max,
+                ..WalkLimits::default()
+            };
+            let walked = waves(picked, &limits);
+            let mut seen = HashSet::new();
+            for range in &walked.ranges {
+                assert!((range.start..range.end).all(|p| seen.insert(p)), "{range:?} read twice");
+            }
+            assert!(wave_of.keys().all(|p| seen.contains(p)), "every page kept");
+            assert_eq!(walked.due_ms.len(), walked.ranges.len());
+            assert!(walked.due_ms.windows(2).all(|d| d[0] <= d[1]), "waves in order of time");
+        }
     }
 
     #[test]
