@@ -445,15 +445,14 @@ fn coalesce(waves: &mut [Vec<PageRange>], gap: u64, max_pages: u64) {
             }
             grown[i] = range;
         }
-        // Later pieces inside a bridged gap are read with the range that spans them.
+        // Later pieces inside a bridged gap are read with the range that
+        // spans them. They end inside it too: a gap is bridged only between
+        // two of the range's pieces, and growth takes the nearest piece.
         for range in &grown {
-            let inside: Vec<(u64, u64, usize)> =
-                rest.range(range.start..range.end).map(|(s, (e, w))| (*s, *e, *w)).collect();
-            for (start, end, later) in inside {
+            let inside: Vec<(u64, u64)> = rest.range(range.start..range.end).map(|(s, (e, _))| (*s, *e)).collect();
+            for (start, end) in inside {
+                debug_assert!(end <= range.end, "piece {start}..{end} past {range:?}");
                 rest.remove(&start);
-                if end > range.end {
-                    rest.insert(range.end, (end, later));
-                }
             }
         }
         *wave = grown;
