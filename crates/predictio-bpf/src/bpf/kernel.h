@@ -1,4 +1,4 @@
-/* SPDX-License-Identifier: MIT OR Apache-2.0 */
+/* SPDX-License-Identifier: MIT OR GPL-2.0-only */
 /*
  * The kernel types the programs read, declared by hand instead of a generated
  * vmlinux.h.

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: MIT OR Apache-2.0
+// SPDX-License-Identifier: MIT OR GPL-2.0-only
 /*
  * predictio's observation programs: page-cache and process-tree tracepoints
  * filtered in the kernel and written to one ring buffer.
@@ -22,7 +22,11 @@
 #include "kernel.h"
 #include "observe.h"
 
-char LICENSE[] SEC("license") = "GPL";
+/*
+ * The kernel lets only GPL-compatible programs call its GPL-only helpers;
+ * "Dual MIT/GPL" is one of the strings it accepts (include/linux/license.h).
+ */
+char LICENSE[] SEC("license") = "Dual MIT/GPL";
 
 /* Wake the consumer when this many bytes are unread (0: on every record). */
 const volatile __u64 wakeup_bytes = 1 << 20;

@@ -1,4 +1,4 @@
-/* SPDX-License-Identifier: MIT OR Apache-2.0 */
+/* SPDX-License-Identifier: MIT OR GPL-2.0-only */
 /*
  * The record the BPF programs write into the ring buffer, shared with Rust.
  *
