@@ -1,8 +1,7 @@
 //! The protocol's moving parts: the machine and its limits, cold caches made
 //! and verified, workload data files, and the progress bar.
 
-use std::fs::{File, OpenOptions};
-use std::io::Write;
+use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -198,17 +197,124 @@ impl Harness {
     }
 }
 
+/// The `predictio` binary the workloads run (`daemon`, `run`, `record`):
+/// `$PREDICTIO_BIN` if set, else the `predictio` beside this binary (cargo
+/// builds both into one target directory; a package installs both into one
+/// directory).
+pub fn predictio_binary() -> Result<PathBuf, BenchError> {
+    let path = match BenchVar::PredictioBin.get() {
+        Some(path) => PathBuf::from(path),
+        None => std::env::current_exe().doing(|| "finding this binary".into())?.with_file_name("predictio"),
+    };
+    if !path.is_file() {
+        return Err(BenchError::Options(format!(
+            "{} not found: build it (`cargo build --release -p predictio-cli`) or set PREDICTIO_BIN",
+            path.display()
+        )));
+    }
+    Ok(path)
+}
+
+/// Declares [`BenchVar`]: its variants, their names and [`BenchVar::ALL`]
+/// from one list, so that a variable cannot be read without being listed.
+macro_rules! bench_vars {
+    ($($(#[doc = $doc:literal])+ $variant:ident = $name:literal,)+) => {
+        /// An environment variable that filters a workload's cases or
+        /// changes what a side runs. The bench reads these only through
+        /// [`BenchVar::get`], and every result file records those that are
+        /// set ([`BenchVar::captured`]): a run filtered or changed by one
+        /// says so.
+        ///
+        /// Variables the bench itself does not read but the processes it
+        /// starts do (the SQLite extension's settings) are listed too: they
+        /// change the treatment of the runs they are set for.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        pub enum BenchVar {
+            $($(#[doc = $doc])+ $variant,)+
+        }
+
+        impl BenchVar {
+            /// Every variable, in the order a report lists them.
+            pub const ALL: &[BenchVar] = &[$(BenchVar::$variant),+];
+
+            /// The variable's name.
+            pub const fn name(self) -> &'static str {
+                match self {
+                    $(BenchVar::$variant => $name,)+
+                }
+            }
+        }
+    };
+}
+
+bench_vars! {
+    /// `word[,word…]`: launch runs only the programs whose name contains
+    /// one of the words.
+    LaunchOnly = "PREDICTIO_BENCH_LAUNCH_ONLY",
+    /// Set and not `0`: launch's replays replay no lookups (the A/B of the
+    /// lookup replay).
+    LaunchNoLookups = "PREDICTIO_BENCH_LAUNCH_NO_LOOKUPS",
+    /// `name[,name…]`: sqlite-scan runs only the cases named.
+    SqliteOnly = "PREDICTIO_BENCH_SQLITE_ONLY",
+    /// The SQLite extension sqlite-scan loads (default: the one built next
+    /// to the bench).
+    SqliteExtension = "PREDICTIO_SQLITE_EXTENSION",
+    /// Read by the SQLite extension: its executor backend.
+    SqliteBackend = "PREDICTIO_SQLITE_BACKEND",
+    /// Read by the SQLite extension: the btree policy's growth factor.
+    BtreeGrowth = "PREDICTIO_BTREE_GROWTH",
+    /// Read by the SQLite extension: the btree policy's largest window.
+    BtreeMaxWindow = "PREDICTIO_BTREE_MAX_WINDOW",
+    /// Read by the SQLite extension: the scans the btree policy remembers.
+    BtreeHistory = "PREDICTIO_BTREE_HISTORY",
+    /// Read by the SQLite extension: continuations before a window opens.
+    BtreeConfirm = "PREDICTIO_BTREE_CONFIRM",
+    /// Read by the SQLite extension: the budget of whole upper levels.
+    BtreeUpperPages = "PREDICTIO_BTREE_UPPER_PAGES",
+    /// Read by the SQLite extension: the lookups that pay for an upper level.
+    BtreeUpperPayback = "PREDICTIO_BTREE_UPPER_PAYBACK",
+    /// Read by the SQLite extension: when a window is topped up.
+    BtreeTopUp = "PREDICTIO_BTREE_TOP_UP",
+    /// The node-llama-cpp installation llm-load's loaders run from.
+    NodeLlamaCppDir = "NODE_LLAMA_CPP_DIR",
+    /// llm-load's loader script (default `scripts/llama-load.mjs`).
+    LlamaLoad = "PREDICTIO_LLAMA_LOAD",
+    /// The `predictio` binary llm-load's treatment runs (default: this one).
+    PredictioBin = "PREDICTIO_BIN",
+}
+
+impl BenchVar {
+    /// The variable's value, when it is set.
+    pub fn get(self) -> Option<std::ffi::OsString> {
+        std::env::var_os(self.name())
+    }
+
+    /// The variable's value, when it is set and Unicode.
+    pub fn get_string(self) -> Option<String> {
+        self.get().and_then(|v| v.into_string().ok())
+    }
+
+    /// Every listed variable that is set in this process's environment,
+    /// name → value (lossily converted to UTF-8): what a result file
+    /// records as `env`.
+    pub fn captured() -> std::collections::BTreeMap<String, String> {
+        Self::captured_from(|name| std::env::var_os(name))
+    }
+
+    /// [`BenchVar::captured`] over an environment given as a lookup.
+    fn captured_from(
+        lookup: impl Fn(&str) -> Option<std::ffi::OsString>,
+    ) -> std::collections::BTreeMap<String, String> {
+        Self::ALL
+            .iter()
+            .filter_map(|v| lookup(v.name()).map(|value| (v.name().to_owned(), value.to_string_lossy().into_owned())))
+            .collect()
+    }
+}
+
 /// `sync`, then drop the page cache, dentries and inodes (root only).
 pub fn drop_caches() -> std::io::Result<()> {
-    // sync(1) writes back every filesystem, so dropping leaves nothing dirty
-    // behind that a later pass would have to write.
-    let status = std::process::Command::new("sync").status()?;
-    if !status.success() {
-        return Err(std::io::Error::other("sync failed"));
-    }
-    let mut f = OpenOptions::new().write(true).open("/proc/sys/vm/drop_caches")?;
-    f.write_all(b"3\n")?;
-    Ok(())
+    predictio::cache::drop_caches()
 }
 
 /// What [`Harness::prime`] is for, for the reports that use it.
@@ -453,6 +559,35 @@ fn cpu_times_of(line: &str) -> Option<(u64, u64)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn env_capture_records_the_listed_variables_that_are_set() {
+        let env = |name: &str| match name {
+            "PREDICTIO_BENCH_LAUNCH_ONLY" => Some("clang,gdb".into()),
+            "PREDICTIO_BTREE_GROWTH" => Some("4".into()),
+            "PATH" | "PREDICTIO_NOT_A_BENCH_VARIABLE" => Some("x".into()),
+            _ => None,
+        };
+        let captured = BenchVar::captured_from(env);
+        assert_eq!(
+            captured.into_iter().collect::<Vec<_>>(),
+            [
+                ("PREDICTIO_BENCH_LAUNCH_ONLY".to_owned(), "clang,gdb".to_owned()),
+                ("PREDICTIO_BTREE_GROWTH".to_owned(), "4".to_owned()),
+            ]
+        );
+        assert!(BenchVar::captured_from(|_| None).is_empty());
+    }
+
+    #[test]
+    fn bench_vars_are_listed_once() {
+        let mut names: Vec<&str> = BenchVar::ALL.iter().map(|v| v.name()).collect();
+        let n = names.len();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), n, "a name listed twice");
+        assert!(BenchVar::ALL.contains(&BenchVar::LaunchOnly) && BenchVar::ALL.contains(&BenchVar::PredictioBin));
+    }
 
     #[test]
     fn cpu_times_leave_steal_out() {

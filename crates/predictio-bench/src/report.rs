@@ -5,6 +5,7 @@
 //! SVG bar chart. Nothing here measures anything; workloads fill a
 //! [`Report`] and call [`Report::write`].
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -80,8 +81,9 @@ fn yes() -> bool {
 }
 
 /// One measured case of a workload: either an interleaved A/B comparison
-/// (`baseline_s` non-empty) or a single metric against a bar (`extra`
-/// holds `value`, `unit`, `bar`, `seed`, `meets_bar`).
+/// (`baseline_s` non-empty) or a single metric (`extra` holds `value`,
+/// `unit`, `seed`, and where `BENCHMARKS.md` sets a bar for it, `bar` and
+/// `meets_bar`).
 ///
 /// `Default` gives an empty case with `answers_identical: true`, matching
 /// what deserialisation assumes when the field is absent.
@@ -129,6 +131,7 @@ pub struct Case {
     pub wasted_bytes: u64,
     /// workload-specific figures: peers ("preload_s": [...]), latency percentiles, or for metric cases
     /// {"value": 12.3, "unit": "ns/page", "bar": "<= 20", "seed": "tens of ns/page", "meets_bar": true}
+    /// (`bar` and `meets_bar` only where the case has a bar)
     #[serde(flatten)]
     pub extra: Map<String, Value>,
 }
@@ -183,22 +186,58 @@ impl Case {
         }
     }
 
-    /// Builds a metric case (no A/B): sets extra value/unit/bar/seed/meets_bar.
+    /// Builds a metric case (no A/B): sets extra value/unit/seed, and
+    /// `bar`/`meets_bar` when `bar` is `Some((text, met))`: only a case
+    /// with a bar of `BENCHMARKS.md` has one, and a case without a bar
+    /// carries neither key (not a `meets_bar` that would read as a bar met).
     ///
     /// A non-finite `value` is stored as JSON `null`.
-    pub fn metric(name: impl Into<String>, value: f64, unit: &str, bar: &str, seed: &str, meets_bar: bool) -> Case {
+    pub fn metric(name: impl Into<String>, value: f64, unit: &str, seed: &str, bar: Option<(&str, bool)>) -> Case {
         let mut extra = Map::new();
         extra.insert("value".into(), Value::from(value));
         extra.insert("unit".into(), Value::from(unit));
-        extra.insert("bar".into(), Value::from(bar));
+        if let Some((text, met)) = bar {
+            extra.insert("bar".into(), Value::from(text));
+            extra.insert("meets_bar".into(), Value::from(met));
+        }
         extra.insert("seed".into(), Value::from(seed));
-        extra.insert("meets_bar".into(), Value::from(meets_bar));
         Case { name: name.into(), extra, ..Case::default() }
+    }
+
+    /// Whether the case meets its bar: `None` when it has none.
+    pub fn meets_bar(&self) -> Option<bool> {
+        self.extra.get("meets_bar").and_then(Value::as_bool)
     }
 
     /// True for a metric case: no baseline passes and an `extra["value"]`.
     pub fn is_metric(&self) -> bool {
         self.baseline_s.is_empty() && self.extra.contains_key("value")
+    }
+}
+
+/// The git revision the bench was built from: the commit, `-dirty` when
+/// tracked files differed from it, `unknown` outside a git checkout, or
+/// `PREDICTIO_GIT_REVISION` at build time (see `build.rs`).
+pub const GIT_REVISION: &str = env!("PREDICTIO_BENCH_GIT_REVISION");
+
+/// What produced a run besides its command line: the code and the
+/// environment that filtered or changed its cases. Flattened into the
+/// result file as `git_revision` and `env`.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+pub struct Provenance {
+    /// [`GIT_REVISION`] of the binary that ran.
+    #[serde(default)]
+    pub git_revision: String,
+    /// Every variable of [`crate::harness::BenchVar`] that was set, name →
+    /// value; empty when none was.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+}
+
+impl Provenance {
+    /// This binary's revision and this process's bench variables.
+    pub fn capture() -> Provenance {
+        Provenance { git_revision: GIT_REVISION.to_owned(), env: crate::harness::BenchVar::captured() }
     }
 }
 
@@ -210,6 +249,10 @@ pub struct Report {
     pub workload: String,
     /// The command line that produced this run.
     pub command: String,
+    /// The revision built and the environment variables that filtered or
+    /// changed cases ([`Provenance::capture`]).
+    #[serde(flatten)]
+    pub provenance: Provenance,
     /// UTC time the run finished, RFC 3339 (compute from SystemTime yourself; no chrono dependency)
     ///
     /// See [`now_rfc3339`].
@@ -308,6 +351,12 @@ impl Report {
         let _ = writeln!(out, "# predictio bench: {}\n", md_inline(&self.workload));
         let fence = code_fence(&self.command);
         let _ = writeln!(out, "{fence}sh\n{}\n{fence}\n", self.command);
+        let revision = &self.provenance.git_revision;
+        let _ = writeln!(out, "- revision: {}", code_span(if revision.is_empty() { "unknown" } else { revision }));
+        if !self.provenance.env.is_empty() {
+            let vars: Vec<String> = self.provenance.env.iter().map(|(k, v)| code_span(&format!("{k}={v}"))).collect();
+            let _ = writeln!(out, "- environment that filtered or changed cases: {}", vars.join(", "));
+        }
         let _ = writeln!(out, "- created: {}", md_inline(&self.created));
         let _ = writeln!(out, "- machine: {}", md_inline(&machine_line(&self.machine)));
         let _ = writeln!(out, "- device limits: {}", md_inline(&device_limit_line(&self.machine.device_limit)));
@@ -347,8 +396,8 @@ impl Report {
     /// dashed reference line at 1.0 (green bar: faster, orange: slower).
     /// Metric cases: one bar per case of its value relative to its bar's
     /// threshold (parsed from the `bar` text; a tick marks the threshold),
-    /// green when `meets_bar`, red otherwise. Both panels when both kinds
-    /// exist.
+    /// green when `meets_bar`, red when not, grey for a case with no bar.
+    /// Both panels when both kinds exist.
     pub fn svg(&self) -> String {
         let (metric, ab): (Vec<&Case>, Vec<&Case>) = self.cases.iter().partition(|c| c.is_metric());
         let mut body = String::new();
@@ -641,6 +690,8 @@ const MUTED: &str = "#666666";
 const GOOD: &str = "#2e9e44";
 const BAD: &str = "#d1382f";
 const SLOWER: &str = "#e08a1e";
+/// A metric case with no bar.
+const NO_BAR: &str = "#8c8c8c";
 
 /// Escapes the five XML special characters.
 pub fn xml_escape(s: &str) -> String {
@@ -815,7 +866,7 @@ fn svg_metric_panel(out: &mut String, cases: &[&Case], mut y: f64) -> f64 {
     let w = PLOT_X1 - PLOT_X0;
     let _ = writeln!(
         out,
-        r#"<text x="16" y="{y:.1}" font-weight="bold" fill="{INK}">metrics: bar length relative to each case's bar (tick); green meets the bar, red misses</text>"#
+        r#"<text x="16" y="{y:.1}" font-weight="bold" fill="{INK}">metrics: bar length relative to each case's bar (tick); green meets the bar, red misses, grey has none</text>"#
     );
     y += 12.0;
     let str_of = |c: &Case, k: &str| match c.extra.get(k) {
@@ -859,11 +910,18 @@ fn svg_metric_panel(out: &mut String, cases: &[&Case], mut y: f64) -> f64 {
     for (i, c) in cases.iter().enumerate() {
         let mid = top + i as f64 * ROW_H + ROW_H / 2.0;
         svg_case_label(out, &c.name, mid);
-        let meets = matches!(c.extra.get("meets_bar"), Some(Value::Bool(true)));
-        let colour = if meets { GOOD } else { BAD };
+        let colour = match c.meets_bar() {
+            Some(true) => GOOD,
+            Some(false) => BAD,
+            None => NO_BAR,
+        };
         let n = norm[i].max(0.0);
         let x1 = sx(n);
-        let label = format!("{} {} (bar {})", svg_value(c.extra.get("value")), str_of(c, "unit"), str_of(c, "bar"));
+        let bar = match c.meets_bar() {
+            Some(_) => format!(" (bar {})", str_of(c, "bar")),
+            None => String::new(),
+        };
+        let label = format!("{} {}{bar}", svg_value(c.extra.get("value")), str_of(c, "unit"));
         let _ = writeln!(
             out,
             r#"<rect x="{PLOT_X0}" y="{:.1}" width="{:.1}" height="{BAR_H}" fill="{colour}"><title>{}</title></rect>"#,
@@ -978,11 +1036,16 @@ mod tests {
         a.extra.insert("p99_s".into(), serde_json::json!(0.004));
         a.extra.insert("backend".into(), serde_json::json!("uring"));
         let b = Case::ab("scan-10", vec![0.5; 5], vec![0.6; 5]);
-        let m = Case::metric("executor <skipped> & co", 12.3, "ns/page", "<= 20", "tens of ns/page", true);
-        let m2 = Case::metric("hints", 0.4e6, "hints/s", ">= 1 M/s", "300–500 K/s", false);
+        let m = Case::metric("executor <skipped> & co", 12.3, "ns/page", "tens of ns/page", Some(("<= 20", true)));
+        let m2 = Case::metric("hints", 0.4e6, "hints/s", "300–500 K/s", Some((">= 1 M/s", false)));
+        let m3 = Case::metric("latency p50", 480.0, "µs", "-", None);
         Report {
             workload: "sqlite-scan".into(),
             command: "predictio bench sqlite-scan --pairs 5".into(),
+            provenance: Provenance {
+                git_revision: "0123abc-dirty".into(),
+                env: [("PREDICTIO_BENCH_SQLITE_ONLY".to_owned(), "scan-1000".to_owned())].into(),
+            },
             created: now_rfc3339(),
             machine: crate::machine::Machine {
                 kernel: "6.1.0".into(),
@@ -1003,7 +1066,7 @@ mod tests {
             },
             settings: serde_json::json!({"rows": 1000, "pairs": 5}),
             cold_method: "drop_caches".into(),
-            cases: vec![a, b, m, m2],
+            cases: vec![a, b, m, m2, m3],
             notes: vec!["point reads did not improve".into(), "two\nlines".into()],
         }
     }
@@ -1012,7 +1075,11 @@ mod tests {
     fn markdown_table() {
         let md = sample().markdown();
         assert!(md.starts_with("# predictio bench: sqlite-scan"));
-        assert!(md.contains("```sh\npredictio bench sqlite-scan --pairs 5\n```"));
+        assert!(
+            md.contains("```sh\npredictio bench sqlite-scan --pairs 5\n```\n\n- revision: `0123abc-dirty`\n"),
+            "{md}"
+        );
+        assert!(md.contains("- environment that filtered or changed cases: `PREDICTIO_BENCH_SQLITE_ONLY=scan-1000`\n"));
         assert!(md.contains("rand 4K 13.0 K IOPS at QD1, 99.0 K IOPS at QD64; seq (1 MiB O_DIRECT) 2800 MB/s"));
         assert!(md.contains(r#"- settings: `{"pairs":5,"rows":1000}`"#), "{md}");
         assert!(md.contains("| case | baseline median s (min–max) |"));
@@ -1034,6 +1101,7 @@ mod tests {
         assert!(md.contains("| case | value | unit | bar | seed | meets bar |"));
         assert!(md.contains("| executor <skipped> & co | 12.30 | ns/page | <= 20 | tens of ns/page | yes |"), "{md}");
         assert!(md.contains("| hints | 400000 | hints/s | >= 1 M/s | 300–500 K/s | **no** |"), "{md}");
+        assert!(md.contains("| latency p50 | 480.0 | µs | – | - | – |"), "{md}");
         assert!(md.contains("## Notes\n\n- point reads did not improve\n- two\n  lines\n"));
         assert!(md.ends_with('\n') && !md.ends_with("\n\n"));
     }
@@ -1048,7 +1116,8 @@ mod tests {
         assert!(!svg.contains("<skipped>"));
         assert!(svg.contains("5.00×"));
         assert!(svg.contains("12.30 ns/page (bar &lt;= 20)"));
-        assert!(svg.contains(GOOD) && svg.contains(BAD));
+        assert!(svg.contains(GOOD) && svg.contains(BAD) && svg.contains(NO_BAR));
+        assert!(svg.contains("480.0 µs</text>"), "a case with no bar shows none");
         assert!(svg.contains("stroke-dasharray")); // the 1.0 reference line
         // Balanced text/rect/title elements.
         for tag in ["text", "title", "svg"] {
@@ -1070,6 +1139,32 @@ mod tests {
     }
 
     #[test]
+    fn meets_bar_only_where_a_case_has_a_bar() {
+        let with = serde_json::to_value(Case::metric("m", 1.0, "x", "-", Some(("<= 2", true)))).expect("json");
+        assert_eq!(with["bar"], serde_json::json!("<= 2"));
+        assert_eq!(with["meets_bar"], serde_json::json!(true));
+        let missed = Case::metric("m", 3.0, "x", "-", Some(("<= 2", false)));
+        assert_eq!(missed.meets_bar(), Some(false));
+        let none = Case::metric("m", 1.0, "x", "-", None);
+        assert_eq!(none.meets_bar(), None);
+        let json = serde_json::to_value(&none).expect("json");
+        let keys: Vec<&str> = json.as_object().expect("object").keys().map(String::as_str).collect();
+        assert!(!keys.contains(&"meets_bar") && !keys.contains(&"bar"), "{keys:?}");
+        assert!(keys.contains(&"value") && keys.contains(&"unit"), "{keys:?}");
+    }
+
+    #[test]
+    fn provenance_is_top_level_in_the_result_file() {
+        let r = sample();
+        let json = serde_json::to_value(&r).expect("json");
+        assert_eq!(json["git_revision"], serde_json::json!("0123abc-dirty"));
+        assert_eq!(json["env"], serde_json::json!({"PREDICTIO_BENCH_SQLITE_ONLY": "scan-1000"}));
+        assert!(json.get("provenance").is_none());
+        // This binary's own revision is embedded and never empty.
+        assert!(!Provenance::capture().git_revision.is_empty());
+    }
+
+    #[test]
     fn json_round_trip() {
         let r = sample();
         let json = serde_json::to_string_pretty(&r).expect("serialise");
@@ -1078,6 +1173,7 @@ mod tests {
         assert_eq!(back.cases[0].ratios, r.cases[0].ratios);
         assert_eq!(back.cases[0].extra["preload_s"], serde_json::json!([0.9, 0.8, 1.0]));
         assert_eq!(back.cases[2].extra["meets_bar"], serde_json::json!(true));
+        assert_eq!(back.provenance, r.provenance);
         // The minimal schema of BENCHMARKS.md parses, with defaults.
         let min = r#"{"workload":"w","command":"c","created":"","machine":{"kernel":"k","cpus":2,
             "mem_bytes":0,"device":"vda","read_ahead_kb":8192,"device_limit":{"seq_MBps":0,

@@ -1,11 +1,11 @@
 //! `predictio`: make Linux programs stop waiting on storage.
 //!
 //! A thin binary: argument parsing, output and exit codes. All logic lives in
-//! the `predictio` (core) and `predictio-bench` crates. This is the only place
+//! the libraries: `predictio` (core) and `predictio-daemon`; `predictio bench`
+//! runs the separate `predictio-bench` binary. This is the only place
 //! `anyhow` is used.
 
 mod cmd;
-mod daemon;
 mod units;
 
 use std::process::ExitCode;
@@ -48,23 +48,13 @@ enum Command {
     /// Drop files' clean pages from the page cache (after writing back dirty
     /// ones). Any user may evict files they can read.
     Evict(cmd::evict::Args),
-    /// Run a benchmark: cold cache verified, interleaved A/B pairs, medians,
-    /// ratios and this machine's limits; writes JSON, Markdown and SVG.
+    /// Run a benchmark (the separate `predictio-bench` binary): cold cache
+    /// verified, interleaved A/B pairs, medians, ratios and this machine's
+    /// limits; writes JSON, Markdown and SVG. `predictio bench --help` lists
+    /// the workloads.
     ///
-    /// Workloads: access-patterns (jumpy reads, readahead vs an oracle),
-    /// control-path (executor, dispatch, eBPF, hints), backends (prefetch a
-    /// fragmented 256 MiB range list with each backend), large-read (parallel
-    /// large buffered reads), shuffle-read (batches with pauses, Riffle's
-    /// microbenchmark), seq-read (64 KiB sequential reads), sqlite-scan (cold
-    /// SQLite range scans: plain, the extension, no change), lmdb-scan (cold
-    /// LMDB range scans, plain vs the LMDB adapter), rocksdb (long scan,
-    /// YCSB-E, YCSB-C: RocksDB's readahead vs the scan policy), no-structure
-    /// (random reads and jumpy scans: stream and learned stay out), llm-load
-    /// (llama.cpp loading generated GGUF models; needs scripts/llama.sh),
-    /// launch (cold starts of real programs: replay vs whole-file prefetch),
-    /// daemon-cost (the running daemon: idle CPU, launches beside it).
-    /// Cold caches need root (drop_caches); without it the workload's files
-    /// are evicted instead and the report says so.
+    /// Example:
+    ///   predictio bench access-patterns --quick
     Bench(cmd::bench::Args),
     /// Run the service: observe (eBPF), take hints on the hint socket, run
     /// the policies, prefetch, answer `stat`/`top` on the control socket.

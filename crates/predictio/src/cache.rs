@@ -104,3 +104,19 @@ pub fn wait_resident(file: &FileRef, ranges: &[PageRange], timeout: Duration) ->
         std::thread::sleep(Duration::from_micros(500));
     }
 }
+
+/// Writes back every filesystem (`sync(1)`) and drops the clean page cache,
+/// dentries and inodes (`/proc/sys/vm/drop_caches`): the cold start of a
+/// measurement or of an exact recording. Needs root.
+pub fn drop_caches() -> io::Result<()> {
+    use std::io::Write;
+    // sync(1) writes back every filesystem, so dropping leaves nothing dirty
+    // behind that a later pass would have to write.
+    let status = std::process::Command::new("sync").status()?;
+    if !status.success() {
+        return Err(io::Error::other("sync failed"));
+    }
+    let mut f = std::fs::OpenOptions::new().write(true).open("/proc/sys/vm/drop_caches")?;
+    f.write_all(b"3\n")?;
+    Ok(())
+}

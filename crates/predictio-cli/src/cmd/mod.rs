@@ -4,7 +4,6 @@ pub mod bench;
 pub mod daemon;
 pub mod evict;
 pub mod hint;
-pub mod launch;
 pub mod model;
 pub mod prefetch;
 pub mod profile;

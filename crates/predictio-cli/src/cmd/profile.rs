@@ -6,8 +6,8 @@ use std::path::PathBuf;
 use std::io::Write;
 
 use anyhow::{Context, Result, bail};
-use predictio::launch::store::DEFAULT_DIR;
 use predictio::launch::{Freshness, Profile, WalkLimits};
+use predictio_daemon::launch::store::DEFAULT_DIR;
 
 use super::record::open_store;
 
@@ -93,7 +93,7 @@ fn of_script(shape: &str, prefix: Option<&str>) -> bool {
 /// meant when `exe` (a name looked up on PATH, or a path) has no profile —
 /// `python3.11` on PATH may be a pyenv shim while the profile is of
 /// `/usr/bin/python3.11`.
-fn same_name(store: &predictio::launch::Store, exe: &str) -> Result<Vec<String>> {
+fn same_name(store: &predictio_daemon::launch::store::Store, exe: &str) -> Result<Vec<String>> {
     let name = std::path::Path::new(exe).file_name().map(|n| n.to_os_string());
     let mut found: Vec<String> = store
         .list()?
@@ -107,7 +107,12 @@ fn same_name(store: &predictio::launch::Store, exe: &str) -> Result<Vec<String>>
 
 /// "no profile for K", naming the shapes K has (when one was asked for)
 /// or the stored executables of the same name.
-fn no_profile(store: &predictio::launch::Store, exe: &str, k: &str, shape: Option<&str>) -> anyhow::Error {
+fn no_profile(
+    store: &predictio_daemon::launch::store::Store,
+    exe: &str,
+    k: &str,
+    shape: Option<&str>,
+) -> anyhow::Error {
     if let Some(shape) = shape {
         let shapes: Vec<String> = store.list().map_or_else(
             |_| Vec::new(),

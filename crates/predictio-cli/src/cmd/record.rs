@@ -22,11 +22,12 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use predictio::launch::naming::Namer;
-use predictio::launch::store::{DEFAULT_CAP_BYTES, DEFAULT_DIR};
-use predictio::launch::{AccessSource, LearnLimits, Recorder, Store, WindowLimits};
+use predictio::launch::{AccessSource, LearnLimits, Recorder, WindowLimits};
 use predictio_bpf::FollowAllLookups;
+use predictio_daemon::launch::store::Store;
+use predictio_daemon::launch::store::{DEFAULT_CAP_BYTES, DEFAULT_DIR};
 
-use crate::daemon::sources::{is_own, observer_or_note};
+use predictio_daemon::sources::{is_own, observer_or_note};
 
 /// Arguments of `record`.
 #[derive(clap::Args, Debug)]
@@ -89,7 +90,7 @@ impl ExactTraining {
                 .with_context(|| format!("--exact needs root: turning readahead off ({})", knob.display()))?;
             training.restore.push((knob, value));
         }
-        predictio_bench::harness::drop_caches()
+        predictio::cache::drop_caches()
             .context("--exact needs root: dropping the page cache (sync, /proc/sys/vm/drop_caches)")?;
         Ok(training)
     }

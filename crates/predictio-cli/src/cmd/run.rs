@@ -13,8 +13,8 @@ use predictio::executor::{ExecutorConfig, Limits};
 use predictio::pipeline::Pipeline;
 use predictio_bpf::FollowAllLookups;
 
-use crate::daemon::sources::{HintSource, is_own, observer_or_note};
-use crate::daemon::status::Status;
+use predictio_daemon::sources::{HintSource, is_own, observer_or_note};
+use predictio_daemon::status::Status;
 
 /// Arguments of `run`.
 #[derive(clap::Args, Debug)]
@@ -32,7 +32,7 @@ pub struct Args {
     quiet: bool,
     /// The launch profile store: when it holds a profile of the command
     /// (see `predictio record`), its pages are replayed at exec.
-    #[arg(long, default_value = predictio::launch::store::DEFAULT_DIR, value_name = "DIR")]
+    #[arg(long, default_value = predictio_daemon::launch::store::DEFAULT_DIR, value_name = "DIR")]
     store: std::path::PathBuf,
     /// Do not replay a launch profile.
     #[arg(long)]
@@ -57,7 +57,11 @@ pub fn run(args: Args) -> Result<()> {
             })?,
         );
     }
-    let replay = if args.no_replay { None } else { super::launch::prepare_replay(&args.store, &args.command) };
+    let replay = if args.no_replay {
+        None
+    } else {
+        predictio_daemon::launch::replay::prepare_replay(&args.store, &args.command)
+    };
     if let Some((key, book, replay_note)) = &replay {
         policies.push(Box::new(predictio::launch::LaunchPolicy::new(book.clone())));
         if !args.quiet && !args.json {
@@ -157,7 +161,7 @@ pub fn run(args: Args) -> Result<()> {
             pipeline: pipeline.stats(),
             hints: hint_stats,
             observer: observer_stats.map_or(serde_json::Value::Null, |stats| {
-                serde_json::to_value(crate::daemon::sources::observer_stats_json(&stats)).unwrap_or_default()
+                serde_json::to_value(predictio_daemon::sources::observer_stats_json(&stats)).unwrap_or_default()
             }),
         };
         let mut err = std::io::stderr().lock();

@@ -6,9 +6,9 @@ use std::path::PathBuf;
 use anyhow::Result;
 use predictio::accounting::Counters;
 
-use crate::daemon::control;
-use crate::daemon::status::Status;
 use crate::units::human;
+use predictio_daemon::control;
+use predictio_daemon::status::Status;
 
 /// Arguments of `stat`.
 #[derive(clap::Args, Debug)]

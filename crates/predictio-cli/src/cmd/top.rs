@@ -9,9 +9,9 @@ use std::time::{Duration, Instant};
 use anyhow::Result;
 use predictio::accounting::Counters;
 
-use crate::daemon::control;
-use crate::daemon::status::Status;
 use crate::units::human;
+use predictio_daemon::control;
+use predictio_daemon::status::Status;
 
 /// Arguments of `top`.
 #[derive(clap::Args, Debug)]

@@ -7,12 +7,11 @@
 //!   order of first touches, Notifetcher-style triggers for later phases —
 //!   and merging a run into it with aging.
 //! - [`recorder`]: one launch window from kernel observation.
-//! - [`store`]: the crash-safe, versioned, size-capped profile store.
 //! - [`policy`]: the `launch` policy that turns an exec into requests.
 //!
-//! The model, profile, recorder and policy are pure; files are opened and
-//! checked only by [`policy::Replay::open`] and the store, which their owners
-//! (the CLI, the daemon) call off the event path.
+//! All of it is pure: nothing here opens a file. The daemon's launch
+//! service (crate `predictio-daemon`) keeps the profile store and opens a
+//! profile's files into a [`Replay`], off the event path.
 
 pub mod command;
 pub mod model;
@@ -21,7 +20,6 @@ pub mod policy;
 pub mod profile;
 pub mod recorder;
 pub mod shape;
-pub mod store;
 
 /// The executor's unsettled window ([`crate::executor::Limits::max_unsettled_pages`])
 /// for launch replays, in pages (4 MiB). A replay hands tens to hundreds of
@@ -68,7 +66,6 @@ pub fn replay_window_pages(pages: u64) -> u64 {
 }
 
 pub use model::{ModelLimits, PageModel, WalkLimits, Walked};
-pub use policy::{LaunchKey, LaunchPolicy, Replay, ReplayBook};
+pub use policy::{LaunchKey, LaunchPolicy, Replay, ReplayBook, ReplayFile};
 pub use profile::{FileIdentity, FirstRuns, Freshness, LaunchRun, LearnLimits, Profile};
 pub use recorder::{AccessSource, Recorder, WindowLimits};
-pub use store::{Store, StoreError};

@@ -3,16 +3,14 @@
 //! trigger file is first touched.
 //!
 //! The policy is handed [`Replay`]s — profiles already walked into page lists
-//! over descriptors its owner opened and checked ([`Replay::open`], done by
-//! `predictio run` or the daemon off the event path) — through a shared
-//! [`ReplayBook`]. On the event path it only looks up and emits: no I/O, no
+//! over descriptors its owner opened and checked (the daemon's launch
+//! service, off the event path) — through a shared [`ReplayBook`]. On the event path it only looks up and emits: no I/O, no
 //! blocking beyond a short uncontended lock.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
-use super::model::{WalkLimits, Walked, next_wave};
-use super::profile::{Freshness, MAX_DIRS, Profile};
+use super::model::next_wave;
 use super::recorder::{Recorder, WindowLimits};
 use crate::event::{Event, EventKind, EventKinds};
 use crate::file::{FileId, FileRef};
@@ -71,66 +69,6 @@ pub struct Replay {
 }
 
 impl Replay {
-    /// Walks `profile` and opens its files, leaving out (and listing) every
-    /// file whose inode, size or mtime changed — a stale profile never
-    /// replays pages of a different file. Does I/O (open, fstat): call it off
-    /// the event path.
-    pub fn open(profile: &Profile, walk: &WalkLimits) -> Replay {
-        let plan = profile.plan(walk);
-        let latest = profile.files.iter().map(|f| f.first_touch_ms).fold(0.0f64, f64::max);
-        let window = profile.learned_ms / f64::from(profile.runs.max(1));
-        let mut replay = Replay {
-            exe: profile.exe.path.clone(),
-            wave_pages: walk.wave_pages,
-            span_ms: window.max(latest),
-            ..Replay::default()
-        };
-        let open_one = |index: usize, walked: Walked, replay: &mut Replay| -> Option<ReplayFile> {
-            let identity = &profile.files[index].identity;
-            let file = match FileRef::open(&identity.path) {
-                Ok(file) => file,
-                Err(_) => {
-                    replay.missing.push(identity.path.clone());
-                    return None;
-                }
-            };
-            match file.file().metadata().map(|m| identity.compare(&m)) {
-                Ok(Freshness::Fresh) => Some(ReplayFile {
-                    file,
-                    ranges: walked.ranges,
-                    first_touch_ms: profile.files[index].first_touch_ms,
-                    due_ms: walked.due_ms,
-                }),
-                Ok(_) => {
-                    replay.changed.push(identity.path.clone());
-                    None
-                }
-                Err(_) => {
-                    replay.missing.push(identity.path.clone());
-                    None
-                }
-            }
-        };
-        for (index, walked) in plan.at_exec {
-            if let Some(f) = open_one(index, walked, &mut replay) {
-                replay.at_exec.push(f);
-            }
-        }
-        replay.dirs = profile.dirs.iter().filter_map(|d| MetaDir::open(d).ok()).collect();
-        let listed = looked_up_dirs(&profile.lookups, &replay.dirs);
-        replay.dirs.extend(listed);
-        replay.lookups = lookups_of(&profile.lookups, &replay.dirs);
-        for (on, files) in plan.on_trigger {
-            let trigger = profile.files[on].identity.id();
-            let opened: Vec<ReplayFile> = files.into_iter().filter_map(|(i, r)| open_one(i, r, &mut replay)).collect();
-            if !opened.is_empty() {
-                replay.on_trigger.push((trigger, opened));
-            }
-        }
-        replay.window_pages = super::replay_window_pages(replay.pages());
-        replay
-    }
-
     /// The files it replays (at exec and on triggers).
     pub fn files(&self) -> impl Iterator<Item = FileId> + '_ {
         self.at_exec.iter().chain(self.on_trigger.iter().flat_map(|t| t.1.iter())).map(|f| f.file.id())
@@ -141,99 +79,6 @@ impl Replay {
         let sum = |v: &[ReplayFile]| v.iter().flat_map(|f| &f.ranges).map(PageRange::len).sum::<u64>();
         sum(&self.at_exec) + self.on_trigger.iter().map(|t| sum(&t.1)).sum::<u64>()
     }
-}
-
-/// Whether a recorded `path` can be used as it is: absolute, without `.`
-/// or `..` components (which would need resolving against what the launch
-/// saw, not what is there now).
-fn is_plain_absolute(path: &std::path::Path) -> bool {
-    use std::path::Component;
-    path.is_absolute() && !path.components().any(|c| matches!(c, Component::CurDir | Component::ParentDir))
-}
-
-/// The lookups of `paths` (absolute), by directory: each path's deepest
-/// directory that exists now, held open, and the name looked up in it — the
-/// path's last component, or for a path whose parent is gone the first
-/// component that is missing, where that lookup stopped. Directories keep
-/// the order of their first path, names theirs; a pair appears once. Paths
-/// with `.` or `..` components are left out, and lookups in more than
-/// [`MAX_DIRS`] directories beyond those of `held`, which are used as they
-/// are instead of being opened again. Does I/O (opens directories): call it
-/// off the event path.
-pub fn lookups_of(paths: &[String], held: &[MetaDir]) -> Vec<MetaLookup> {
-    use std::path::Path;
-    let mut opened: HashMap<&Path, Option<MetaDir>> =
-        held.iter().map(|d| (Path::new(d.path()), Some(d.clone()))).collect();
-    let mut newly_opened = 0;
-    let mut by_dir: Vec<(MetaDir, Vec<Box<str>>)> = Vec::new();
-    let mut slot: HashMap<&Path, usize> = HashMap::new();
-    let mut seen: std::collections::HashSet<(usize, &str)> = std::collections::HashSet::new();
-    for path in paths {
-        let path = Path::new(path.as_str());
-        if !is_plain_absolute(path) {
-            continue;
-        }
-        let mut name = path.file_name();
-        let mut dir = path.parent();
-        while let (Some(d), Some(_)) = (dir, name) {
-            if !opened.contains_key(d) {
-                if newly_opened >= MAX_DIRS {
-                    dir = None;
-                    break;
-                }
-                newly_opened += 1;
-            }
-            if opened.entry(d).or_insert_with(|| MetaDir::open(d).ok()).is_some() {
-                break;
-            }
-            name = d.file_name();
-            dir = d.parent();
-        }
-        let (Some(dir), Some(name)) = (dir, name.and_then(|n| n.to_str())) else { continue };
-        let Some(Some(held)) = opened.get(dir) else { continue };
-        let i = *slot.entry(dir).or_insert_with(|| {
-            by_dir.push((held.clone(), Vec::new()));
-            by_dir.len() - 1
-        });
-        if seen.insert((i, name)) {
-            by_dir[i].1.push(name.into());
-        }
-    }
-    by_dir.into_iter().map(|(dir, names)| MetaLookup { dir, names: names.into() }).collect()
-}
-
-/// The directories among the lookups `paths` (absolute), held open, to be
-/// listed too: a launch that looks a directory up usually lists it (a
-/// browser its profile's component directories, an interpreter its search
-/// path), and a directory it opened nothing in is not among the profile's
-/// [`Profile::dirs`]. Leaves out those of `held` (listed already), paths
-/// with `.` or `..`, directories of in-memory filesystems (`/proc`, a
-/// tmpfs: listing them reads nothing from storage), and any beyond
-/// [`MAX_DIRS`] in all. Opening with `O_DIRECTORY` refuses anything else
-/// before it is opened. Does I/O (opens): call it off the event path.
-pub fn looked_up_dirs(paths: &[String], held: &[MetaDir]) -> Vec<MetaDir> {
-    use std::path::{Path, PathBuf};
-    let mut seen: HashSet<PathBuf> = held.iter().map(|d| PathBuf::from(d.path())).collect();
-    let mut dirs = Vec::new();
-    for path in paths {
-        if held.len() + dirs.len() >= MAX_DIRS {
-            break;
-        }
-        let path = Path::new(path.as_str());
-        if !is_plain_absolute(path) {
-            continue;
-        }
-        // `a/b/` and `a/b` are one directory.
-        if !seen.insert(path.components().collect()) {
-            continue;
-        }
-        if let Ok(dir) = MetaDir::open(path)
-            && dir.on_storage()
-        {
-            dirs.push(dir);
-        }
-    }
-    dirs
 }
 
 /// Which profile a launch replays: its executable and the shape of its
@@ -650,81 +495,7 @@ fn event_time(event: &Event) -> Option<u64> {
 mod tests {
     use super::*;
 
-    #[test]
-    fn lookups_are_grouped_by_the_deepest_directory_that_exists() {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::create_dir(dir.path().join("sub")).unwrap();
-        std::fs::write(dir.path().join("sub/f"), b"x").unwrap();
-        let root = dir.path().to_str().unwrap();
-        let paths: Vec<String> = [
-            format!("{root}/sub/f"),
-            format!("{root}/top-missing"),
-            format!("{root}/sub/missing"),
-            format!("{root}/gone/deeper/name"), // stops at "gone"
-            format!("{root}/sub/f"),            // again
-            format!("{root}/sub/../sub/f"),     // not normal
-            "relative/path".to_string(),
-        ]
-        .into();
-        let held = vec![MetaDir::open(dir.path()).unwrap()];
-        let lookups = lookups_of(&paths, &held);
-        use std::os::fd::AsRawFd;
-        assert_eq!(
-            lookups[1].dir.as_fd().as_raw_fd(),
-            held[0].as_fd().as_raw_fd(),
-            "a held directory is used, not opened again"
-        );
-        let got: Vec<(String, Vec<String>)> = lookups
-            .iter()
-            .map(|l| (l.dir.path().to_string(), l.names.iter().map(|n| n.to_string()).collect()))
-            .collect();
-        assert_eq!(
-            got,
-            vec![
-                (format!("{root}/sub"), vec!["f".to_string(), "missing".to_string()]),
-                (root.to_string(), vec!["top-missing".to_string(), "gone".to_string()]),
-            ]
-        );
-    }
     use crate::event::AccessKind;
-
-    #[test]
-    fn looked_up_directories_on_storage_are_listed_once() {
-        let dir = tempfile::tempdir_in("/var/tmp").unwrap();
-        let root = dir.path().to_str().unwrap();
-        std::fs::create_dir(dir.path().join("comp")).unwrap();
-        std::fs::create_dir(dir.path().join("held")).unwrap();
-        std::fs::write(dir.path().join("f"), b"x").unwrap();
-        let held = vec![MetaDir::open(dir.path().join("held")).unwrap()];
-        let paths: Vec<String> = [
-            "comp",      // a directory: listed
-            "comp/",     // the same one again
-            "held",      // listed already
-            "f",         // a file
-            "missing",   // gone
-            "comp/../f", // not resolved
-        ]
-        .iter()
-        .map(|p| format!("{root}/{p}"))
-        .chain(["/proc".to_string(), "/dev".to_string(), "relative".to_string()])
-        .collect();
-        let listed = looked_up_dirs(&paths, &held);
-        assert_eq!(listed.iter().map(MetaDir::path).collect::<Vec<_>>(), vec![format!("{root}/comp")]);
-        assert!(MetaDir::open("/proc").is_ok_and(|d| !d.on_storage()), "procfs reads nothing from storage");
-        assert!(MetaDir::open("/dev").is_ok_and(|d| !d.on_storage()), "nor does devtmpfs");
-        assert!(MetaDir::open(dir.path()).is_ok_and(|d| d.on_storage()));
-    }
-
-    #[test]
-    fn replay_lists_the_directories_its_launch_looked_up() {
-        let dir = tempfile::tempdir_in("/var/tmp").unwrap();
-        std::fs::create_dir(dir.path().join("comp")).unwrap();
-        let mut profile = Profile::new(crate::launch::FileIdentity::of_path("/bin/sh").unwrap(), "sh");
-        profile.lookups = vec![dir.path().join("comp").to_string_lossy().into_owned()];
-        let replay = Replay::open(&profile, &WalkLimits::default());
-        let listed: Vec<&str> = replay.dirs.iter().map(MetaDir::path).collect();
-        assert!(listed.contains(&dir.path().join("comp").to_str().unwrap()), "{listed:?}");
-    }
 
     #[test]
     fn learning_opens_a_window_per_exec_and_hands_it_over() {
@@ -802,35 +573,6 @@ mod tests {
         assert_eq!(meta[0].origin, crate::policy::PolicyId(3));
         assert_eq!(meta[0].dirs.iter().map(MetaDir::path).collect::<Vec<_>>(), vec![dir.path().to_str().unwrap(), "/"]);
         assert!(out.is_empty(), "no page lists in this replay");
-    }
-
-    #[test]
-    fn replay_open_holds_the_profile_directories_that_exist() {
-        let dir = tempfile::tempdir().unwrap();
-        let lib = dir.path().join("lib");
-        std::fs::create_dir(&lib).unwrap();
-        let file = lib.join("a.so");
-        std::fs::write(&file, vec![1u8; 8192]).unwrap();
-        let ident = crate::launch::FileIdentity::of_path(&file).unwrap();
-        let mut profile = Profile::new(ident.clone(), "prog");
-        let run = crate::launch::LaunchRun {
-            files: vec![crate::launch::profile::RunFile {
-                identity: ident,
-                first_touch_ms: 0.0,
-                accesses: vec![PageRange::page(0)],
-                access_ms: Vec::new(),
-            }],
-            window_ms: 1.0,
-            lookups: Vec::new(),
-        };
-        profile.merge(&run, &crate::launch::LearnLimits::default());
-        profile.dirs.push("/nonexistent-predictio-dir".into());
-        let replay = Replay::open(&profile, &WalkLimits::default());
-        assert_eq!(replay.window_pages, crate::launch::REPLAY_SMALL_WINDOW_PAGES, "one page: a small replay");
-        assert_eq!(crate::launch::replay_window_pages(crate::launch::REPLAY_SMALL_PAGES + 1), 0, "the executor's");
-        let held: Vec<&str> = replay.dirs.iter().map(MetaDir::path).collect();
-        assert!(held.contains(&lib.to_str().unwrap()) && held.contains(&"/"), "{held:?}");
-        assert!(!held.contains(&"/nonexistent-predictio-dir"));
     }
 
     /// A one-page file `name` in `dir`, held open.

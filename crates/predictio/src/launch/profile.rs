@@ -288,7 +288,7 @@ impl Plan {
 }
 
 /// Now, in UNIX seconds (0 before 1970).
-pub(super) fn now_s() -> u64 {
+pub fn now_s() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }
 

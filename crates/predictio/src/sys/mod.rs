@@ -8,9 +8,15 @@
 //! - `PROCMAP_QUERY`: <https://docs.kernel.org/filesystems/proc.html> and
 //!   `struct procmap_query` in `include/uapi/linux/fs.h` (Linux 6.11).
 
+#[cfg(feature = "uring")]
 pub mod bigread;
+#[cfg(not(feature = "uring"))]
+mod no_uring;
 pub mod socket;
+#[cfg(feature = "uring")]
 pub mod uring;
+#[cfg(not(feature = "uring"))]
+pub use no_uring::{bigread, uring};
 
 use std::fs::File;
 use std::io;

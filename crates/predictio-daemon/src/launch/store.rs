@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use redb::{Database, ReadableTable, TableDefinition};
 
-use super::profile::{PROFILE_VERSION, Profile};
+use predictio::launch::profile::{PROFILE_VERSION, Profile};
 
 /// Version of the store's layout: 1 held the profiles alone; 2 adds the
 /// `used` table (a version-1 store is upgraded when opened).
@@ -79,7 +79,7 @@ pub enum StoreError {
 }
 
 /// The key of the profile of `exe`'s launches with command shape `shape`
-/// ([`super::shape`]): the path alone for an unshaped profile (as profiles
+/// ([`predictio::launch::shape`]): the path alone for an unshaped profile (as profiles
 /// before shapes were keyed), else the path, a NUL and the shape, so that
 /// every profile of one executable sorts together.
 pub fn key(exe: &str, shape: &str) -> String {
@@ -254,10 +254,10 @@ impl Store {
     /// itself changed) and writes it. Returns the profile as stored.
     pub fn merge_run(
         &self,
-        exe: &super::profile::FileIdentity,
+        exe: &predictio::launch::profile::FileIdentity,
         shape: &str,
-        run: &super::profile::LaunchRun,
-        limits: &super::profile::LearnLimits,
+        run: &predictio::launch::profile::LaunchRun,
+        limits: &predictio::launch::profile::LearnLimits,
     ) -> Result<Profile, StoreError> {
         self.merge_runs(self.learned(exe, shape)?, exe, shape, std::slice::from_ref(run), limits)
     }
@@ -265,7 +265,11 @@ impl Store {
     /// The stored profile of `exe`'s launches with shape `shape`, when it
     /// was learned of this very executable: `None` when there is none, it
     /// cannot be read, or the executable changed since.
-    pub fn learned(&self, exe: &super::profile::FileIdentity, shape: &str) -> Result<Option<Profile>, StoreError> {
+    pub fn learned(
+        &self,
+        exe: &predictio::launch::profile::FileIdentity,
+        shape: &str,
+    ) -> Result<Option<Profile>, StoreError> {
         match self.get(&exe.path, shape) {
             Ok(Some(p)) if p.exe == *exe => Ok(Some(p)),
             Ok(_) | Err(StoreError::Profile { .. }) => Ok(None),
@@ -279,10 +283,10 @@ impl Store {
     pub fn merge_runs(
         &self,
         learned: Option<Profile>,
-        exe: &super::profile::FileIdentity,
+        exe: &predictio::launch::profile::FileIdentity,
         shape: &str,
-        runs: &[super::profile::LaunchRun],
-        limits: &super::profile::LearnLimits,
+        runs: &[predictio::launch::profile::LaunchRun],
+        limits: &predictio::launch::profile::LearnLimits,
     ) -> Result<Profile, StoreError> {
         let mut profile = learned.unwrap_or_else(|| Profile::new(exe.clone(), shape));
         for run in runs {
@@ -302,7 +306,7 @@ impl Store {
     /// in one commit that writes their `used` entries only. Pairs with no
     /// stored profile are passed over. Returns how many were marked.
     pub fn touch_all(&self, profiles: &[(&str, &str)]) -> Result<usize, StoreError> {
-        let now = super::profile::now_s();
+        let now = predictio::launch::profile::now_s();
         let txn = self.db.begin_write().map_err(|e| self.err(e))?;
         let mut marked = 0;
         {
@@ -452,8 +456,8 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::launch::profile::{FileIdentity, LaunchRun, LearnLimits, RunFile};
-    use crate::page::PageRange;
+    use predictio::PageRange;
+    use predictio::launch::profile::{FileIdentity, LaunchRun, LearnLimits, RunFile};
 
     fn profile(exe: &str, pages: u64, last_used_s: u64) -> Profile {
         let ident = FileIdentity { path: exe.into(), dev: 1, ino: 2, size: 1 << 30, mtime_ns: 3 };

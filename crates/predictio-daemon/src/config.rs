@@ -245,8 +245,8 @@ impl Default for LaunchSection {
         Self {
             learn: true,
             replay: true,
-            store: PathBuf::from(predictio::launch::store::DEFAULT_DIR),
-            store_cap_mib: predictio::launch::store::DEFAULT_CAP_BYTES >> 20,
+            store: PathBuf::from(crate::launch::store::DEFAULT_DIR),
+            store_cap_mib: crate::launch::store::DEFAULT_CAP_BYTES >> 20,
             idle_ms: 500,
             cap_ms: 10_000,
             max_windows: 8,
@@ -373,7 +373,7 @@ mod tests {
 
     #[test]
     fn the_shipped_example_is_valid_and_matches_the_defaults() {
-        let text = include_str!("../../../../dist/predictio.toml");
+        let text = include_str!("../../../dist/predictio.toml");
         let c: Config = toml::from_str(text).expect("dist/predictio.toml parses");
         c.check().expect("dist/predictio.toml is valid");
         assert_eq!(c, Config::default(), "dist/predictio.toml documents the built-in defaults");

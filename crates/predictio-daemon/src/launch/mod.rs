@@ -30,11 +30,16 @@ use std::time::{Duration, Instant};
 use predictio::launch::Recorder;
 use predictio::launch::naming::Namer;
 use predictio::launch::policy::FinishedLaunch;
-use predictio::launch::{FirstRuns, LaunchKey, LearnLimits, Replay, ReplayBook, Store, WalkLimits};
+use predictio::launch::{FirstRuns, LaunchKey, LearnLimits, Replay, ReplayBook, WalkLimits};
 
-use super::config::LaunchSection;
+use crate::config::LaunchSection;
+use replay::open_replay;
+use store::{Store, StoreError};
 
-fn open_store(config: &LaunchSection) -> Result<Store, predictio::launch::StoreError> {
+pub mod replay;
+pub mod store;
+
+fn open_store(config: &LaunchSection) -> Result<Store, StoreError> {
     Store::open(&config.store, config.store_cap_mib << 20, Duration::from_secs(5))
 }
 
@@ -51,7 +56,7 @@ pub fn load_book(config: &LaunchSection, book: &ReplayBook) -> usize {
     for profile in profiles.iter().take(predictio::launch::policy::MAX_REPLAYS) {
         if profile.exe.check() == predictio::launch::Freshness::Fresh {
             let key = LaunchKey::new(profile.exe.id(), &profile.shape);
-            book.insert(key, Replay::open(profile, &WalkLimits::default()));
+            book.insert(key, open_replay(profile, &WalkLimits::default()));
             loaded += 1;
         }
     }
@@ -241,7 +246,7 @@ fn learn(
     first_runs: &mut FirstRuns,
     done: FinishedLaunch,
     book: &ReplayBook,
-) -> Result<bool, predictio::launch::StoreError> {
+) -> Result<bool, StoreError> {
     if done.shape.is_empty() {
         // Its command line was gone before it could be read: which of the
         // executable's programs ran is not known.
@@ -269,7 +274,7 @@ fn learn(
     drop(store);
     tracing::info!(exe = %exe.path, runs = profile.runs, files = profile.files.len(), "launch learned");
     if config.replay {
-        book.insert(LaunchKey::new(exe.id(), &done.shape), Replay::open(&profile, &WalkLimits::default()));
+        book.insert(LaunchKey::new(exe.id(), &done.shape), open_replay(&profile, &WalkLimits::default()));
     }
     Ok(true)
 }

@@ -1,0 +1,128 @@
+//! The service: everything `predictio daemon` runs, wired together.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use predictio::Executor;
+use predictio::pipeline::Pipeline;
+
+use crate::config::Config;
+use crate::control::ControlServer;
+use crate::metrics::MetricsServer;
+use crate::sources::Sources;
+use crate::status::Status;
+
+/// Runs the daemon with `config` until SIGTERM or SIGINT, or until
+/// `exit_after` has passed (tests, demos): the executor, the policies (the
+/// launch service among them), the event sources, the control socket and
+/// the metrics endpoint, in that order, and stops the sources on the way
+/// out.
+pub fn run(config: &Config, exit_after: Option<Duration>) -> Result<()> {
+    let stop = Arc::new(AtomicBool::new(false));
+    for signal in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+        signal_hook::flag::register(signal, Arc::clone(&stop)).context("installing signal handlers")?;
+    }
+
+    let executor = Arc::new(Executor::new(config.executor_config()?).context("starting the executor")?);
+    if let Some(reason) = executor.fallback_reason() {
+        tracing::warn!("{reason}");
+    }
+    let mut policies = config
+        .policies
+        .iter()
+        .map(|name| predictio::policies::by_name(name).with_context(|| format!("unknown policy {name}")))
+        .collect::<Result<Vec<_>>>()?;
+    // Launch learning and replay: the policy in the dispatcher, the
+    // learner (naming, store, opening files) on its own thread.
+    let mut _learner = None;
+    let mut _marker = None;
+    if config.launch.learn || config.launch.replay {
+        let book = predictio::launch::ReplayBook::default();
+        // Learning alone (`replay = false`) books nothing: the learner
+        // puts replays in the book only when replaying, and so does this.
+        let loaded = if config.launch.replay {
+            _marker = Some(crate::launch::start_use_marker(config.launch.clone(), book.clone())?);
+            crate::launch::load_book(&config.launch, &book)
+        } else {
+            0
+        };
+        let policy = if config.launch.learn {
+            let (tx, rx) = std::sync::mpsc::sync_channel(64);
+            let limits = predictio::launch::WindowLimits {
+                idle_ms: config.launch.idle_ms,
+                cap_ms: config.launch.cap_ms,
+                ..Default::default()
+            };
+            _learner = Some(crate::launch::start_learner(config.launch.clone(), rx, book.clone())?);
+            predictio::launch::LaunchPolicy::learning(book, limits, config.launch.max_windows, tx)
+        } else {
+            predictio::launch::LaunchPolicy::new(book)
+        };
+        policies.push(Box::new(policy));
+        tracing::info!(loaded, learn = config.launch.learn, store = %config.launch.store.display(), "launch profiles");
+    }
+    // Observed files get descriptors through the processes that touch them,
+    // so that policies can act on kernel observation alone.
+    let resolve = Some(predictio::resolve::ResolverConfig::default());
+    let pipeline = Arc::new(
+        Pipeline::start_with(Arc::clone(&executor), policies, 1 << 16, resolve).context("starting the pipeline")?,
+    );
+    let sources = Arc::new(Mutex::new(Sources::start(&config, pipeline.sender(), Arc::clone(&stop))?));
+    let started = Instant::now();
+
+    let status = {
+        let pipeline = Arc::clone(&pipeline);
+        let sources = Arc::clone(&sources);
+        move || {
+            let sources = sources.lock().unwrap_or_else(|e| e.into_inner());
+            Status {
+                version: env!("CARGO_PKG_VERSION").into(),
+                pid: std::process::id(),
+                uptime_s: started.elapsed().as_secs_f64(),
+                backend: pipeline.executor().backend().to_string(),
+                fallback: pipeline.executor().fallback_reason().map(str::to_owned),
+                source: sources.source_name().into(),
+                source_note: sources.source_note(),
+                policies: pipeline.policies().to_vec(),
+                executor: pipeline.executor().stats(),
+                pipeline: pipeline.stats(),
+                hints: sources.hint_stats(),
+                observer: sources.observer_stats(),
+            }
+        }
+    };
+    let status = Arc::new(status);
+    let _control = {
+        let status = Arc::clone(&status);
+        ControlServer::start(&config.control.socket, move || status())?
+    };
+    let _metrics = if config.metrics.listen.is_empty() {
+        None
+    } else {
+        let status = Arc::clone(&status);
+        let server = MetricsServer::start(&config.metrics.listen, move || status())?;
+        tracing::info!(addr = %server.addr, "metrics endpoint up");
+        Some(server)
+    };
+    {
+        let s = sources.lock().unwrap_or_else(|e| e.into_inner());
+        tracing::info!(
+            backend = %executor.backend(),
+            source = s.source_name(),
+            hints = %config.hints.socket.display(),
+            control = %config.control.socket.display(),
+            policies = ?config.policies,
+            "predictio daemon running"
+        );
+    }
+    let deadline = exit_after.map(|d| started + d);
+    while !stop.load(Ordering::Relaxed) && deadline.is_none_or(|d| Instant::now() < d) {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    stop.store(true, Ordering::Relaxed);
+    tracing::info!("predictio daemon stopping");
+    sources.lock().unwrap_or_else(|e| e.into_inner()).stop();
+    Ok(())
+}
