@@ -3,26 +3,29 @@
 # extension: a cold range scan over a fragmented table, without and with the
 # extension, the same answer both times.
 #
-#   sudo ./scripts/sqlite-demo.sh [DIR] [ROWS]
+#   sudo ./scripts/sqlite-demo.sh [DIR] [ROWS] [PAIRS]
 #
 # Builds target/release/libpredictio_sqlite.so (cargo), a table of ROWS rows
 # (default 300000: ~150 MB) of 400-byte values inserted in random key order
 # under DIR (default /var/tmp/predictio-sqlite-demo, reused when present),
 # then, each time after dropping the page cache (root: drop_caches; else
 # fadvise(DONTNEED) of the database), runs the same scan of 20,000 rows in
-# the sqlite3 shell with `.timer on`: first plain, then with
-# `.load libpredictio_sqlite.so` before `.open`. Prints both timings and
-# compares the output (a checksum of every row).
+# a fresh sqlite3 shell: plain, and with `.load libpredictio_sqlite.so`
+# before `.open`, in PAIRS interleaved pairs (default 3; the order inside a
+# pair alternates). Each time is the whole sqlite3 process, the extension's
+# load included. Prints every pair, the median ratio, and checks that the
+# output (a checksum of every row) is identical.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 dir=${1:-/var/tmp/predictio-sqlite-demo}
 rows=${2:-300000}
+pairs=${3:-3}
 target=${CARGO_TARGET_DIR:-$root/target}
 ext=$target/release/libpredictio_sqlite.so
 db=$dir/demo-$rows.db
 
 command -v sqlite3 >/dev/null || { echo "needs the sqlite3 shell (apt-get install sqlite3)" >&2; exit 1; }
-(cd "$root" && cargo build --release -q -p predictio-sqlite)
+(cd "$root" && cargo build --release --locked -q -p predictio-sqlite)
 mkdir -p "$dir"
 if [ ! -s "$db" ]; then
   echo "building $db ($rows rows in random key order; once)..."
@@ -52,27 +55,34 @@ cold() {
 start=$((rows / 3))
 sql="SELECT hex(sha3_query('SELECT key, value FROM usertable WHERE id >= $start ORDER BY id LIMIT 20000'));"
 
-cold
-echo "== plain sqlite3 (cold cache)"
-# (Statements from standard input, as typed at the prompt: `.timer` only
-# times those.)
-plain=$(printf '.timer on\n%s\n' "$sql" | sqlite3 -readonly "$db")
-echo "$plain"
+# One cold run of a fresh sqlite3 process: prints "SECONDS ANSWER".
+run() {
+  local t0 t1 out
+  cold
+  t0=$(date +%s%N)
+  if [ "$1" = plain ]; then
+    out=$(printf '%s\n' "$sql" | sqlite3 -readonly "$db")
+  else
+    # The extension registers its VFS as the default: open the database
+    # after loading it.
+    out=$(printf '.load %s\n.open --readonly %s\n%s\n' "$ext" "$db" "$sql" | sqlite3 :memory:)
+  fi
+  t1=$(date +%s%N)
+  echo "$(( (t1 - t0) / 1000 )) $out"
+}
 
-cold
-echo "== sqlite3 with .load $ext (cold cache)"
-# The extension registers its VFS as the default: open the database after
-# loading it.
-loaded=$(printf '.load %s\n.open --readonly %s\n.timer on\n%s\n' "$ext" "$db" "$sql" | sqlite3 :memory:)
-echo "$loaded"
-
-# The answers (everything but the timer lines) must be identical.
-if [ "$(grep -v '^Run Time' <<<"$plain")" = "$(grep -v '^Run Time' <<<"$loaded")" ]; then
-  echo "== identical answers"
-else
-  echo "== ANSWERS DIFFER" >&2
-  exit 1
-fi
-t0=$(awk '/^Run Time/ {print $4}' <<<"$plain")
-t1=$(awk '/^Run Time/ {print $4}' <<<"$loaded")
-awk -v a="$t0" -v b="$t1" 'BEGIN { if (b > 0) printf "== %.3f s -> %.3f s: %.2fx\n", a, b, a / b }'
+echo "== $pairs interleaved pairs, cold cache before each run, whole sqlite3 process timed"
+ratios=()
+answer=""
+for ((i = 1; i <= pairs; i++)); do
+  if ((i % 2)); then p=$(run plain); l=$(run loaded); else l=$(run loaded); p=$(run plain); fi
+  for a in "${p#* }" "${l#* }"; do
+    if [ -z "$answer" ]; then answer=$a; elif [ "$a" != "$answer" ]; then echo "== ANSWERS DIFFER" >&2; exit 1; fi
+  done
+  pu=${p%% *}; lu=${l%% *}
+  ratio=$(awk -v a="$pu" -v b="$lu" 'BEGIN { printf "%.2f", a / b }')
+  ratios+=("$ratio")
+  printf 'pair %d: plain sqlite3 %.3f s, with .load predictio %.3f s: %sx\n' "$i" "$(awk -v u="$pu" 'BEGIN{print u/1e6}')" "$(awk -v u="$lu" 'BEGIN{print u/1e6}')" "$ratio"
+done
+median=$(printf '%s\n' "${ratios[@]}" | sort -n | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}')
+echo "== identical answers in every run; median speed-up ${median}x"
