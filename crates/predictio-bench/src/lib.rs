@@ -13,6 +13,7 @@ pub mod llm_model;
 pub mod machine;
 pub mod oracle;
 pub mod report;
+pub mod summary;
 pub mod workloads;
 
 use std::fmt;
