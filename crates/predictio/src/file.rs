@@ -60,6 +60,15 @@ pub enum FileError {
     },
 }
 
+/// Whether [`FileRef`]'s opens follow symbolic links.
+#[derive(Clone, Copy)]
+enum Follow {
+    /// Any component may be a link.
+    Links,
+    /// No component may be a link.
+    Nothing,
+}
+
 /// A file the runtime can prefetch: its identity plus a held, shared
 /// descriptor. Cloning is cheap (an `Arc`).
 #[derive(Clone)]
@@ -70,16 +79,75 @@ pub struct FileRef {
 
 impl FileRef {
     /// Opens `path` read-only and wraps it. Fails on a directory or any other
-    /// non-regular file.
+    /// non-regular file, without ever opening one for reading: the path is
+    /// first opened with `O_PATH` (no open of a device's driver, no wait on
+    /// a FIFO), checked to be a regular file, and only then reopened for
+    /// reading through that descriptor, `O_NONBLOCK | O_NOCTTY`. Symbolic
+    /// links are followed: for paths a person typed.
     ///
     /// The new open file description belongs to the runtime alone, so it is
     /// marked `POSIX_FADV_RANDOM`: the executor's reads then bring in exactly
     /// the pages asked for, with no kernel readahead of their own on top.
     pub fn open(path: impl AsRef<Path>) -> Result<Self, FileError> {
-        let path = path.as_ref();
+        Self::open_with(path.as_ref(), Follow::Links)
+    }
+
+    /// [`FileRef::open`] for a path that came from a record, a profile or a
+    /// configuration file rather than from the person running the command:
+    /// no component may be a symbolic link (`openat2` with
+    /// `RESOLVE_NO_SYMLINKS`), so that nobody who can write a directory on
+    /// the path can point it elsewhere.
+    pub fn open_no_follow(path: impl AsRef<Path>) -> Result<Self, FileError> {
+        Self::open_with(path.as_ref(), Follow::Nothing)
+    }
+
+    fn open_with(path: &Path, follow: Follow) -> Result<Self, FileError> {
+        use rustix::fs::{Mode, OFlags, ResolveFlags};
         let shown = path.display().to_string();
-        let file = File::open(path).map_err(|source| FileError::Open { path: shown.clone(), source })?;
-        let file = Self::from_file_named(file, shown)?;
+        let open_err = |source: rustix::io::Errno| FileError::Open { path: shown.clone(), source: source.into() };
+        let flags = OFlags::PATH | OFlags::CLOEXEC;
+        let located = match follow {
+            Follow::Links => rustix::fs::open(path, flags, Mode::empty()),
+            Follow::Nothing => rustix::fs::openat2(
+                rustix::fs::CWD,
+                path,
+                flags | OFlags::NOFOLLOW,
+                Mode::empty(),
+                ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
+            ),
+        }
+        .map_err(open_err)?;
+        let stat = rustix::fs::fstat(&located).map_err(|e| FileError::Stat { path: shown.clone(), source: e.into() })?;
+        if rustix::fs::FileType::from_raw_mode(stat.st_mode) != rustix::fs::FileType::RegularFile {
+            return Err(FileError::NotRegular { path: shown });
+        }
+        // Reopen the very inode that was checked, for reading. Through
+        // /proc when it is mounted; else by the path again, checked below
+        // to be the same file.
+        let reopen = OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC;
+        let proc_path = format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&located));
+        let fd = match rustix::fs::open(proc_path.as_str(), reopen, Mode::empty()) {
+            Ok(fd) => fd,
+            Err(rustix::io::Errno::NOENT) => match follow {
+                Follow::Links => rustix::fs::open(path, reopen, Mode::empty()),
+                Follow::Nothing => rustix::fs::openat2(
+                    rustix::fs::CWD,
+                    path,
+                    reopen | OFlags::NOFOLLOW,
+                    Mode::empty(),
+                    ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
+                ),
+            }
+            .map_err(open_err)?,
+            Err(err) => return Err(open_err(err)),
+        };
+        let file = Self::from_file_named(File::from(fd), shown.clone())?;
+        if (file.id.dev, file.id.ino) != (stat.st_dev, stat.st_ino) {
+            return Err(FileError::Open {
+                path: shown,
+                source: std::io::Error::other("the file changed while it was being opened"),
+            });
+        }
         if let Err(err) = crate::sys::fadvise(file.as_fd(), 0, 0, crate::sys::Advice::Random) {
             tracing::debug!(%err, "fadvise(RANDOM) refused; executor reads may read ahead");
         }
@@ -123,5 +191,65 @@ impl AsFd for FileRef {
 impl fmt::Debug for FileRef {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("FileRef").field("id", &self.id).finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_regular_file_opens_and_keeps_its_identity() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("f");
+        std::fs::write(&path, b"x").expect("write");
+        let meta = std::fs::metadata(&path).expect("stat");
+        for file in [FileRef::open(&path).expect("open"), FileRef::open_no_follow(&path).expect("no-follow open")] {
+            assert_eq!(file.id(), FileId { dev: meta.dev(), ino: meta.ino() });
+        }
+    }
+
+    /// A FIFO swapped in where a file was expected must neither hang the
+    /// open (a blocking open for reading waits for a writer) nor be read.
+    #[test]
+    fn a_fifo_is_refused_without_waiting_for_a_writer() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let fifo = dir.path().join("fifo");
+        rustix::fs::mknodat(rustix::fs::CWD, &fifo, rustix::fs::FileType::Fifo, rustix::fs::Mode::RUSR, 0)
+            .expect("mkfifo");
+        let (tx, rx) = std::sync::mpsc::channel();
+        let path = fifo.clone();
+        std::thread::spawn(move || {
+            let _ = tx.send((FileRef::open(&path).is_err(), FileRef::open_no_follow(&path).is_err()));
+        });
+        let refused = rx.recv_timeout(std::time::Duration::from_secs(5)).expect("opening a FIFO must not block");
+        assert_eq!(refused, (true, true));
+        assert!(matches!(FileRef::open(&fifo), Err(FileError::NotRegular { .. })));
+    }
+
+    #[test]
+    fn devices_and_directories_are_refused() {
+        for path in ["/dev/null", "/dev/zero", "/"] {
+            assert!(matches!(FileRef::open(path), Err(FileError::NotRegular { .. })), "{path}");
+        }
+    }
+
+    /// A path from a record may not lead through a symbolic link, even to
+    /// a regular file; a path a person typed may.
+    #[test]
+    fn a_symbolic_link_is_followed_only_when_asked() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let target = dir.path().join("target");
+        std::fs::write(&target, b"x").expect("write");
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&target, &link).expect("symlink");
+        let linked_dir = dir.path().join("dirlink");
+        std::os::unix::fs::symlink(dir.path(), &linked_dir).expect("symlink");
+        assert!(FileRef::open(&link).is_ok());
+        // The link itself (`O_PATH | O_NOFOLLOW` names the link, not a
+        // regular file) and a link among the directories.
+        assert!(matches!(FileRef::open_no_follow(&link), Err(FileError::NotRegular { .. })));
+        assert!(matches!(FileRef::open_no_follow(linked_dir.join("target")), Err(FileError::Open { .. })));
+        assert!(FileRef::open_no_follow(&target).is_ok());
     }
 }
