@@ -2,6 +2,11 @@
 //! with a `SAFETY:` comment. Everything above this module is safe Rust over
 //! typed wrappers that take `BorrowedFd`, never raw descriptors.
 //!
+//! System calls go through [`rustix`] wherever it has them. `libc` is left
+//! for the calls rustix 1.x does not wrap: `cachestat(2)`, `readahead(2)`,
+//! `mincore(2)`, `ioprio_set(2)`/`ioprio_get(2)`, `open_by_handle_at(2)`,
+//! and the hint socket's `recvmsg(2)` ([`socket`] says why).
+//!
 //! # References
 //! - `cachestat(2)`, `mincore(2)`, `posix_fadvise(2)`, `readahead(2)`,
 //!   `madvise(2)`, `lseek(2)` (`SEEK_DATA`/`SEEK_HOLE`), `mmap(2)`.
@@ -18,10 +23,14 @@ pub mod uring;
 #[cfg(not(feature = "uring"))]
 pub use no_uring::{bigread, uring};
 
+use std::ffi::c_void;
 use std::fs::File;
 use std::io;
+use std::num::NonZeroU64;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd};
 use std::ptr::NonNull;
+
+use rustix::io::Errno;
 
 use crate::page::PageRange;
 
@@ -74,19 +83,22 @@ pub enum Advice {
     Random,
 }
 
-/// `posix_fadvise(2)`. `len` 0 means to the end of the file.
+/// `posix_fadvise(2)`. `len` 0 means to the end of the file. Offsets and
+/// lengths past `i64::MAX` (negative to the kernel) are `EINVAL`.
 pub fn fadvise(fd: BorrowedFd<'_>, offset: u64, len: u64, advice: Advice) -> io::Result<()> {
     let advice = match advice {
-        Advice::WillNeed => libc::POSIX_FADV_WILLNEED,
-        Advice::DontNeed => libc::POSIX_FADV_DONTNEED,
-        Advice::Random => libc::POSIX_FADV_RANDOM,
+        Advice::WillNeed => rustix::fs::Advice::WillNeed,
+        Advice::DontNeed => rustix::fs::Advice::DontNeed,
+        Advice::Random => rustix::fs::Advice::Random,
     };
-    let offset = i64::try_from(offset).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
-    let len = i64::try_from(len).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
-    // SAFETY: plain syscall on a borrowed (hence open) descriptor; no memory
-    // is passed.
-    let rc = unsafe { libc::posix_fadvise(fd.as_raw_fd(), offset, len, advice) };
-    if rc != 0 { Err(io::Error::from_raw_os_error(rc)) } else { Ok(()) }
+    check_off_t(offset)?;
+    check_off_t(len)?;
+    Ok(rustix::fs::fadvise(fd, offset, NonZeroU64::new(len), advice)?)
+}
+
+/// `EINVAL` for a file offset or length that `off_t` cannot hold.
+fn check_off_t(value: u64) -> io::Result<()> {
+    if i64::try_from(value).is_ok() { Ok(()) } else { Err(Errno::INVAL.into()) }
 }
 
 /// `sendfile(2)` of up to `len` bytes at `offset` of `input` to `output`,
@@ -94,14 +106,13 @@ pub fn fadvise(fd: BorrowedFd<'_>, offset: u64, len: u64, advice: Advice) -> io:
 /// file). With `/dev/null` as `output` this is a read through the page cache
 /// that copies nothing: the kernel's own readahead brings the pages in.
 pub fn sendfile_at(output: BorrowedFd<'_>, input: BorrowedFd<'_>, offset: u64, len: usize) -> io::Result<usize> {
-    let mut offset = i64::try_from(offset).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
-    // SAFETY: both descriptors are borrowed (hence open); `offset` is a live
-    // local the kernel reads and updates for the duration of the call only.
-    let rc = unsafe { libc::sendfile(output.as_raw_fd(), input.as_raw_fd(), &mut offset, len) };
-    if rc < 0 { Err(io::Error::last_os_error()) } else { Ok(rc as usize) }
+    check_off_t(offset)?;
+    let mut offset = offset;
+    Ok(rustix::fs::sendfile(output, input, Some(&mut offset), len)?)
 }
 
-/// `readahead(2)`: synchronous submission of reads of the range.
+/// `readahead(2)`: synchronous submission of reads of the range. (libc:
+/// rustix has no `readahead`.)
 pub fn readahead(fd: BorrowedFd<'_>, offset: u64, len: u64) -> io::Result<()> {
     let offset = i64::try_from(offset).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
     let len = usize::try_from(len).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
@@ -110,30 +121,29 @@ pub fn readahead(fd: BorrowedFd<'_>, offset: u64, len: u64) -> io::Result<()> {
     if rc < 0 { Err(io::Error::last_os_error()) } else { Ok(()) }
 }
 
-fn lseek(fd: BorrowedFd<'_>, offset: u64, whence: libc::c_int) -> io::Result<Option<u64>> {
-    let offset = i64::try_from(offset).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
-    // SAFETY: plain syscall on a borrowed descriptor; no memory is passed.
-    // lseek on our shared descriptor moves its file position, which nothing in
-    // predictio uses (all our reads are positional).
-    let rc = unsafe { libc::lseek(fd.as_raw_fd(), offset, whence) };
-    if rc < 0 {
-        let err = io::Error::last_os_error();
-        if err.raw_os_error() == Some(libc::ENXIO) { Ok(None) } else { Err(err) }
-    } else {
-        Ok(Some(rc as u64))
+/// `lseek(2)` to `pos`; `ENXIO` (no data, or past EOF) is `None`. Moving
+/// the file position of our shared descriptor is harmless: nothing in
+/// predictio uses it (all our reads are positional).
+fn lseek(fd: BorrowedFd<'_>, pos: rustix::fs::SeekFrom) -> io::Result<Option<u64>> {
+    match rustix::fs::seek(fd, pos) {
+        Ok(at) => Ok(Some(at)),
+        Err(Errno::NXIO) => Ok(None),
+        Err(err) => Err(err.into()),
     }
 }
 
 /// `lseek(SEEK_DATA)`: the first data byte at or after `offset`, or `None`
 /// when only a hole (or EOF) follows.
 pub fn seek_data(fd: BorrowedFd<'_>, offset: u64) -> io::Result<Option<u64>> {
-    lseek(fd, offset, libc::SEEK_DATA)
+    check_off_t(offset)?;
+    lseek(fd, rustix::fs::SeekFrom::Data(offset))
 }
 
 /// `lseek(SEEK_HOLE)`: the first hole byte at or after `offset` (EOF counts
 /// as a hole), or `None` when `offset` is at or past EOF.
 pub fn seek_hole(fd: BorrowedFd<'_>, offset: u64) -> io::Result<Option<u64>> {
-    lseek(fd, offset, libc::SEEK_HOLE)
+    check_off_t(offset)?;
+    lseek(fd, rustix::fs::SeekFrom::Hole(offset))
 }
 
 /// Whether the filesystem holding `fd` makes its files up or keeps them in
@@ -141,15 +151,8 @@ pub fn seek_hole(fd: BorrowedFd<'_>, offset: u64) -> io::Result<Option<u64>> {
 /// tracefs, securityfs, bpf, hugetlbfs), so reading it never reaches
 /// storage (`fstatfs(2)`'s `f_type`).
 pub fn memory_only_fs(fd: BorrowedFd<'_>) -> io::Result<bool> {
-    let mut st = std::mem::MaybeUninit::<libc::statfs>::uninit();
-    // SAFETY: `fd` is open for the borrow's lifetime; fstatfs writes one
-    // whole `statfs` into the buffer it is given and nothing else.
-    let rc = unsafe { libc::fstatfs(fd.as_raw_fd(), st.as_mut_ptr()) };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: fstatfs succeeded, so it initialised the buffer.
-    let st = unsafe { st.assume_init() };
+    let st = rustix::fs::fstatfs(fd)?;
+    // The magic numbers are libc's constants (rustix names only two).
     Ok(matches!(
         st.f_type,
         libc::PROC_SUPER_MAGIC
@@ -169,9 +172,8 @@ pub fn memory_only_fs(fd: BorrowedFd<'_>) -> io::Result<bool> {
 /// Sets the calling thread's nice value (Linux: `PRIO_PROCESS` with id 0 is
 /// the calling thread). Lowering it below 0 needs `CAP_SYS_NICE`.
 pub fn set_thread_nice(nice: i32) -> io::Result<()> {
-    // SAFETY: setpriority takes plain integers and touches no memory of ours.
-    let rc = unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, nice) };
-    if rc == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
+    // `None` is who = 0: on Linux, the calling thread.
+    Ok(rustix::process::setpriority_process(None, nice)?)
 }
 
 /// A thread's block I/O class (`IOPRIO_CLASS_*`: 0 none — best-effort by
@@ -196,7 +198,7 @@ const IOPRIO_WHO_PROCESS: libc::c_long = 1;
 /// (0 highest, 7 lowest): `ioprio_set(IOPRIO_WHO_PROCESS, 0, …)` names the
 /// calling thread. Schedulers that honour classes (mq-deadline, bfq)
 /// dispatch its reads ahead of queued best-effort ones. Needs
-/// `CAP_SYS_ADMIN`; `EPERM` otherwise.
+/// `CAP_SYS_ADMIN`; `EPERM` otherwise. (libc: rustix has no `ioprio_*`.)
 pub fn set_thread_io_realtime(level: u8) -> io::Result<()> {
     let prio = (libc::c_long::from(IoPriority::REALTIME) << IOPRIO_CLASS_SHIFT) | libc::c_long::from(level.min(7));
     // SAFETY: ioprio_set takes plain integers and touches no memory of ours.
@@ -215,23 +217,15 @@ pub fn thread_io_priority(tid: u32) -> io::Result<IoPriority> {
     Ok(IoPriority { class, level: (rc & 0x7) as u8 })
 }
 
-/// The kernel's page size.
+/// The kernel's page size (from the auxiliary vector, `AT_PAGESZ`).
 pub fn page_size() -> u64 {
-    // SAFETY: sysconf has no memory effects.
-    let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    if size <= 0 { 4096 } else { size as u64 }
+    rustix::param::page_size() as u64
 }
 
 /// A new anonymous memory-backed file (`memfd_create(2)`), used by feature
 /// probes.
 pub fn memfd(name: &std::ffi::CStr) -> io::Result<File> {
-    // SAFETY: `name` is a valid NUL-terminated string for the call.
-    let fd = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: memfd_create returned a fresh descriptor that nothing else owns.
-    Ok(unsafe { File::from_raw_fd(fd) })
+    Ok(File::from(rustix::fs::memfd_create(name, rustix::fs::MemfdFlags::CLOEXEC)?))
 }
 
 /// A read-only shared mapping of a whole file, used to ask `mincore(2)` which
@@ -239,7 +233,7 @@ pub fn memfd(name: &std::ffi::CStr) -> io::Result<File> {
 /// only: no page is faulted in by predictio, ever.
 #[derive(Debug)]
 pub struct Mapping {
-    ptr: NonNull<libc::c_void>,
+    ptr: NonNull<c_void>,
     len: usize,
 }
 
@@ -254,18 +248,15 @@ impl Mapping {
     /// Maps the first `len` bytes of `fd` read-only and shared. `len` must be
     /// non-zero.
     pub fn map(fd: BorrowedFd<'_>, len: u64) -> io::Result<Self> {
-        let len = usize::try_from(len).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+        let len = usize::try_from(len).map_err(|_| io::Error::from(Errno::INVAL))?;
         if len == 0 {
-            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+            return Err(Errno::INVAL.into());
         }
+        use rustix::mm::{MapFlags, ProtFlags};
         // SAFETY: a fresh mapping chosen by the kernel (addr NULL) over an open
         // descriptor; it aliases no Rust memory.
-        let ptr =
-            unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ, libc::MAP_SHARED, fd.as_raw_fd(), 0) };
-        if ptr == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
-        let ptr = NonNull::new(ptr).ok_or_else(|| io::Error::from_raw_os_error(libc::ENOMEM))?;
+        let ptr = unsafe { rustix::mm::mmap(std::ptr::null_mut(), len, ProtFlags::READ, MapFlags::SHARED, fd, 0) }?;
+        let ptr = NonNull::new(ptr).ok_or_else(|| io::Error::from(Errno::NOMEM))?;
         Ok(Self { ptr, len })
     }
 
@@ -280,7 +271,7 @@ impl Mapping {
     }
 
     /// The byte span of `range` inside the mapping, clamped to it.
-    fn span(&self, range: PageRange) -> Option<(*mut libc::c_void, usize)> {
+    fn span(&self, range: PageRange) -> Option<(*mut c_void, usize)> {
         let start = usize::try_from(range.byte_offset()).ok()?;
         if start >= self.len {
             return None;
@@ -293,6 +284,7 @@ impl Mapping {
 
     /// `mincore(2)` over `range`: fills `out` with one byte per page (bit 0
     /// set = resident and up to date). Pages past the mapping are left out.
+    /// (libc: rustix has no `mincore`.)
     pub fn residency(&self, range: PageRange, out: &mut Vec<u8>) -> io::Result<()> {
         out.clear();
         let Some((addr, len)) = self.span(range) else { return Ok(()) };
@@ -310,18 +302,17 @@ impl Mapping {
         let Some((addr, len)) = self.span(range) else { return Ok(()) };
         // SAFETY: the span lies inside our live, page-aligned mapping;
         // WILLNEED changes no memory contents.
-        let rc = unsafe { libc::madvise(addr, len, libc::MADV_WILLNEED) };
-        if rc < 0 { Err(io::Error::last_os_error()) } else { Ok(()) }
+        Ok(unsafe { rustix::mm::madvise(addr, len, rustix::mm::Advice::WillNeed) }?)
     }
 }
 
 impl Drop for Mapping {
     fn drop(&mut self) {
         // SAFETY: ptr/len are exactly what mmap returned; nothing references
-        // the mapping once its owner drops it.
-        unsafe {
-            libc::munmap(self.ptr.as_ptr(), self.len);
-        }
+        // the mapping once its owner drops it. An error (none is possible
+        // for a mapping we made) would leave address space mapped, nothing
+        // worse.
+        let _ = unsafe { rustix::mm::munmap(self.ptr.as_ptr(), self.len) };
     }
 }
 
@@ -344,18 +335,12 @@ pub fn pread_resident(fd: BorrowedFd<'_>, buf: &mut [u8], offset: u64) -> io::Re
         return Ok(None);
     };
     let buf = &mut buf[..len];
-    let offset = i64::try_from(offset).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
-    let iov = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
-    // SAFETY: one iovec over `buf`, which is live and writable for the call;
-    // the descriptor is borrowed, hence open.
-    let rc = unsafe { libc::preadv2(fd.as_raw_fd(), &iov, 1, offset, libc::RWF_NOWAIT) };
-    if rc >= 0 {
-        return Ok(Some(rc as usize));
-    }
-    let err = io::Error::last_os_error();
-    match err.raw_os_error() {
-        Some(libc::EAGAIN) | Some(libc::EOPNOTSUPP) => Ok(None),
-        _ => Err(err),
+    check_off_t(offset)?;
+    let mut iov = [io::IoSliceMut::new(buf)];
+    match rustix::io::preadv2(fd, &mut iov, offset, rustix::io::ReadWriteFlags::NOWAIT) {
+        Ok(read) => Ok(Some(read)),
+        Err(Errno::AGAIN | Errno::OPNOTSUPP) => Ok(None),
+        Err(err) => Err(err.into()),
     }
 }
 
@@ -392,7 +377,7 @@ const FILEID_INO32_GEN: libc::c_int = 1;
 
 /// Opens inode `ino` of the filesystem `mount` is on, read-only, through
 /// `open_by_handle_at(2)` with an `FILEID_INO32_GEN` handle and generation 0
-/// (needs `CAP_DAC_READ_SEARCH`). The launch recorder uses it to name files
+/// (needs `CAP_DAC_READ_SEARCH`; libc: rustix has no `open_by_handle_at`). The launch recorder uses it to name files
 /// that kernel observation reported by `(dev, ino)` after the process that
 /// touched them has closed them. Filesystems that encode handles otherwise
 /// answer `EINVAL`/`ESTALE`.
@@ -455,7 +440,7 @@ struct ProcmapQuery {
 const _: () = assert!(std::mem::size_of::<ProcmapQuery>() == 104);
 
 /// `_IOWR('f', 17, struct procmap_query)`.
-const PROCMAP_QUERY: u64 = (3 << 30) | ((std::mem::size_of::<ProcmapQuery>() as u64) << 16) | ((b'f' as u64) << 8) | 17;
+const PROCMAP_QUERY: rustix::ioctl::Opcode = rustix::ioctl::opcode::read_write::<ProcmapQuery>(b'f', 17);
 /// The mapping at the address, or else the next one above it.
 const PROCMAP_QUERY_COVERING_OR_NEXT_VMA: u64 = 0x10;
 /// File-backed mappings only.
@@ -476,15 +461,18 @@ pub fn file_mappings(maps: BorrowedFd<'_>, max: usize, out: &mut Vec<FileMapping
             query_addr: addr,
             ..ProcmapQuery::default()
         };
-        // SAFETY: `query` is a live, #[repr(C)] `struct procmap_query` whose
-        // `size` field says how many bytes the kernel may read and write;
-        // name and build-id sizes are 0, so the kernel writes no buffer of
-        // ours beyond the struct.
-        let rc =
-            unsafe { libc::ioctl(maps.as_raw_fd(), PROCMAP_QUERY as libc::Ioctl, &mut query as *mut ProcmapQuery) };
-        if rc < 0 {
-            let err = io::Error::last_os_error();
-            return if err.raw_os_error() == Some(libc::ENOENT) { Ok(()) } else { Err(err) };
+        // SAFETY: PROCMAP_QUERY takes a `struct procmap_query`, which
+        // `ProcmapQuery` is (#[repr(C)], size checked above), live and
+        // exclusively borrowed for the call; its `size` field says how many
+        // bytes the kernel may read and write; name and build-id sizes are
+        // 0, so the kernel writes no buffer of ours beyond the struct.
+        let result = unsafe {
+            rustix::ioctl::ioctl(maps, rustix::ioctl::Updater::<PROCMAP_QUERY, ProcmapQuery>::new(&mut query))
+        };
+        match result {
+            Ok(()) => {}
+            Err(Errno::NOENT) => return Ok(()),
+            Err(err) => return Err(err.into()),
         }
         if query.vma_end <= addr {
             // Never loop on a kernel that does not move forward.
@@ -494,7 +482,7 @@ pub fn file_mappings(maps: BorrowedFd<'_>, max: usize, out: &mut Vec<FileMapping
         out.push(FileMapping {
             start: query.vma_start,
             end: query.vma_end,
-            dev: libc::makedev(query.dev_major, query.dev_minor),
+            dev: rustix::fs::makedev(query.dev_major, query.dev_minor),
             ino: query.inode,
         });
     }
@@ -529,10 +517,211 @@ pub fn list_dir(fd: BorrowedFd<'_>, max_entries: u64) -> io::Result<u64> {
 /// returns whether it exists. Reads what the lookup needs: the directory's
 /// blocks, and the inode of a name that exists.
 pub fn look_up(dir: BorrowedFd<'_>, name: &str) -> bool {
-    let Ok(name) = std::ffi::CString::new(name) else { return false };
-    let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
-    // SAFETY: `dir` is an open descriptor for the call's duration, `name` a
-    // NUL-terminated string that outlives it, and `st` room for one `stat`,
-    // which the kernel only writes; it is never read.
-    unsafe { libc::fstatat(dir.as_raw_fd(), name.as_ptr(), st.as_mut_ptr(), libc::AT_SYMLINK_NOFOLLOW) == 0 }
+    // A name with a NUL byte is EINVAL: false, as for a missing name.
+    rustix::fs::statat(dir, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW).is_ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+    use std::os::fd::AsFd;
+    use std::os::unix::fs::MetadataExt;
+
+    use super::*;
+
+    const PAGE: u64 = 4096;
+
+    /// A 64-page file of distinct bytes, and whether its filesystem keeps
+    /// it in memory (where `DONTNEED` drops nothing).
+    fn data_file(dir: &std::path::Path) -> (File, Vec<u8>, bool) {
+        let path = dir.join("data");
+        let bytes: Vec<u8> = (0..64 * PAGE).map(|i| (i % 251) as u8).collect();
+        let mut file = File::create(&path).expect("create");
+        file.write_all(&bytes).expect("write");
+        file.sync_all().expect("fsync");
+        let file = File::open(&path).expect("open");
+        let in_memory = memory_only_fs(file.as_fd()).expect("fstatfs");
+        (file, bytes, in_memory)
+    }
+
+    fn cached(file: &File) -> u64 {
+        cachestat(file.as_fd(), 0, 64 * PAGE).expect("cachestat").nr_cache
+    }
+
+    #[test]
+    fn fadvise_drops_and_reads_pages_and_refuses_negative_offsets() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (file, _, in_memory) = data_file(dir.path());
+        fadvise(file.as_fd(), 0, 0, Advice::DontNeed).expect("DONTNEED");
+        if !in_memory {
+            assert_eq!(cached(&file), 0, "DONTNEED of a clean file leaves nothing cached");
+        }
+        fadvise(file.as_fd(), 0, 16 * PAGE, Advice::WillNeed).expect("WILLNEED");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while cached(&file) < 16 && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert!(cached(&file) >= 16, "WILLNEED reads the range in");
+        fadvise(file.as_fd(), 0, 0, Advice::Random).expect("RANDOM");
+        for (offset, len) in [(u64::MAX, 1), (0, u64::MAX)] {
+            let err = fadvise(file.as_fd(), offset, len, Advice::WillNeed).expect_err("past off_t");
+            assert_eq!(err.raw_os_error(), Some(libc::EINVAL));
+        }
+    }
+
+    #[test]
+    fn sendfile_reads_at_an_offset_without_moving_the_file_position() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (file, _, _) = data_file(dir.path());
+        let null = File::options().write(true).open("/dev/null").expect("/dev/null");
+        assert_eq!(sendfile_at(null.as_fd(), file.as_fd(), 60 * PAGE, 8 * PAGE as usize).expect("sendfile"), 16384);
+        assert_eq!(sendfile_at(null.as_fd(), file.as_fd(), 64 * PAGE, 4096).expect("at EOF"), 0);
+        assert_eq!(rustix::fs::seek(&file, rustix::fs::SeekFrom::Current(0)).expect("tell"), 0);
+        readahead(file.as_fd(), 0, 4 * PAGE).expect("readahead");
+    }
+
+    #[test]
+    fn seek_data_and_hole_find_the_extents_of_a_sparse_file() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("sparse");
+        let file = File::create(&path).expect("create");
+        use std::os::unix::fs::FileExt;
+        file.write_all_at(&[1; 4096], 1 << 20).expect("write");
+        file.set_len(2 << 20).expect("extend");
+        let fd = file.as_fd();
+        // Filesystems without hole tracking report the whole file as data.
+        let data = seek_data(fd, 0).expect("SEEK_DATA").expect("data exists");
+        assert!(data == 0 || data == 1 << 20, "{data}");
+        let hole = seek_hole(fd, 1 << 20).expect("SEEK_HOLE").expect("EOF is a hole");
+        assert!(hole > 1 << 20 && hole <= 2 << 20, "{hole}");
+        assert_eq!(seek_data(fd, 2 << 20).expect("at EOF"), None);
+        assert_eq!(seek_hole(fd, 3 << 20).expect("past EOF"), None);
+        assert_eq!(seek_data(fd, u64::MAX).expect_err("past off_t").raw_os_error(), Some(libc::EINVAL));
+    }
+
+    #[test]
+    fn memory_only_filesystems_are_told_apart() {
+        let proc = File::open("/proc/self/status").expect("open /proc");
+        assert!(memory_only_fs(proc.as_fd()).expect("fstatfs /proc"));
+        let memfd = memfd(c"predictio-test").expect("memfd");
+        assert!(memory_only_fs(memfd.as_fd()).expect("fstatfs memfd"), "a memfd lives on tmpfs");
+        let exe = File::open(std::env::current_exe().expect("exe")).expect("open exe");
+        let exe_in_memory = memory_only_fs(exe.as_fd()).expect("fstatfs exe");
+        let statfs = rustix::fs::fstatfs(&exe).expect("fstatfs");
+        assert_eq!(exe_in_memory, statfs.f_type == libc::TMPFS_MAGIC);
+    }
+
+    #[test]
+    fn memfd_is_a_close_on_exec_regular_file() {
+        let file = memfd(c"predictio-test").expect("memfd");
+        assert!(file.metadata().expect("stat").is_file());
+        let flags = rustix::io::fcntl_getfd(&file).expect("F_GETFD");
+        assert!(flags.contains(rustix::io::FdFlags::CLOEXEC));
+    }
+
+    #[test]
+    fn thread_nice_is_set_for_the_calling_thread_only() {
+        // getpriority(PRIO_PROCESS, 0) reads the calling thread's nice value.
+        let nice = std::thread::spawn(|| {
+            set_thread_nice(19).expect("raise nice");
+            rustix::process::getpriority_process(None).expect("getpriority")
+        })
+        .join()
+        .expect("thread");
+        assert_eq!(nice, 19);
+        assert_ne!(rustix::process::getpriority_process(None).expect("getpriority"), 19);
+    }
+
+    #[test]
+    fn page_size_is_the_kernels() {
+        assert_eq!(page_size(), crate::page::PAGE_SIZE);
+    }
+
+    #[test]
+    fn a_mapping_reports_residency_and_reads_ahead() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (file, _, in_memory) = data_file(dir.path());
+        let map = Mapping::map(file.as_fd(), 64 * PAGE).expect("mmap");
+        assert_eq!(map.len(), 64 * PAGE as usize);
+        assert_eq!(Mapping::map(file.as_fd(), 0).expect_err("empty").raw_os_error(), Some(libc::EINVAL));
+        fadvise(file.as_fd(), 0, 0, Advice::DontNeed).expect("DONTNEED");
+        let mut resident = Vec::new();
+        map.residency(PageRange::new(0, 64), &mut resident).expect("mincore");
+        assert_eq!(resident.len(), 64);
+        if !in_memory {
+            assert!(resident.iter().all(|&r| r & 1 == 0), "nothing resident after DONTNEED");
+        }
+        map.will_need(PageRange::new(8, 16)).expect("MADV_WILLNEED");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        loop {
+            map.residency(PageRange::new(8, 16), &mut resident).expect("mincore");
+            if resident.iter().all(|&r| r & 1 == 1) {
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "WILLNEED read nothing in: {resident:?}");
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        map.residency(PageRange::new(60, 70), &mut resident).expect("clamped");
+        assert_eq!(resident.len(), 4, "pages past the mapping are left out");
+        map.residency(PageRange::new(64, 65), &mut resident).expect("past the end");
+        assert!(resident.is_empty());
+    }
+
+    #[test]
+    fn pread_resident_reads_cached_bytes_and_never_reads_absent_ones_in() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (file, bytes, in_memory) = data_file(dir.path());
+        let fd = file.as_fd();
+        let mut buf = vec![0u8; 3 * PAGE as usize];
+        assert_eq!(pread_resident(fd, &mut [], 0).expect("empty"), Some(0));
+        if !in_memory {
+            fadvise(fd, 0, 0, Advice::DontNeed).expect("DONTNEED");
+            assert_eq!(pread_resident(fd, &mut buf, 10 * PAGE).expect("absent"), None);
+            assert_eq!(cached(&file), 0, "looking read nothing in");
+            // Only the first page cached: the read stops at its end.
+            std::os::unix::fs::FileExt::read_exact_at(&file, &mut buf[..1], 10 * PAGE).expect("read one");
+            let got = pread_resident(fd, &mut buf, 10 * PAGE + 100).expect("prefix");
+            assert_eq!(got, Some(PAGE as usize - 100));
+            assert_eq!(&buf[..PAGE as usize - 100], &bytes[(10 * PAGE + 100) as usize..(11 * PAGE) as usize]);
+        }
+        std::os::unix::fs::FileExt::read_exact_at(&file, &mut buf, 20 * PAGE).expect("read in");
+        buf.fill(0);
+        assert_eq!(pread_resident(fd, &mut buf, 20 * PAGE).expect("cached"), Some(buf.len()));
+        assert_eq!(&buf[..], &bytes[(20 * PAGE) as usize..(23 * PAGE) as usize]);
+    }
+
+    #[test]
+    fn file_mappings_list_this_process_mapped_files() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (file, _, _) = data_file(dir.path());
+        let map = Mapping::map(file.as_fd(), 64 * PAGE).expect("mmap");
+        let maps = File::open("/proc/self/maps").expect("open maps");
+        let mut out = Vec::new();
+        match file_mappings(maps.as_fd(), 100_000, &mut out) {
+            Err(err) if err.raw_os_error() == Some(libc::ENOTTY) => return, // before Linux 6.11
+            result => result.expect("PROCMAP_QUERY"),
+        }
+        let meta = file.metadata().expect("stat");
+        let start = map.ptr.as_ptr() as u64;
+        let ours = out.iter().find(|m| m.start == start).expect("our mapping is listed");
+        assert_eq!((ours.end, ours.dev, ours.ino), (start + 64 * PAGE, meta.dev(), meta.ino()));
+        assert!(out.windows(2).all(|w| w[0].end <= w[1].start), "address order");
+        let mut few = Vec::new();
+        file_mappings(maps.as_fd(), 1, &mut few).expect("one");
+        assert_eq!(few.len(), 1);
+        assert_eq!(few[0], out[0]);
+    }
+
+    #[test]
+    fn look_up_finds_names_without_following_links() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::write(dir.path().join("present"), b"x").expect("write");
+        std::os::unix::fs::symlink("/nonexistent/target", dir.path().join("dangling")).expect("symlink");
+        let d = File::open(dir.path()).expect("open dir");
+        assert!(look_up(d.as_fd(), "present"));
+        assert!(look_up(d.as_fd(), "dangling"), "the link itself exists");
+        assert!(!look_up(d.as_fd(), "absent"));
+        assert!(!look_up(d.as_fd(), "nul\0byte"));
+        assert_eq!(list_dir(d.as_fd(), 100).expect("list"), 2);
+    }
 }

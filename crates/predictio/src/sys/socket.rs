@@ -5,14 +5,28 @@
 //! out of the control message, so none can leak: whatever the caller does not
 //! keep is closed when dropped. They are received with `MSG_CMSG_CLOEXEC`.
 //!
+//! The socket options, `poll` and `fcntl` go through rustix. `recvmsg` does
+//! not: rustix 1.x parses every control message of a
+//! `RecvAncillaryBuffer` (when drained, and again when dropped), and reads
+//! `SCM_CREDENTIALS` into a `UCred` whose `pid` is a non-zero type, while
+//! the kernel reports pid 0 for a sender outside our pid namespace (a
+//! daemon in a container, a client on the host). Building that value would
+//! be undefined behaviour on input any local user controls, so the control
+//! buffer is walked here with libc's `CMSG_*` and `ucred`, where pid 0 is
+//! an ordinary value.
+//!
 //! # References
 //! - `unix(7)` (`SO_PASSCRED`, `SCM_CREDENTIALS`, `SCM_RIGHTS`, autobind),
 //!   `recvmsg(2)`, `cmsg(3)`, `poll(2)`, `fcntl(2)`.
+//! - `pid_vnr()` in `kernel/pid.c`: 0 for a pid not visible in the caller's
+//!   namespace.
 
 use std::io;
 use std::mem;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::time::Duration;
+
+use rustix::io::Errno;
 
 /// Kernel-verified credentials of a datagram's sender (`struct ucred`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -100,32 +114,20 @@ fn control_len() -> usize {
     }
 }
 
-fn set_int_option(fd: BorrowedFd<'_>, level: libc::c_int, name: libc::c_int, value: libc::c_int) -> io::Result<()> {
-    // SAFETY: passes a pointer to a live c_int and its exact size.
-    let rc = unsafe {
-        libc::setsockopt(
-            fd.as_raw_fd(),
-            level,
-            name,
-            (&value as *const libc::c_int).cast(),
-            mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    if rc < 0 { Err(io::Error::last_os_error()) } else { Ok(()) }
-}
-
 /// `setsockopt(SO_PASSCRED, 1)`: every datagram then carries the sender's
 /// kernel-verified `SCM_CREDENTIALS`, whether or not the sender attached them.
 pub fn set_passcred(fd: BorrowedFd<'_>) -> io::Result<()> {
-    set_int_option(fd, libc::SOL_SOCKET, libc::SO_PASSCRED, 1)
+    Ok(rustix::net::sockopt::set_socket_passcred(fd, true)?)
 }
 
 /// Raises the receive buffer to `bytes` (`SO_RCVBUFFORCE` when privileged,
 /// else `SO_RCVBUF`, which the kernel caps at `net.core.rmem_max`).
 pub fn set_recv_buffer(fd: BorrowedFd<'_>, bytes: usize) -> io::Result<()> {
-    let value = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
-    set_int_option(fd, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, value)
-        .or_else(|_| set_int_option(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, value))
+    // The option is a C int: ask for at most its largest value.
+    let bytes = bytes.min(i32::MAX as usize);
+    rustix::net::sockopt::set_socket_recv_buffer_size_force(fd, bytes)
+        .or_else(|_| rustix::net::sockopt::set_socket_recv_buffer_size(fd, bytes))
+        .map_err(io::Error::from)
 }
 
 /// Receives one datagram without blocking into `buf`, appending any passed
@@ -219,19 +221,16 @@ pub fn recv_datagram(fd: BorrowedFd<'_>, buf: &mut [u8], fds: &mut Vec<OwnedFd>)
 /// Waits until `fd` is readable or `timeout` passes (`None`: forever).
 /// Returns true when readable. `EINTR` counts as a timeout.
 pub fn poll_readable(fd: BorrowedFd<'_>, timeout: Option<Duration>) -> io::Result<bool> {
-    let mut pfd = libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
-    let ms = match timeout {
-        None => -1,
-        // Round up so that a short timeout is not a busy loop.
-        Some(t) => libc::c_int::try_from(t.as_nanos().div_ceil(1_000_000)).unwrap_or(libc::c_int::MAX),
-    };
-    // SAFETY: one live pollfd for the duration of the call.
-    let rc = unsafe { libc::poll(&mut pfd, 1, ms) };
-    if rc < 0 {
-        let err = io::Error::last_os_error();
-        return if err.raw_os_error() == Some(libc::EINTR) { Ok(false) } else { Err(err) };
+    use rustix::event::{PollFd, PollFlags, Timespec};
+    let mut fds = [PollFd::from_borrowed_fd(fd, PollFlags::IN)];
+    // ppoll(2) keeps nanoseconds, so a short timeout still sleeps. One too
+    // large for a timespec (centuries) waits forever.
+    let timeout = timeout.and_then(|t| Timespec::try_from(t).ok());
+    match rustix::event::poll(&mut fds, timeout.as_ref()) {
+        Ok(ready) => Ok(ready > 0),
+        Err(Errno::INTR) => Ok(false),
+        Err(err) => Err(err.into()),
     }
-    Ok(rc > 0)
 }
 
 /// How a received descriptor may be used.
@@ -248,16 +247,139 @@ pub enum Access {
 
 /// The access mode of `fd`'s open file description (`fcntl(F_GETFL)`).
 pub fn access(fd: BorrowedFd<'_>) -> io::Result<Access> {
-    // SAFETY: plain syscall on a borrowed descriptor; no memory is passed.
-    let flags = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) };
-    if flags < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(if flags & libc::O_PATH != 0 {
+    use rustix::fs::OFlags;
+    let flags = rustix::fs::fcntl_getfl(fd)?;
+    Ok(if flags.contains(OFlags::PATH) {
         Access::PathOnly
-    } else if flags & libc::O_ACCMODE == libc::O_WRONLY {
+    } else if flags & OFlags::ACCMODE == OFlags::WRONLY {
         Access::WriteOnly
     } else {
         Access::Readable
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::fs::File;
+    use std::io::IoSlice;
+    use std::mem::MaybeUninit;
+    use std::os::fd::AsFd;
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    use std::os::unix::net::UnixDatagram;
+
+    use rustix::net::{SendAncillaryBuffer, SendAncillaryMessage, SendFlags};
+
+    use super::*;
+
+    /// A receiving socket with `SO_PASSCRED`, and a sender connected to it.
+    fn pair() -> (UnixDatagram, UnixDatagram) {
+        let (rx, tx) = UnixDatagram::pair().expect("socketpair");
+        set_passcred(rx.as_fd()).expect("SO_PASSCRED");
+        (rx, tx)
+    }
+
+    fn send_fds(tx: &UnixDatagram, bytes: &[u8], fds: &[BorrowedFd<'_>]) {
+        let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(20))];
+        let mut control = SendAncillaryBuffer::new(&mut space);
+        assert!(control.push(SendAncillaryMessage::ScmRights(fds)));
+        rustix::net::sendmsg(tx, &[IoSlice::new(bytes)], &mut control, SendFlags::empty()).expect("sendmsg");
+    }
+
+    fn same_file(a: BorrowedFd<'_>, b: &File) -> bool {
+        let (a, b) = (rustix::fs::fstat(a).expect("fstat"), b.metadata().expect("stat"));
+        (a.st_dev, a.st_ino) == (b.dev(), b.ino())
+    }
+
+    #[test]
+    fn passed_descriptors_arrive_as_the_same_files_with_credentials() {
+        let (rx, tx) = pair();
+        let file = File::open("/proc/self/exe").expect("open exe");
+        let path_only = File::options().read(true).custom_flags(libc::O_PATH).open("/proc/self/exe").expect("O_PATH");
+        let write_only = File::options().write(true).open("/dev/null").expect("/dev/null");
+        send_fds(&tx, b"hello", &[file.as_fd(), path_only.as_fd(), write_only.as_fd()]);
+        let (mut buf, mut fds) = ([0u8; 64], Vec::new());
+        let got = recv_datagram(rx.as_fd(), &mut buf, &mut fds).expect("recvmsg").expect("queued");
+        assert_eq!(&buf[..got.len], b"hello");
+        assert!(!got.truncated && !got.control_truncated);
+        assert_eq!(fds.len(), 3);
+        assert!(same_file(fds[0].as_fd(), &file) && same_file(fds[1].as_fd(), &file));
+        assert_eq!(access(fds[0].as_fd()).expect("F_GETFL"), Access::Readable);
+        assert_eq!(access(fds[1].as_fd()).expect("F_GETFL"), Access::PathOnly, "O_PATH is told apart");
+        assert_eq!(access(fds[2].as_fd()).expect("F_GETFL"), Access::WriteOnly);
+        for fd in &fds {
+            let flags = rustix::io::fcntl_getfd(fd).expect("F_GETFD");
+            assert!(flags.contains(rustix::io::FdFlags::CLOEXEC), "received close-on-exec");
+        }
+        let me = rustix::process::getpid().as_raw_pid() as u32;
+        let creds = got.credentials.expect("SCM_CREDENTIALS");
+        assert_eq!(creds.pid, me);
+        assert_eq!((creds.uid, creds.gid), (rustix::process::getuid().as_raw(), rustix::process::getgid().as_raw()));
+        assert!(got.sender.is_empty(), "a socketpair peer has no address");
+        assert!(recv_datagram(rx.as_fd(), &mut buf, &mut fds).expect("recvmsg").is_none(), "nothing queued");
+    }
+
+    #[test]
+    fn descriptors_past_max_fds_truncate_the_control_data_and_leak_none() {
+        let (rx, tx) = pair();
+        // Pass a pipe's write end: the read end sees end of file only once
+        // every copy of it is closed.
+        let (reader, writer) = std::io::pipe().expect("pipe");
+        let flags = rustix::fs::fcntl_getfl(&reader).expect("F_GETFL");
+        rustix::fs::fcntl_setfl(&reader, flags | rustix::fs::OFlags::NONBLOCK).expect("F_SETFL");
+        let fds_sent: Vec<BorrowedFd<'_>> = (0..=MAX_FDS).map(|_| writer.as_fd()).collect();
+        send_fds(&tx, b"x", &fds_sent);
+        drop(writer);
+        let (mut buf, mut fds) = ([0u8; 8], Vec::new());
+        let got = recv_datagram(rx.as_fd(), &mut buf, &mut fds).expect("recvmsg").expect("queued");
+        assert!(got.control_truncated, "{} descriptors fit, {} were sent", MAX_FDS, MAX_FDS + 1);
+        assert_eq!(fds.len(), MAX_FDS, "the kernel installs those that fit");
+        assert!(got.credentials.is_some(), "credentials come first and fit");
+        let mut byte = [0u8; 1];
+        assert_eq!(rustix::io::read(&reader, &mut byte).err(), Some(Errno::AGAIN), "writers still open");
+        fds.clear();
+        assert_eq!(rustix::io::read(&reader, &mut byte).expect("read"), 0, "every copy closed");
+    }
+
+    #[test]
+    fn a_long_datagram_is_reported_truncated() {
+        let (rx, tx) = pair();
+        tx.send(&[7u8; 100]).expect("send");
+        let (mut buf, mut fds) = ([0u8; 10], Vec::new());
+        let got = recv_datagram(rx.as_fd(), &mut buf, &mut fds).expect("recvmsg").expect("queued");
+        assert!(got.truncated);
+        assert_eq!(got.len, 10);
+    }
+
+    #[test]
+    fn a_bound_sender_is_known_by_its_address() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let rx = UnixDatagram::bind(dir.path().join("rx")).expect("bind rx");
+        set_passcred(rx.as_fd()).expect("SO_PASSCRED");
+        let tx = UnixDatagram::bind(dir.path().join("tx")).expect("bind tx");
+        tx.send_to(b"a", dir.path().join("rx")).expect("send");
+        let (mut buf, mut fds) = ([0u8; 8], Vec::new());
+        let got = recv_datagram(rx.as_fd(), &mut buf, &mut fds).expect("recvmsg").expect("queued");
+        use std::os::unix::ffi::OsStrExt;
+        assert_eq!(got.sender.as_bytes(), dir.path().join("tx").as_os_str().as_bytes(), "no trailing NUL");
+    }
+
+    #[test]
+    fn poll_waits_for_a_datagram_or_the_timeout() {
+        let (rx, tx) = pair();
+        let start = std::time::Instant::now();
+        assert!(!poll_readable(rx.as_fd(), Some(Duration::from_millis(30))).expect("poll"));
+        assert!(start.elapsed() >= Duration::from_millis(30));
+        tx.send(b"x").expect("send");
+        assert!(poll_readable(rx.as_fd(), Some(Duration::from_secs(5))).expect("poll"));
+        assert!(poll_readable(rx.as_fd(), None).expect("poll forever returns at once"));
+    }
+
+    #[test]
+    fn recv_buffer_is_raised() {
+        let (rx, _tx) = pair();
+        set_recv_buffer(rx.as_fd(), 1 << 20).expect("SO_RCVBUF");
+        // The kernel doubles the value; unprivileged, it caps it at rmem_max.
+        assert!(rustix::net::sockopt::socket_recv_buffer_size(&rx).expect("getsockopt") >= 4096);
+        set_recv_buffer(rx.as_fd(), usize::MAX).expect("clamped to a C int");
+    }
 }
