@@ -350,3 +350,30 @@ fn a_request_the_caller_would_wait_for_goes_to_the_worker() {
         assert_eq!(resident, 16, "the worker prefetched the evicted pages");
     }
 }
+
+/// A sparse file's holes never become resident (the executor skips them):
+/// waiting for them re-submitted the holes until the timeout ("173 GiB
+/// requested" for a 1 GiB file). Only the data is waited for.
+#[test]
+fn fetch_and_wait_of_a_sparse_file_waits_for_its_data_only() {
+    let _guard = cache_lock();
+    let dir = disk_dir();
+    let path = dir.path().join("sparse");
+    let file = File::create(&path).expect("create");
+    file.set_len(64 << 20).expect("64 MiB of hole");
+    file.write_all_at(&vec![7u8; 1 << 20], 32 << 20).expect("1 MiB of data in the middle");
+    file.sync_all().expect("sync");
+    drop(file);
+    let file = FileRef::open(&path).expect("open");
+    cache::evict(&file).expect("evict");
+    let executor = executor(BackendKind::Fadvise);
+    let origin = executor.register_origin("test");
+    let start = Instant::now();
+    let resident = executor
+        .fetch_and_wait(&file, &[PageRange::new(0, (64 << 20) / PAGE_SIZE)], origin, Duration::from_secs(20))
+        .expect("the data becomes resident before the timeout");
+    assert_eq!(resident, (1 << 20) / PAGE_SIZE, "the data pages, not the holes");
+    assert!(start.elapsed() < Duration::from_secs(5), "took {:?}", start.elapsed());
+    let requested = executor.stats().origins[origin.0 as usize].counters.requested_pages;
+    assert!(requested <= 2 * (1 << 20) / PAGE_SIZE, "holes were requested again: {requested} pages");
+}

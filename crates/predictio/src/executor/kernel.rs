@@ -140,28 +140,7 @@ impl PageCache for LinuxPageCache {
     }
 
     fn data_segments(&mut self, file: &FileRef, range: PageRange, out: &mut Vec<PageRange>) -> io::Result<u64> {
-        let fd = file.as_fd();
-        let end = range.byte_offset() + range.byte_len();
-        let mut pos = range.byte_offset();
-        let mut data_pages = 0;
-        while pos < end {
-            let Some(data) = sys::seek_data(fd, pos)? else { break };
-            if data >= end {
-                break;
-            }
-            let hole = sys::seek_hole(fd, data)?.unwrap_or(end).min(end);
-            let seg = PageRange::new(data / PAGE_SIZE, hole.div_ceil(PAGE_SIZE)).intersect(&range);
-            if !seg.is_empty() {
-                // Page rounding can make neighbours touch; merge them.
-                match out.last_mut() {
-                    Some(last) if last.end >= seg.start => last.end = last.end.max(seg.end),
-                    _ => out.push(seg),
-                }
-                data_pages += seg.len();
-            }
-            pos = hole.max(pos + 1);
-        }
-        Ok(range.len().saturating_sub(data_pages))
+        data_segments(file, range, out)
     }
 
     fn resident_pages(&mut self, file: &FileRef, range: PageRange) -> io::Result<u64> {
@@ -177,4 +156,32 @@ impl PageCache for LinuxPageCache {
     fn residency(&mut self, file: &FileRef, size: u64, range: PageRange, out: &mut Vec<u8>) -> io::Result<()> {
         self.mapping(file, size)?.residency(range, out)
     }
+}
+
+/// Appends the parts of `range` that hold data (`SEEK_DATA`/`SEEK_HOLE`) to
+/// `out`, merged where page rounding makes them touch, and returns the
+/// pages of `range` that are holes.
+pub(crate) fn data_segments(file: &FileRef, range: PageRange, out: &mut Vec<PageRange>) -> io::Result<u64> {
+    let fd = file.as_fd();
+    let end = range.byte_offset() + range.byte_len();
+    let mut pos = range.byte_offset();
+    let mut data_pages = 0;
+    while pos < end {
+        let Some(data) = sys::seek_data(fd, pos)? else { break };
+        if data >= end {
+            break;
+        }
+        let hole = sys::seek_hole(fd, data)?.unwrap_or(end).min(end);
+        let seg = PageRange::new(data / PAGE_SIZE, hole.div_ceil(PAGE_SIZE)).intersect(&range);
+        if !seg.is_empty() {
+            // Page rounding can make neighbours touch; merge them.
+            match out.last_mut() {
+                Some(last) if last.end >= seg.start => last.end = last.end.max(seg.end),
+                _ => out.push(seg),
+            }
+            data_pages += seg.len();
+        }
+        pos = hole.max(pos + 1);
+    }
+    Ok(range.len().saturating_sub(data_pages))
 }

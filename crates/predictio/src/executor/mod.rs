@@ -81,6 +81,12 @@ pub struct ExecutorConfig {
     /// "Executor"). For a device whose scheduler does not hold classes back
     /// (`none`, `kyber`) it costs nothing and may help.
     pub meta_realtime_io: bool,
+    /// How long data prefetch waits, at most, for the execs a metadata
+    /// request names to be resolved ([`meta::ExecGate`]): long enough for an
+    /// exec's lookups and first pages on this device, so that they do not
+    /// queue behind a replay's data; every millisecond of it delays the
+    /// replay's first data read when they take longer.
+    pub exec_gate_max: Duration,
     /// Requests of at most this many ranges are looked up in the page cache
     /// by the submitting thread (`cachestat`, stopping at the first range
     /// not wholly cached): one whose pages are all cached already is counted
@@ -123,6 +129,7 @@ impl Default for ExecutorConfig {
             meta_threads: 4,
             meta_queue_capacity: 4096,
             meta_realtime_io: false,
+            exec_gate_max: Duration::from_millis(5),
             screen_resident_ranges: 0,
             stream_thread: true,
             issue_in_caller: false,
@@ -131,6 +138,17 @@ impl Default for ExecutorConfig {
 }
 
 impl ExecutorConfig {
+    /// The defaults for an executor that replays launches (the daemon,
+    /// `predictio run` with a profile): fadvise and readahead reads are
+    /// paced in a window of [`Limits::max_unsettled_pages`] = 1,024 pages
+    /// (4 MiB), deep enough to keep the device busy on a replay of small
+    /// scattered reads, shallow enough that a read of the program's own the
+    /// replay does not cover waits behind little of it (see
+    /// [`crate::launch::pacing`]).
+    pub fn replaying() -> Self {
+        Self { limits: Limits { max_unsettled_pages: 1024, ..Limits::default() }, ..Self::default() }
+    }
+
     /// The defaults for an executor inside an application (a database
     /// adapter's embedded runtime): requests of up to 1,024 ranges whose pages
     /// are all cached are settled in the submitting thread
@@ -350,6 +368,12 @@ impl Executor {
         if config.limits.max_inflight_pages < config.limits.max_io_pages {
             return Err(ExecutorError::Config("max_inflight_pages must be at least max_io_pages"));
         }
+        if config.limits.settle_scan == 0 {
+            return Err(ExecutorError::Config("settle_scan must be at least 1"));
+        }
+        if config.limits.min_probe_interval > config.limits.max_probe_interval {
+            return Err(ExecutorError::Config("min_probe_interval must not exceed max_probe_interval"));
+        }
         let accounting = Arc::new(Accounting::new());
         let shared = Arc::new(Shared {
             queue: ArrayQueue::new(config.queue_capacity),
@@ -380,6 +404,7 @@ impl Executor {
             config.meta_threads,
             config.meta_queue_capacity,
             config.meta_realtime_io,
+            config.exec_gate_max,
             Arc::clone(&shared.accounting),
         )
         .map_err(ExecutorError::Spawn)?;
@@ -610,8 +635,24 @@ impl Executor {
     ) -> Result<u64, FetchError> {
         let deadline = Instant::now() + timeout;
         let size_pages = file.file().metadata()?.len().div_ceil(PAGE_SIZE);
-        let wanted: u64 =
-            ranges.iter().map(|r| PageRange::new(r.start.min(size_pages), r.end.min(size_pages)).len()).sum();
+        // Only pages that hold data: the executor skips holes, so a hole
+        // would never become resident and the wait would submit it again
+        // until the timeout.
+        let mut data = Vec::new();
+        for r in ranges {
+            let clamped = PageRange::new(r.start.min(size_pages), r.end.min(size_pages));
+            if clamped.is_empty() {
+                continue;
+            }
+            match kernel::data_segments(file, clamped, &mut data) {
+                Ok(_) => {}
+                // A filesystem without SEEK_HOLE: the range is dense.
+                Err(err) if err.raw_os_error() == Some(libc::EINVAL) => data.push(clamped),
+                Err(err) => return Err(err.into()),
+            }
+        }
+        let ranges = data.as_slice();
+        let wanted: u64 = ranges.iter().map(PageRange::len).sum();
         let submit = || {
             let request = Request::new(file.clone(), ranges.to_vec(), origin);
             self.submit(request.with_urgency(crate::request::Urgency::Imminent))
