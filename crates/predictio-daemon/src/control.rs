@@ -2,7 +2,7 @@
 //! document out. Mode 0600: the status names files (per-file counters), so
 //! only their owner's peer — root — may read it.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{self, BufRead, BufReader, Read, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
@@ -11,9 +11,67 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use anyhow::{Context, Result, bail};
-
 use super::status::Status;
+
+/// Errors of the control socket, serving or asking.
+#[derive(Debug, thiserror::Error)]
+pub enum ControlError {
+    /// The socket's directory could not be created.
+    #[error("creating {path}: {source}", path = path.display())]
+    CreateDir {
+        /// The directory.
+        path: PathBuf,
+        /// Why.
+        source: io::Error,
+    },
+    /// A live daemon answers on the socket already.
+    #[error("{path} is in use: is another predictio daemon running?", path = path.display())]
+    InUse {
+        /// The socket.
+        path: PathBuf,
+    },
+    /// A stale socket could not be removed.
+    #[error("removing stale {path}: {source}", path = path.display())]
+    RemoveStale {
+        /// The socket.
+        path: PathBuf,
+        /// Why.
+        source: io::Error,
+    },
+    /// Binding, restricting (mode 0600) or listening on the socket failed.
+    #[error("binding {path}: {source}", path = path.display())]
+    Bind {
+        /// The socket.
+        path: PathBuf,
+        /// Why.
+        source: io::Error,
+    },
+    /// The server thread could not be started.
+    #[error("starting the control thread: {0}")]
+    Thread(#[source] io::Error),
+    /// No daemon answers at the socket.
+    #[error(
+        "cannot reach the predictio daemon at {path} (is `predictio daemon` running? root only): {source}",
+        path = path.display()
+    )]
+    Connect {
+        /// The socket.
+        path: PathBuf,
+        /// Why.
+        source: io::Error,
+    },
+    /// The request or the answer failed in transit.
+    #[error("talking to the daemon at {path}: {source}", path = path.display())]
+    Io {
+        /// The socket.
+        path: PathBuf,
+        /// Why.
+        source: io::Error,
+    },
+    /// The daemon's answer is not a status document.
+    #[error("the daemon's answer is not a status document: {0}")]
+    Answer(#[source] serde_json::Error),
+}
 
 /// Serves status documents until dropped.
 pub struct ControlServer {
@@ -24,19 +82,20 @@ pub struct ControlServer {
 
 impl ControlServer {
     /// Binds `path` (replacing a stale socket) and answers with `status()`.
-    pub fn start(path: &Path, status: impl Fn() -> Status + Send + 'static) -> Result<Self> {
+    pub fn start(path: &Path, status: impl Fn() -> Status + Send + 'static) -> Result<Self, ControlError> {
         if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+            std::fs::create_dir_all(dir).map_err(|source| ControlError::CreateDir { path: dir.into(), source })?;
         }
         if path.exists() {
             if UnixStream::connect(path).is_ok() {
-                bail!("{} is in use: is another predictio daemon running?", path.display());
+                return Err(ControlError::InUse { path: path.into() });
             }
-            std::fs::remove_file(path).with_context(|| format!("removing stale {}", path.display()))?;
+            std::fs::remove_file(path).map_err(|source| ControlError::RemoveStale { path: path.into(), source })?;
         }
-        let listener = UnixListener::bind(path).with_context(|| format!("binding {}", path.display()))?;
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
-        listener.set_nonblocking(true)?;
+        let bind = |source| ControlError::Bind { path: path.into(), source };
+        let listener = UnixListener::bind(path).map_err(bind)?;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(bind)?;
+        listener.set_nonblocking(true).map_err(bind)?;
         let stop = Arc::new(AtomicBool::new(false));
         let flag = Arc::clone(&stop);
         let thread = std::thread::Builder::new().name("predictio-control".into()).spawn(move || {
@@ -54,8 +113,8 @@ impl ControlServer {
                     }
                 }
             }
-        })?;
-        Ok(Self { path: path.to_path_buf(), stop, thread: Some(thread) })
+        });
+        Ok(Self { path: path.to_path_buf(), stop, thread: Some(thread.map_err(ControlError::Thread)?) })
     }
 }
 
@@ -69,7 +128,7 @@ impl Drop for ControlServer {
     }
 }
 
-fn answer(stream: UnixStream, status: &impl Fn() -> Status) -> Result<()> {
+fn answer(stream: UnixStream, status: &impl Fn() -> Status) -> io::Result<()> {
     stream.set_nonblocking(false)?;
     stream.set_read_timeout(Some(Duration::from_secs(2)))?;
     stream.set_write_timeout(Some(Duration::from_secs(2)))?;
@@ -89,13 +148,14 @@ fn answer(stream: UnixStream, status: &impl Fn() -> Status) -> Result<()> {
 }
 
 /// Asks the daemon at `path` for its status.
-pub fn query(path: &Path) -> Result<Status> {
-    let mut stream = UnixStream::connect(path).with_context(|| {
-        format!("cannot reach the predictio daemon at {} (is `predictio daemon` running? root only)", path.display())
-    })?;
-    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
-    stream.write_all(b"status\n")?;
+pub fn query(path: &Path) -> Result<Status, ControlError> {
+    let mut stream =
+        UnixStream::connect(path).map_err(|source| ControlError::Connect { path: path.into(), source })?;
     let mut text = String::new();
-    stream.read_to_string(&mut text)?;
-    serde_json::from_str(&text).context("the daemon's answer is not a status document")
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .and_then(|()| stream.write_all(b"status\n"))
+        .and_then(|()| stream.read_to_string(&mut text))
+        .map_err(|source| ControlError::Io { path: path.into(), source })?;
+    serde_json::from_str(&text).map_err(ControlError::Answer)
 }

@@ -9,12 +9,20 @@
 //! - [`control`], [`metrics`], [`status`]: `predictio stat`/`top` over the
 //!   control socket, and the Prometheus text endpoint.
 //! - [`service`]: all of it wired together.
+//! - [`check`]: what a configuration would run on this machine, found
+//!   without starting the service (`predictio daemon --check`).
+//!
+//! Errors are typed, one enum per module ([`config::ConfigError`],
+//! [`sources::SourcesError`], [`control::ControlError`],
+//! [`metrics::MetricsError`], and [`service::ServiceError`] over them),
+//! each variant naming the operation and the path or key that failed.
 //!
 //! Prediction and prefetching live in the core crate (`predictio`); this
 //! crate owns what a long-running root service adds around them: files
 //! and sockets opened on its own authority, threads, and their lifetimes.
 #![deny(unsafe_code)]
 
+pub mod check;
 pub mod config;
 pub mod control;
 pub mod launch;

@@ -9,7 +9,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use anyhow::{Context, Result};
 use predictio::accounting::Counters;
 
 use super::status::Status;
@@ -49,6 +48,22 @@ fn escape(label: &str) -> String {
     label.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
 }
 
+/// The metrics endpoint could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum MetricsError {
+    /// Binding or listening on the address failed.
+    #[error("binding metrics endpoint {listen}: {source}")]
+    Bind {
+        /// The configured `host:port`.
+        listen: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The server thread could not be started.
+    #[error("starting the metrics thread: {0}")]
+    Thread(#[source] std::io::Error),
+}
+
 /// Serves `GET /metrics` until dropped.
 pub struct MetricsServer {
     stop: Arc<AtomicBool>,
@@ -59,10 +74,11 @@ pub struct MetricsServer {
 
 impl MetricsServer {
     /// Binds `listen` and serves `status()` rendered.
-    pub fn start(listen: &str, status: impl Fn() -> Status + Send + 'static) -> Result<Self> {
-        let listener = TcpListener::bind(listen).with_context(|| format!("binding metrics endpoint {listen}"))?;
-        let addr = listener.local_addr()?;
-        listener.set_nonblocking(true)?;
+    pub fn start(listen: &str, status: impl Fn() -> Status + Send + 'static) -> Result<Self, MetricsError> {
+        let bind = |source| MetricsError::Bind { listen: listen.to_owned(), source };
+        let listener = TcpListener::bind(listen).map_err(bind)?;
+        let addr = listener.local_addr().map_err(bind)?;
+        listener.set_nonblocking(true).map_err(bind)?;
         let stop = Arc::new(AtomicBool::new(false));
         let flag = Arc::clone(&stop);
         let thread = std::thread::Builder::new().name("predictio-metrics".into()).spawn(move || {
@@ -88,8 +104,8 @@ impl MetricsServer {
                     Err(_) => std::thread::sleep(Duration::from_millis(200)),
                 }
             }
-        })?;
-        Ok(Self { stop, thread: Some(thread), addr })
+        });
+        Ok(Self { stop, thread: Some(thread.map_err(MetricsError::Thread)?), addr })
     }
 }
 

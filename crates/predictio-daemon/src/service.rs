@@ -1,39 +1,84 @@
 //! The service: everything `predictio daemon` runs, wired together.
 
+use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result};
 use predictio::Executor;
+use predictio::executor::ExecutorError;
 use predictio::pipeline::Pipeline;
 
-use crate::config::Config;
-use crate::control::ControlServer;
-use crate::metrics::MetricsServer;
-use crate::sources::Sources;
+use crate::config::{Config, Invalid};
+use crate::control::{ControlError, ControlServer};
+use crate::metrics::{MetricsError, MetricsServer};
+use crate::sources::{Sources, SourcesError};
 use crate::status::Status;
+
+/// Why the service could not start. Each variant names the part that
+/// failed; what it runs into while running is logged, not returned.
+#[derive(Debug, thiserror::Error)]
+pub enum ServiceError {
+    /// The configuration has settings that cannot work
+    /// ([`Config::validate`]).
+    #[error("invalid configuration: {0}")]
+    Config(#[from] Invalid),
+    /// SIGTERM/SIGINT handlers could not be installed.
+    #[error("installing signal handlers: {0}")]
+    Signals(#[source] io::Error),
+    /// The executor could not start.
+    #[error("starting the executor: {0}")]
+    Executor(#[from] ExecutorError),
+    /// A configured policy has no implementation in the core.
+    #[error("policy {0} is not in this build")]
+    UnknownPolicy(crate::config::PolicyName),
+    /// A thread of the launch service (learner, use marker) could not start.
+    #[error("starting the launch {what} thread: {source}")]
+    LaunchThread {
+        /// "learner" or "use marker".
+        what: &'static str,
+        /// Why.
+        source: io::Error,
+    },
+    /// The event pipeline could not start.
+    #[error("starting the pipeline: {0}")]
+    Pipeline(#[source] io::Error),
+    /// The hint socket or the kernel event source could not start.
+    #[error(transparent)]
+    Sources(#[from] SourcesError),
+    /// The control socket could not be bound.
+    #[error(transparent)]
+    Control(#[from] ControlError),
+    /// The metrics endpoint could not be bound.
+    #[error(transparent)]
+    Metrics(#[from] MetricsError),
+}
 
 /// Runs the daemon with `config` until SIGTERM or SIGINT, or until
 /// `exit_after` has passed (tests, demos): the executor, the policies (the
 /// launch service among them), the event sources, the control socket and
 /// the metrics endpoint, in that order, and stops the sources on the way
-/// out.
-pub fn run(config: &Config, exit_after: Option<Duration>) -> Result<()> {
+/// out. The configuration is validated first ([`Config::validate`]) and
+/// its warnings ([`Config::warnings`]) logged.
+pub fn run(config: &Config, exit_after: Option<Duration>) -> Result<(), ServiceError> {
+    config.validate()?;
+    for warning in config.warnings() {
+        tracing::warn!("{warning}");
+    }
     let stop = Arc::new(AtomicBool::new(false));
     for signal in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
-        signal_hook::flag::register(signal, Arc::clone(&stop)).context("installing signal handlers")?;
+        signal_hook::flag::register(signal, Arc::clone(&stop)).map_err(ServiceError::Signals)?;
     }
 
-    let executor = Arc::new(Executor::new(config.executor_config()?).context("starting the executor")?);
+    let executor = Arc::new(Executor::new(config.executor_config())?);
     if let Some(reason) = executor.fallback_reason() {
         tracing::warn!("{reason}");
     }
     let mut policies = config
         .policies
         .iter()
-        .map(|name| predictio::policies::by_name(name).with_context(|| format!("unknown policy {name}")))
-        .collect::<Result<Vec<_>>>()?;
+        .map(|&name| name.build().ok_or(ServiceError::UnknownPolicy(name)))
+        .collect::<Result<Vec<_>, _>>()?;
     // Launch learning and replay: the policy in the dispatcher, the
     // learner (naming, store, opening files) on its own thread.
     let mut _learner = None;
@@ -43,7 +88,8 @@ pub fn run(config: &Config, exit_after: Option<Duration>) -> Result<()> {
         // Learning alone (`replay = false`) books nothing: the learner
         // puts replays in the book only when replaying, and so does this.
         let loaded = if config.launch.replay {
-            _marker = Some(crate::launch::start_use_marker(config.launch.clone(), book.clone())?);
+            let marker = crate::launch::start_use_marker(config.launch.clone(), book.clone());
+            _marker = Some(marker.map_err(|source| ServiceError::LaunchThread { what: "use marker", source })?);
             crate::launch::load_book(&config.launch, &book)
         } else {
             0
@@ -55,7 +101,8 @@ pub fn run(config: &Config, exit_after: Option<Duration>) -> Result<()> {
                 cap_ms: config.launch.cap_ms,
                 ..Default::default()
             };
-            _learner = Some(crate::launch::start_learner(config.launch.clone(), rx, book.clone())?);
+            let learner = crate::launch::start_learner(config.launch.clone(), rx, book.clone());
+            _learner = Some(learner.map_err(|source| ServiceError::LaunchThread { what: "learner", source })?);
             predictio::launch::LaunchPolicy::learning(book, limits, config.launch.max_windows, tx)
         } else {
             predictio::launch::LaunchPolicy::new(book)
@@ -67,9 +114,9 @@ pub fn run(config: &Config, exit_after: Option<Duration>) -> Result<()> {
     // so that policies can act on kernel observation alone.
     let resolve = Some(predictio::resolve::ResolverConfig::default());
     let pipeline = Arc::new(
-        Pipeline::start_with(Arc::clone(&executor), policies, 1 << 16, resolve).context("starting the pipeline")?,
+        Pipeline::start_with(Arc::clone(&executor), policies, 1 << 16, resolve).map_err(ServiceError::Pipeline)?,
     );
-    let sources = Arc::new(Mutex::new(Sources::start(&config, pipeline.sender(), Arc::clone(&stop))?));
+    let sources = Arc::new(Mutex::new(Sources::start(config, pipeline.sender(), Arc::clone(&stop))?));
     let started = Instant::now();
 
     let status = {

@@ -1,21 +1,72 @@
-//! Event sources of the daemon and of `run`: the hint socket and eBPF
+//! Event sources of the daemon and of `run`: the hint socket and kernel
 //! observation, each on its own thread, each feeding the pipeline through a
 //! non-blocking [`EventSender`].
+//!
+//! Kernel observation is chosen here, once, from `[observe] source`
+//! ([`SourceChoice`]): `auto` takes the first of eBPF, perf_event_open
+//! tracepoints and fanotify that opens, and says why it took a fallback or
+//! none; a named source must open or the daemon does not start.
+//! [`probe_observation`] makes the same choice without starting anything,
+//! for `predictio daemon --check`.
 
-use std::path::Path;
+use std::io;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result};
-use predictio::hints::{HintConfig, HintServer, HintStats};
+use predictio::hints::{HintConfig, HintError, HintServer, HintStats};
 use predictio::pipeline::EventSender;
-use predictio_bpf::fallback::{FanotifyConfig, FanotifyObserver};
-use predictio_bpf::perf::{PerfConfig, PerfObserver};
-use predictio_bpf::{FollowAllLookups, Observer, ObserverConfig, ObserverStats};
+use predictio_bpf::fallback::{FanotifyConfig, FanotifyError, FanotifyObserver};
+use predictio_bpf::perf::{PerfConfig, PerfError, PerfObserver};
+use predictio_bpf::{BpfError, FollowAllLookups, Observer, ObserverConfig, ObserverStats};
 
-use super::config::Config;
+use crate::config::{Config, SourceChoice};
+
+/// Why a source could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum SourcesError {
+    /// The hint socket could not be bound (its directory, a live server
+    /// already there, something else at the path).
+    #[error("binding the hint socket {path}: {source}", path = path.display())]
+    HintSocket {
+        /// The socket path.
+        path: PathBuf,
+        /// Why.
+        source: HintError,
+    },
+    /// A source's thread could not be started.
+    #[error("starting the {name} thread: {source}")]
+    Thread {
+        /// The thread's name.
+        name: &'static str,
+        /// Why.
+        source: io::Error,
+    },
+    /// `[observe] source = "ebpf"` and eBPF cannot run here.
+    #[error("[observe] source = \"ebpf\": eBPF observation cannot start: {0}")]
+    Ebpf(#[source] EbpfUnavailable),
+    /// `[observe] source = "perf"` and the tracepoints cannot be opened.
+    #[error("[observe] source = \"perf\": perf_event_open tracepoints cannot open: {0}")]
+    Perf(#[source] PerfError),
+    /// `[observe] source = "fanotify"` and fanotify cannot start.
+    #[error("[observe] source = \"fanotify\": fanotify cannot start: {0}")]
+    Fanotify(#[source] FanotifyError),
+}
+
+/// Why eBPF observation cannot run.
+#[derive(Debug, thiserror::Error)]
+pub enum EbpfUnavailable {
+    /// This build carries no BPF object; the reason names what the build
+    /// lacked (e.g. clang).
+    #[error("not built in ({0})")]
+    NotBuilt(&'static str),
+    /// Loading or attaching the programs failed (no privilege, no BTF, a
+    /// missing tracepoint…).
+    #[error(transparent)]
+    Load(#[from] BpfError),
+}
 
 /// The hint server on its own thread.
 pub struct HintSource {
@@ -30,9 +81,9 @@ pub const DRAIN_ROUNDS: usize = 64;
 
 impl HintSource {
     /// Serves `config`, sending every hint (with its file) to `sender`.
-    pub fn start(config: HintConfig, sender: EventSender) -> Result<Self> {
+    pub fn start(config: HintConfig, sender: EventSender) -> Result<Self, SourcesError> {
         let path = config.path.clone();
-        let mut server = HintServer::bind(config).with_context(|| format!("binding {}", path.display()))?;
+        let mut server = HintServer::bind(config).map_err(|source| SourcesError::HintSocket { path, source })?;
         let stats = Arc::new(Mutex::new(server.stats()));
         let stop = Arc::new(AtomicBool::new(false));
         let (shared, flag) = (Arc::clone(&stats), Arc::clone(&stop));
@@ -57,13 +108,14 @@ impl HintSource {
                 }
             }
             *shared.lock().unwrap_or_else(|e| e.into_inner()) = server.stats();
-        })?;
+        });
+        let thread = thread.map_err(|source| SourcesError::Thread { name: "predictio-hints", source })?;
         Ok(Self { stats, stop, thread: Some(thread) })
     }
 
     /// A server for one `predictio run`: a private socket, no rate limits
     /// (only the command's own tree knows where it is).
-    pub fn start_private(path: &Path, sender: EventSender) -> Result<Self> {
+    pub fn start_private(path: &Path, sender: EventSender) -> Result<Self, SourcesError> {
         Self::start(HintConfig::at(path).unlimited(), sender)
     }
 
@@ -125,11 +177,19 @@ pub fn is_own(event: &predictio::Event, me: u32) -> bool {
 /// observation: hints still work). `follow_all_lookups`: whose path lookups
 /// are reported under follow-all (explicitly followed processes' always are).
 pub fn observer_or_note(follow_all: bool, follow_all_lookups: FollowAllLookups) -> (Option<Observer>, Option<String>) {
-    if let Err(why) = predictio_bpf::available() {
-        let note = format!("eBPF observation not built in ({why}); running on hints only");
-        tracing::warn!("{note}");
-        return (None, Some(note));
+    match load_observer(follow_all, follow_all_lookups) {
+        Ok(observer) => (Some(observer), None),
+        Err(why) => {
+            let note = format!("eBPF observation unavailable ({why}); running on hints only");
+            tracing::warn!("{note}");
+            (None, Some(note))
+        }
     }
+}
+
+/// Loads the eBPF observer: all processes (`follow_all`) or those followed.
+pub fn load_observer(follow_all: bool, follow_all_lookups: FollowAllLookups) -> Result<Observer, EbpfUnavailable> {
+    predictio_bpf::available().map_err(EbpfUnavailable::NotBuilt)?;
     // Under follow-all nobody is followed explicitly: without lookups
     // wanted, the path-call programs would cost every system call for
     // nothing.
@@ -143,14 +203,7 @@ pub fn observer_or_note(follow_all: bool, follow_all_lookups: FollowAllLookups) 
         ignore_own_pages: follow_all,
         ..ObserverConfig::default()
     };
-    match Observer::load(config) {
-        Ok(observer) => (Some(observer), None),
-        Err(err) => {
-            let note = format!("eBPF observation unavailable ({err}); running on hints only");
-            tracing::warn!("{note}");
-            (None, Some(note))
-        }
-    }
+    Ok(Observer::load(config)?)
 }
 
 /// How often the observer thread publishes its counters (`stat`, metrics).
@@ -235,14 +288,83 @@ impl Kernel {
     }
 }
 
-fn start_perf() -> Result<Kernel, predictio_bpf::perf::PerfError> {
+fn start_perf() -> Result<Kernel, PerfError> {
     let config = PerfConfig { follow_all: true, pid: None, ..PerfConfig::default() };
     PerfObserver::open(config).map(|o| Kernel::Perf(Box::new(o)))
 }
 
-fn start_fanotify(config: &Config) -> Result<Kernel, predictio_bpf::fallback::FanotifyError> {
+fn start_fanotify(config: &Config) -> Result<Kernel, FanotifyError> {
     let mounts = config.observe.fanotify_mounts.clone();
     FanotifyObserver::new(&FanotifyConfig { mounts, whole_filesystems: true }).map(Kernel::Fanotify)
+}
+
+/// The eBPF observer as the daemon runs it: every process, lookups only
+/// inside launch windows when launches learn them, as many as a window
+/// keeps (the window's cap bounds how long a process's path calls are
+/// reported).
+fn start_ebpf(config: &Config) -> Result<Kernel, EbpfUnavailable> {
+    let lookups = if config.launch.learn && config.launch.lookups {
+        FollowAllLookups::Launches {
+            window: Duration::from_millis(config.launch.cap_ms),
+            per_launch: u32::try_from(predictio::launch::profile::MAX_LOOKUPS).unwrap_or(u32::MAX),
+        }
+    } else {
+        FollowAllLookups::None
+    };
+    load_observer(true, lookups).map(|o| Kernel::Ebpf(Box::new(o)))
+}
+
+/// The kernel source `config` asks for, opened, and why observation runs
+/// on a fallback or not at all. `auto`: eBPF → perf_event_open on the same
+/// tracepoints → fanotify (opens and execs only) → hints only; a named
+/// source opens or is an error.
+fn open_kernel(config: &Config) -> Result<(Option<Kernel>, Option<String>), SourcesError> {
+    match config.observe.source {
+        SourceChoice::None => {
+            Ok((None, Some("observation disabled by configuration ([observe] source = \"none\")".into())))
+        }
+        SourceChoice::Ebpf => start_ebpf(config).map(|k| (Some(k), None)).map_err(SourcesError::Ebpf),
+        SourceChoice::Perf => start_perf().map(|k| (Some(k), None)).map_err(SourcesError::Perf),
+        SourceChoice::Fanotify => start_fanotify(config).map(|k| (Some(k), None)).map_err(SourcesError::Fanotify),
+        SourceChoice::Auto => {
+            let ebpf = match start_ebpf(config) {
+                Ok(kernel) => return Ok((Some(kernel), None)),
+                Err(why) => why,
+            };
+            let perf = match start_perf() {
+                Ok(kernel) => {
+                    let note = format!("eBPF observation unavailable ({ebpf}); falling back to perf_event_open tracepoints");
+                    return Ok((Some(kernel), Some(note)));
+                }
+                Err(why) => why,
+            };
+            Ok(match start_fanotify(config) {
+                Ok(kernel) => (
+                    Some(kernel),
+                    Some(format!(
+                        "eBPF observation unavailable ({ebpf}); perf unavailable ({perf}); falling back to fanotify (opens and execs only)"
+                    )),
+                ),
+                Err(fanotify) => (
+                    None,
+                    Some(format!(
+                        "eBPF observation unavailable ({ebpf}); perf: {perf}; fanotify: {fanotify}; running on hints only"
+                    )),
+                ),
+            })
+        }
+    }
+}
+
+/// The observation source `config` would run on here — `"ebpf"`, `"perf"`,
+/// `"fanotify"` or `"none"` — and why it is a fallback or none, found as
+/// [`Sources::start`] finds it: the source is opened (eBPF programs loaded
+/// and attached, tracepoints or fanotify opened) and closed again at once.
+/// Nothing is bound and no thread started. A source the configuration
+/// names that cannot open is the error `start` would fail with.
+pub fn probe_observation(config: &Config) -> Result<(&'static str, Option<String>), SourcesError> {
+    let (kernel, note) = open_kernel(config)?;
+    Ok((kernel.as_ref().map_or("none", Kernel::name), note))
 }
 
 /// The daemon's sources.
@@ -258,114 +380,56 @@ pub struct Sources {
 impl Sources {
     /// Starts what `config` asks for. Observation that cannot start is a
     /// warning (the daemon says which source it runs on), unless the
-    /// configuration demands eBPF.
-    pub fn start(config: &Config, sender: EventSender, stop: Arc<AtomicBool>) -> Result<Self> {
+    /// configuration names the source.
+    pub fn start(config: &Config, sender: EventSender, stop: Arc<AtomicBool>) -> Result<Self, SourcesError> {
         let hints = if config.hints.enabled {
-            let h = &config.hints;
-            let hint_config = HintConfig {
-                max_clients: h.max_clients,
-                max_handles_per_client: h.max_handles_per_client,
-                frames_per_sec: h.frames_per_sec,
-                frame_burst: h.frames_per_sec.saturating_mul(2),
-                bytes_per_sec: h.mib_per_sec << 20,
-                byte_burst: (h.mib_per_sec << 20).saturating_mul(4),
-                ..HintConfig::at(&h.socket)
-            };
-            Some(HintSource::start(hint_config, sender.clone())?)
+            Some(HintSource::start(config.hints.hint_config(), sender.clone())?)
         } else {
             None
         };
         let observer_stats = Arc::new(Mutex::new(serde_json::Value::Null));
-        let (mut source, mut note, mut observer_thread) = ("none", None, None);
-        let wanted = config.observe.source.as_str();
-        if wanted == "none" {
-            note = Some("observation disabled by configuration (observe.source = \"none\")".into());
-        } else {
-            let kernel = match wanted {
-                "fanotify" => start_fanotify(config).map_err(|e| format!("fanotify: {e}")),
-                "perf" => start_perf().map_err(|e| format!("perf: {e}")),
-                _ => {
-                    // Lookups only inside launch windows, as many as a
-                    // window keeps: the window's cap bounds how long a
-                    // process's path calls are reported.
-                    let lookups = if config.launch.learn && config.launch.lookups {
-                        FollowAllLookups::Launches {
-                            window: Duration::from_millis(config.launch.cap_ms),
-                            per_launch: u32::try_from(predictio::launch::profile::MAX_LOOKUPS).unwrap_or(u32::MAX),
-                        }
-                    } else {
-                        FollowAllLookups::None
-                    };
-                    let (observer, why) = observer_or_note(true, lookups);
-                    match observer {
-                        Some(o) => Ok(Kernel::Ebpf(Box::new(o))),
-                        None if wanted == "ebpf" => {
-                            anyhow::bail!("{}", why.unwrap_or_else(|| "eBPF observation unavailable".into()))
-                        }
-                        None => {
-                            // eBPF → perf_event_open on the same tracepoints → fanotify.
-                            let why = why.unwrap_or_default();
-                            match start_perf() {
-                                Ok(perf) => {
-                                    note = Some(format!("{why}; falling back to perf_event_open tracepoints"));
-                                    Ok(perf)
-                                }
-                                Err(perf_err) => start_fanotify(config)
-                                    .inspect(|_| {
-                                        note = Some(format!(
-                                            "{why}; perf unavailable ({perf_err}); falling back to fanotify (opens and execs only)"
-                                        ));
-                                    })
-                                    .map_err(|e| format!("{why}; perf: {perf_err}; fanotify: {e}")),
-                            }
+        let (kernel, note) = open_kernel(config)?;
+        if let Some(note) = &note {
+            tracing::warn!("{note}");
+        }
+        let (mut source, mut observer_thread) = ("none", None);
+        if let Some(mut kernel) = kernel {
+            source = kernel.name();
+            let mut pace = PollPace::new(Duration::from_millis(config.observe.poll_ms.max(1)));
+            let (shared, flag) = (Arc::clone(&observer_stats), Arc::clone(&stop));
+            let me = std::process::id();
+            let thread = std::thread::Builder::new().name("predictio-observe".into()).spawn(move || {
+                let mut forward = |event: predictio::Event| {
+                    if !is_own(&event, me) {
+                        sender.send(event, None);
+                    }
+                };
+                // The counters for `stat` and metrics, refreshed a few
+                // times a second: reading the kernel's per-CPU loss
+                // counters and building them after every poll (every
+                // 2 ms by default) cost the idle daemon ~3 % of a core.
+                let publish = |kernel: &Kernel| {
+                    *shared.lock().unwrap_or_else(|e| e.into_inner()) = kernel.stats_json();
+                };
+                let mut published = Instant::now();
+                publish(&kernel);
+                while !flag.load(Ordering::Relaxed) {
+                    match kernel.poll(pace.timeout(), &mut forward) {
+                        Ok(delivered) => pace.delivered(delivered),
+                        Err(err) => {
+                            tracing::warn!(%err, "observation");
+                            std::thread::sleep(Duration::from_millis(100));
                         }
                     }
+                    if published.elapsed() >= STATS_EVERY {
+                        publish(&kernel);
+                        published = Instant::now();
+                    }
                 }
-            };
-            match kernel {
-                Ok(mut kernel) => {
-                    source = kernel.name();
-                    let mut pace = PollPace::new(Duration::from_millis(config.observe.poll_ms.max(1)));
-                    let (shared, flag) = (Arc::clone(&observer_stats), Arc::clone(&stop));
-                    let me = std::process::id();
-                    observer_thread =
-                        Some(std::thread::Builder::new().name("predictio-observe".into()).spawn(move || {
-                            let mut forward = |event: predictio::Event| {
-                                if !is_own(&event, me) {
-                                    sender.send(event, None);
-                                }
-                            };
-                            // The counters for `stat` and metrics, refreshed a few
-                            // times a second: reading the kernel's per-CPU loss
-                            // counters and building them after every poll (every
-                            // 2 ms by default) cost the idle daemon ~3 % of a core.
-                            let publish = |kernel: &Kernel| {
-                                *shared.lock().unwrap_or_else(|e| e.into_inner()) = kernel.stats_json();
-                            };
-                            let mut published = Instant::now();
-                            publish(&kernel);
-                            while !flag.load(Ordering::Relaxed) {
-                                match kernel.poll(pace.timeout(), &mut forward) {
-                                    Ok(delivered) => pace.delivered(delivered),
-                                    Err(err) => {
-                                        tracing::warn!(%err, "observation");
-                                        std::thread::sleep(Duration::from_millis(100));
-                                    }
-                                }
-                                if published.elapsed() >= STATS_EVERY {
-                                    publish(&kernel);
-                                    published = Instant::now();
-                                }
-                            }
-                            publish(&kernel);
-                        })?);
-                }
-                Err(why) if wanted == "fanotify" || wanted == "perf" => anyhow::bail!("{why}"),
-                Err(why) => {
-                    tracing::warn!("{why}; running on hints only");
-                    note = Some(format!("{why}; running on hints only"));
-                }
-            }
+                publish(&kernel);
+            });
+            observer_thread =
+                Some(thread.map_err(|source| SourcesError::Thread { name: "predictio-observe", source })?);
         }
         Ok(Self { hints, observer_stats, observer_thread, source, note, stop })
     }
