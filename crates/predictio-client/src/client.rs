@@ -23,7 +23,7 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::fmt;
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
@@ -363,7 +363,7 @@ impl Client {
     /// One datagram to the kernel, or a counted drop. Reconnects first when
     /// the daemon was absent and the retry interval has passed, and then
     /// re-sends the registrations the (possibly new) daemon lacks.
-    fn transmit(&self, bytes: &[u8], fds: &[RawFd]) -> Result<(), SendError> {
+    fn transmit(&self, bytes: &[u8], fds: &[BorrowedFd<'_>]) -> Result<(), SendError> {
         if self.state.load(Ordering::Acquire) != CONNECTED {
             if !self.try_reconnect(false) {
                 self.dropped.fetch_add(1, Ordering::Relaxed);
@@ -378,7 +378,7 @@ impl Client {
 
     /// `sendmsg` on the connected socket, with counting; never reconnects
     /// (so it may be called with the registration map locked).
-    fn send_now(&self, bytes: &[u8], fds: &[RawFd]) -> Result<(), SendError> {
+    fn send_now(&self, bytes: &[u8], fds: &[BorrowedFd<'_>]) -> Result<(), SendError> {
         match sys::send(self.socket.as_fd(), bytes, fds) {
             Ok(()) => {
                 self.sent.fetch_add(1, Ordering::Relaxed);
@@ -412,7 +412,7 @@ impl Client {
             if protocol::encode(&Frame::Register { handle: Handle(handle) }, &mut frame).is_err() {
                 continue;
             }
-            match self.send_now(&frame, &[entry.fd.as_raw_fd()]) {
+            match self.send_now(&frame, &[entry.fd.as_fd()]) {
                 Ok(()) => entry.pending = false,
                 Err(_) => {
                     all_sent = false;
@@ -557,7 +557,7 @@ impl Client {
         let entry = registered.entry(handle).or_insert(Registered { fd: dup, pending: true });
         let sent = if self.is_connected() {
             // send_now counts a failure itself.
-            self.send_now(&frame, &[entry.fd.as_raw_fd()]).is_ok()
+            self.send_now(&frame, &[entry.fd.as_fd()]).is_ok()
         } else {
             self.dropped.fetch_add(1, Ordering::Relaxed);
             false
@@ -651,11 +651,7 @@ impl Client {
             self.invalid.fetch_add(1, Ordering::Relaxed);
             return Err(SendError::Syscall { call: "sendmsg", source: io::Error::from_raw_os_error(libc::EINVAL) });
         }
-        let mut raw = [0 as RawFd; MAX_FDS_PER_DATAGRAM];
-        for (slot, fd) in raw.iter_mut().zip(fds) {
-            *slot = fd.as_raw_fd();
-        }
-        self.transmit(datagram, &raw[..fds.len()])
+        self.transmit(datagram, fds)
     }
 }
 

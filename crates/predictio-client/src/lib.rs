@@ -30,13 +30,20 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
-//! This crate depends on `libc` only. Its `unsafe` code is the libc edge
-//! (`sys`) and the C ABI's pointer handling (`ffi`), each block with a
-//! `SAFETY:` comment.
+//! This crate depends on `rustix` (its `fs` and `net` modules) and `libc`
+//! only. Its `unsafe` code lives in two modules, each block with a
+//! `SAFETY:` comment: `sys`, the syscall edge (rustix for the socket and
+//! descriptor checks, libc for `pthread_atfork`), and [`ffi`], the C ABI,
+//! whose exported functions take raw pointers and descriptors from C and
+//! are this crate's FFI edge.
+
+#![deny(unsafe_code)]
 
 pub mod client;
+#[allow(unsafe_code)]
 pub mod ffi;
 pub mod protocol;
+#[allow(unsafe_code)]
 mod sys;
 
 pub use client::{Batch, Client, ClientError, ClientStats, DEFAULT_RETRY_INTERVAL, SendError};

@@ -1,102 +1,71 @@
-//! The libc edge of the client: the only `unsafe` code of this crate outside
-//! the C ABI's pointer handling, each block with a `SAFETY:` comment.
+//! The syscall edge of the client: rustix for the socket and the
+//! descriptor checks (no `unsafe` needed), libc for `pthread_atfork(3)`,
+//! which rustix does not wrap (it is a libc function, not a system call).
+//! The only `unsafe` code of this crate outside the C ABI's pointer
+//! handling, each block with a `SAFETY:` comment.
 //!
 //! # References
 //! - `unix(7)` (autobind, `SCM_RIGHTS`), `socket(2)`, `bind(2)`, `connect(2)`,
-//!   `sendmsg(2)`, `cmsg(3)`.
+//!   `sendmsg(2)`, `cmsg(3)`, `fcntl(2)`, `fstat(2)`, `pthread_atfork(3)`.
 
 use std::io;
-use std::mem;
-use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::io::IoSlice;
+use std::mem::MaybeUninit;
+use std::os::fd::{BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::Once;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use rustix::io::Errno;
+use rustix::net::{
+    AddressFamily, SendAncillaryBuffer, SendAncillaryMessage, SendFlags, SocketAddrUnix, SocketFlags, SocketType,
+};
+
 use crate::protocol::MAX_FDS_PER_DATAGRAM;
 
 /// A non-blocking, close-on-exec `AF_UNIX` datagram socket.
 pub(crate) fn dgram_socket() -> io::Result<OwnedFd> {
-    // SAFETY: plain syscall; no memory is passed.
-    let fd = unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK, 0) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: socket returned a fresh descriptor that nothing else owns.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    let flags = SocketFlags::CLOEXEC | SocketFlags::NONBLOCK;
+    Ok(rustix::net::socket_with(AddressFamily::UNIX, SocketType::DGRAM, flags, None)?)
 }
 
 /// Binds `fd` to a kernel-chosen abstract address (`unix(7)`, "autobind"):
 /// the daemon keys client state by sender address, so a client must have one.
 pub(crate) fn autobind(fd: BorrowedFd<'_>) -> io::Result<()> {
-    // SAFETY: sockaddr_un is plain old data; all-zero is a valid value.
-    let mut addr: libc::sockaddr_un = unsafe { mem::zeroed() };
-    addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
-    let len = mem::size_of::<libc::sa_family_t>() as libc::socklen_t;
-    // SAFETY: `addr` is a live sockaddr_un and `len` does not exceed its size;
-    // an address of just the family asks the kernel to autobind.
-    let rc = unsafe { libc::bind(fd.as_raw_fd(), (&addr as *const libc::sockaddr_un).cast(), len) };
-    if rc < 0 { Err(io::Error::last_os_error()) } else { Ok(()) }
+    // An address of just the family asks the kernel to autobind.
+    Ok(rustix::net::bind(fd, &SocketAddrUnix::new_unnamed())?)
 }
 
-/// Connects the datagram socket `fd` to the socket at `path`.
+/// Connects the datagram socket `fd` to the socket at `path`. A path that
+/// is empty, holds a NUL byte, or leaves no room in `sun_path` for the
+/// terminating NUL is `ENAMETOOLONG`.
 pub(crate) fn connect(fd: BorrowedFd<'_>, path: &Path) -> io::Result<()> {
-    // SAFETY: sockaddr_un is plain old data; all-zero is a valid value.
-    let mut addr: libc::sockaddr_un = unsafe { mem::zeroed() };
-    addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    /// `sun_path`'s size.
+    const SUN_PATH: usize = 108;
     let bytes = path.as_os_str().as_bytes();
-    if bytes.is_empty() || bytes.len() >= addr.sun_path.len() || bytes.contains(&0) {
-        return Err(io::Error::from_raw_os_error(libc::ENAMETOOLONG));
+    if bytes.is_empty() || bytes.len() >= SUN_PATH || bytes.contains(&0) {
+        return Err(Errno::NAMETOOLONG.into());
     }
-    for (dst, src) in addr.sun_path.iter_mut().zip(bytes) {
-        *dst = *src as libc::c_char;
-    }
-    let len = (mem::size_of::<libc::sa_family_t>() + bytes.len() + 1) as libc::socklen_t;
-    // SAFETY: `addr` is a live, NUL-terminated sockaddr_un of at least `len`
-    // bytes.
-    let rc = unsafe { libc::connect(fd.as_raw_fd(), (&addr as *const libc::sockaddr_un).cast(), len) };
-    if rc < 0 { Err(io::Error::last_os_error()) } else { Ok(()) }
+    Ok(rustix::net::connect(fd, &SocketAddrUnix::new(path)?)?)
 }
-
-/// Control-message space for [`MAX_FDS_PER_DATAGRAM`] descriptors, aligned for
-/// `cmsghdr`.
-#[repr(C, align(8))]
-struct CmsgSpace([u8; 128]);
 
 /// Sends `bytes` as one datagram on the connected socket `fd`, passing `fds`
 /// with `SCM_RIGHTS`. Never blocks (`MSG_DONTWAIT`) and never raises
 /// `SIGPIPE` (`MSG_NOSIGNAL`).
-pub(crate) fn send(fd: BorrowedFd<'_>, bytes: &[u8], fds: &[RawFd]) -> io::Result<()> {
+pub(crate) fn send(fd: BorrowedFd<'_>, bytes: &[u8], fds: &[BorrowedFd<'_>]) -> io::Result<()> {
     if fds.len() > MAX_FDS_PER_DATAGRAM {
-        return Err(io::Error::from_raw_os_error(libc::EINVAL));
+        return Err(Errno::INVAL.into());
     }
-    let mut iov = libc::iovec { iov_base: bytes.as_ptr() as *mut libc::c_void, iov_len: bytes.len() };
-    // SAFETY: msghdr is plain old data; all-zero is a valid (empty) value.
-    let mut msg: libc::msghdr = unsafe { mem::zeroed() };
-    msg.msg_iov = &mut iov;
-    msg.msg_iovlen = 1;
-    let mut space = CmsgSpace([0; 128]);
-    if !fds.is_empty() {
-        let data_len = mem::size_of_val(fds) as u32;
-        // SAFETY: CMSG_SPACE is pure arithmetic.
-        let needed = unsafe { libc::CMSG_SPACE(data_len) } as usize;
-        debug_assert!(needed <= space.0.len());
-        msg.msg_control = space.0.as_mut_ptr().cast();
-        msg.msg_controllen = needed as _;
-        // SAFETY: msg_control points at `needed` writable, aligned bytes, so
-        // the first header fits and CMSG_FIRSTHDR returns it (non-null).
-        unsafe {
-            let cmsg = libc::CMSG_FIRSTHDR(&msg);
-            (*cmsg).cmsg_level = libc::SOL_SOCKET;
-            (*cmsg).cmsg_type = libc::SCM_RIGHTS;
-            (*cmsg).cmsg_len = libc::CMSG_LEN(data_len) as _;
-            std::ptr::copy_nonoverlapping(fds.as_ptr().cast::<u8>(), libc::CMSG_DATA(cmsg), data_len as usize);
-        }
+    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS_PER_DATAGRAM))];
+    let mut control = SendAncillaryBuffer::new(&mut space);
+    if !fds.is_empty() && !control.push(SendAncillaryMessage::ScmRights(fds)) {
+        // Cannot happen: the buffer has room for MAX_FDS_PER_DATAGRAM.
+        return Err(Errno::INVAL.into());
     }
-    // SAFETY: `msg` points at live iovec/control buffers for the duration of
-    // the call; the kernel only reads them.
-    let rc = unsafe { libc::sendmsg(fd.as_raw_fd(), &msg, libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL) };
-    if rc < 0 { Err(io::Error::last_os_error()) } else { Ok(()) }
+    let flags = SendFlags::DONTWAIT | SendFlags::NOSIGNAL;
+    rustix::net::sendmsg(fd, &[IoSlice::new(bytes)], &mut control, flags)?;
+    Ok(())
 }
 
 /// A close-on-exec duplicate of `fd`, kept so that a restarted daemon can be
@@ -108,21 +77,13 @@ pub(crate) fn dup_cloexec(fd: BorrowedFd<'_>) -> io::Result<OwnedFd> {
 /// Checks, as the daemon will, that `fd` is a regular file open for reading
 /// (not `O_PATH`, not write-only). Returns what is wrong otherwise.
 pub(crate) fn check_registrable(fd: BorrowedFd<'_>) -> Result<(), &'static str> {
-    // SAFETY: plain syscall on a borrowed descriptor; no memory is passed.
-    let flags = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) };
-    if flags < 0 {
-        return Err("not an open descriptor");
-    }
-    if flags & libc::O_PATH != 0 || flags & libc::O_ACCMODE == libc::O_WRONLY {
+    use rustix::fs::{FileType, OFlags};
+    let flags = rustix::fs::fcntl_getfl(fd).map_err(|_| "not an open descriptor")?;
+    if flags.contains(OFlags::PATH) || flags & OFlags::ACCMODE == OFlags::WRONLY {
         return Err("not open for reading");
     }
-    // SAFETY: `struct stat` is plain old data; all-zero is a valid value.
-    let mut st: libc::stat = unsafe { mem::zeroed() };
-    // SAFETY: `st` is a live, writable struct stat.
-    if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } < 0 {
-        return Err("not an open descriptor");
-    }
-    if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+    let st = rustix::fs::fstat(fd).map_err(|_| "not an open descriptor")?;
+    if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
         return Err("not a regular file");
     }
     Ok(())
@@ -150,4 +111,136 @@ pub(crate) fn fork_generation() -> u64 {
         }
     });
     FORK_GENERATION.load(Ordering::Relaxed)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::fs::File;
+    use std::os::fd::AsFd;
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    use std::os::unix::net::UnixDatagram;
+
+    use rustix::net::{RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags};
+
+    use super::*;
+
+    /// A fresh directory for one test, removed on drop (the client crate
+    /// keeps its dev-dependencies to std).
+    struct TempDir(std::path::PathBuf);
+
+    impl TempDir {
+        fn new(test: &str) -> Self {
+            let path = std::env::temp_dir().join(format!("predictio-client-sys-{test}-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&path);
+            std::fs::create_dir_all(&path).expect("create temp dir");
+            Self(path)
+        }
+    }
+
+    impl Drop for TempDir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    /// Receives one datagram on `rx` (which has no `SO_PASSCRED`: only
+    /// `SCM_RIGHTS` can arrive), returning its bytes and descriptors.
+    fn receive(rx: &UnixDatagram) -> (Vec<u8>, Vec<OwnedFd>, bool) {
+        let mut buf = [0u8; 256];
+        let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS_PER_DATAGRAM))];
+        let mut control = RecvAncillaryBuffer::new(&mut space);
+        let mut iov = [io::IoSliceMut::new(&mut buf)];
+        let got = rustix::net::recvmsg(rx, &mut iov, &mut control, RecvFlags::CMSG_CLOEXEC).expect("recvmsg");
+        let mut fds = Vec::new();
+        for message in control.drain() {
+            if let RecvAncillaryMessage::ScmRights(received) = message {
+                fds.extend(received);
+            }
+        }
+        let truncated = got.flags.contains(rustix::net::ReturnFlags::CTRUNC);
+        (buf[..got.bytes].to_vec(), fds, truncated)
+    }
+
+    fn id(fd: BorrowedFd<'_>) -> (u64, u64) {
+        let st = rustix::fs::fstat(fd).expect("fstat");
+        (st.st_dev, st.st_ino)
+    }
+
+    #[test]
+    fn sent_descriptors_arrive_as_the_same_files() {
+        let (rx, tx) = UnixDatagram::pair().expect("socketpair");
+        let exe = File::open("/proc/self/exe").expect("open exe");
+        let dir = File::open("/").expect("open /");
+        send(tx.as_fd(), b"frame", &[exe.as_fd(), dir.as_fd()]).expect("send");
+        let (bytes, fds, truncated) = receive(&rx);
+        assert_eq!(bytes, b"frame");
+        assert!(!truncated);
+        assert_eq!(fds.len(), 2);
+        let meta = exe.metadata().expect("stat");
+        assert_eq!(id(fds[0].as_fd()), (meta.dev(), meta.ino()), "the same file, not a copy of its path");
+        assert_eq!(id(fds[1].as_fd()), id(dir.as_fd()));
+
+        send(tx.as_fd(), b"plain", &[]).expect("send without descriptors");
+        let (bytes, fds, _) = receive(&rx);
+        assert_eq!((bytes.as_slice(), fds.len()), (&b"plain"[..], 0));
+
+        let all: Vec<BorrowedFd<'_>> = (0..MAX_FDS_PER_DATAGRAM).map(|_| exe.as_fd()).collect();
+        send(tx.as_fd(), b"full", &all).expect("send the most descriptors a datagram carries");
+        let (_, fds, truncated) = receive(&rx);
+        assert_eq!((fds.len(), truncated), (MAX_FDS_PER_DATAGRAM, false));
+        let too_many: Vec<BorrowedFd<'_>> = (0..=MAX_FDS_PER_DATAGRAM).map(|_| exe.as_fd()).collect();
+        let err = send(tx.as_fd(), b"x", &too_many).expect_err("one descriptor too many");
+        assert_eq!(err.raw_os_error(), Some(libc::EINVAL));
+    }
+
+    #[test]
+    fn send_never_blocks_on_a_full_socket() {
+        let (_rx, tx) = UnixDatagram::pair().expect("socketpair");
+        // The socket itself blocks; MSG_DONTWAIT must make this send fail.
+        let err = loop {
+            if let Err(err) = send(tx.as_fd(), &[0; 1024], &[]) {
+                break err;
+            }
+        };
+        assert_eq!(err.kind(), io::ErrorKind::WouldBlock);
+    }
+
+    #[test]
+    fn the_socket_autobinds_to_an_abstract_address_and_refuses_bad_paths() {
+        let socket = dgram_socket().expect("socket");
+        let flags = rustix::fs::fcntl_getfl(&socket).expect("F_GETFL");
+        assert!(flags.contains(rustix::fs::OFlags::NONBLOCK));
+        assert!(rustix::io::fcntl_getfd(&socket).expect("F_GETFD").contains(rustix::io::FdFlags::CLOEXEC));
+        autobind(socket.as_fd()).expect("bind");
+        let addr = rustix::net::getsockname(&socket).expect("getsockname");
+        let addr = SocketAddrUnix::try_from(addr).expect("AF_UNIX");
+        assert!(addr.abstract_name().is_some_and(|name| !name.is_empty()), "autobound: {addr:?}");
+        for path in ["", "/tmp/a\0b", &format!("/{}", "x".repeat(107))] {
+            let err = connect(socket.as_fd(), Path::new(path)).expect_err(path);
+            assert_eq!(err.raw_os_error(), Some(libc::ENAMETOOLONG), "{path:?}");
+        }
+        let dir = TempDir::new("autobind");
+        let server = UnixDatagram::bind(dir.0.join("s")).expect("bind server");
+        connect(socket.as_fd(), &dir.0.join("s")).expect("connect");
+        send(socket.as_fd(), b"hi", &[]).expect("send");
+        let mut buf = [0u8; 8];
+        let (n, from) = server.recv_from(&mut buf).expect("recv");
+        assert_eq!(&buf[..n], b"hi");
+        use std::os::linux::net::SocketAddrExt;
+        assert!(from.as_abstract_name().is_some(), "the daemon sees the autobound address");
+    }
+
+    #[test]
+    fn only_readable_regular_files_are_registrable() {
+        let exe = File::open("/proc/self/exe").expect("open exe");
+        assert_eq!(check_registrable(exe.as_fd()), Ok(()));
+        let path_only = File::options().read(true).custom_flags(libc::O_PATH).open("/proc/self/exe").expect("O_PATH");
+        assert_eq!(check_registrable(path_only.as_fd()), Err("not open for reading"));
+        let dir = TempDir::new("registrable");
+        let write_only = File::create(dir.0.join("w")).expect("create");
+        assert_eq!(check_registrable(write_only.as_fd()), Err("not open for reading"));
+        let null = File::open("/dev/null").expect("open /dev/null");
+        assert_eq!(check_registrable(null.as_fd()), Err("not a regular file"));
+        assert_eq!(check_registrable(File::open("/").expect("open /").as_fd()), Err("not a regular file"));
+    }
 }
