@@ -27,6 +27,9 @@ use predictio_bench::{BenchOptions, Workload};
 /// launch (cold starts of real programs: replay vs whole-file prefetch),
 /// daemon-cost (the running daemon: idle CPU, launches beside it).
 ///
+/// `predictio-bench summary [--check README.md]` prints the README's table
+/// of headline numbers from docs/results (or checks a README's copy of it).
+///
 /// Cold caches need root (drop_caches); without it the workload's files
 /// are evicted instead and the report says so. The workloads that run
 /// `predictio` itself use the `predictio` binary beside this one, or
@@ -72,7 +75,45 @@ struct Args {
     sizes: Vec<u64>,
 }
 
+/// The README's table of headline numbers, rendered from the committed
+/// result files (`predictio-bench summary`), or checked against a README's
+/// block between `<!-- results:begin -->` and `<!-- results:end -->`
+/// (`predictio-bench summary --check README.md`: exit status 1 and the first
+/// differing line when they differ).
+#[derive(Parser, Debug)]
+#[command(name = "predictio-bench summary", bin_name = "predictio-bench summary")]
+struct SummaryArgs {
+    /// Check that this README's marked block is exactly the rendered table.
+    #[arg(long, value_name = "README")]
+    check: Option<PathBuf>,
+    /// The directory of the result files.
+    #[arg(long, default_value = "docs/results", value_name = "DIR")]
+    results: PathBuf,
+}
+
+fn summary(args: SummaryArgs) -> ExitCode {
+    use predictio_bench::summary;
+    let outcome = match &args.check {
+        // A closed pipe (`| head`) is not an error.
+        None => summary::render(&args.results).map(|table| {
+            let _ = std::io::Write::write_all(&mut std::io::stdout().lock(), table.as_bytes());
+        }),
+        Some(readme) => summary::check_readme(readme, &args.results)
+            .map(|()| println!("{}: the results table is the render of {}", readme.display(), args.results.display())),
+    };
+    match outcome {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("predictio-bench summary: {err}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
 fn main() -> ExitCode {
+    if std::env::args_os().nth(1).is_some_and(|arg| arg == "summary") {
+        return summary(SummaryArgs::parse_from(std::env::args_os().skip(1)));
+    }
     let args = Args::parse();
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
