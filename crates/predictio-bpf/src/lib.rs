@@ -107,9 +107,12 @@
 //!
 //! # Falling back
 //!
-//! [`Source::open`] starts eBPF observation or, where it cannot run (no BPF
-//! object in this build, no privilege, no BTF or tracepoints), the fanotify
-//! observer of [`fallback`] (opens and execs only), and says which one runs.
+//! Where eBPF cannot run (no BPF object in this build, no privilege, no BTF
+//! or tracepoints: [`BpfError::is_unavailable`]), [`perf`] reads the same
+//! tracepoints through `perf_event_open`, and [`fallback`] observes opens
+//! and execs with fanotify. Which one runs is the daemon's choice
+//! (`predictio-daemon`'s `sources` module, from its `[observe] source`),
+//! made in one place.
 //!
 //! # Build
 //!
@@ -158,14 +161,12 @@ mod observer;
 pub mod perf;
 #[cfg_attr(predictio_bpf_unavailable, allow(dead_code, reason = "used by the eBPF observer only"))]
 mod record;
-mod source;
 mod sys;
 
 pub use config::{FollowAllLookups, ObserverConfig, ObserverStats};
 pub use error::BpfError;
 pub use observer::Observer;
 pub use record::{kernel_dev_to_user, user_dev_to_kernel};
-pub use source::{Source, SourceError};
 
 /// Now on the clock of events' `time_ns` (`CLOCK_MONOTONIC`, what
 /// `bpf_ktime_get_ns` reads): subtract an event's time to get its
@@ -193,12 +194,12 @@ mod tests {
         fn send<T: Send>() {}
         send::<Observer>();
         send::<fallback::FanotifyObserver>();
-        send::<Source>();
+        send::<perf::PerfObserver>();
         // Errors cross threads and convert into `anyhow::Error` in the CLI.
         fn error<T: std::error::Error + Send + Sync + 'static>() {}
         error::<BpfError>();
         error::<fallback::FanotifyError>();
-        error::<SourceError>();
+        error::<perf::PerfError>();
     }
 
     #[test]

@@ -72,25 +72,3 @@ fn own_opens_are_not_reported() {
     observer.poll(Duration::from_millis(20), &mut |e| events.push(e)).expect("poll");
     assert!(events.iter().all(|e| e.file() != Some(id)), "{events:?}");
 }
-
-#[test]
-fn the_source_is_ebpf_when_built_with_it_and_fanotify_otherwise() {
-    use predictio_bpf::{ObserverConfig, Source, SourceError};
-    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("tempdir");
-    let fallback = FanotifyConfig { mounts: vec![dir.path().to_owned()], whole_filesystems: false };
-    let mut source = match Source::open(ObserverConfig::default(), &fallback) {
-        Ok(source) => source,
-        Err(err @ SourceError::NoneAvailable { .. }) => {
-            if std::env::var("CI").is_ok_and(|v| v == "true") {
-                panic!("CI=true and no kernel event source: {err}");
-            }
-            eprintln!("skipping: {err}");
-            return;
-        }
-        Err(err) => panic!("{err}"),
-    };
-    let expected = if predictio_bpf::available().is_ok() { "ebpf" } else { "fanotify" };
-    assert_eq!(source.source_name(), expected);
-    assert_eq!(source.ebpf_mut().is_some(), expected == "ebpf");
-    source.poll(Duration::from_millis(1), &mut |_| {}).expect("poll");
-}

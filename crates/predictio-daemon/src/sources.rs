@@ -467,6 +467,44 @@ impl Sources {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use predictio::testing::{is_root, skip};
+
+    /// The chooser the daemon and `--check` share: `auto` runs eBPF where
+    /// it can (root, built in) and otherwise says why it fell back; `none`
+    /// says it was configured; a named source that cannot open is an error
+    /// naming the key.
+    #[test]
+    fn auto_takes_ebpf_where_it_can_and_says_why_not_otherwise() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut config = Config::default();
+        config.observe.fanotify_mounts = vec![dir.path().to_owned()];
+        let (source, note) = probe_observation(&config).expect("auto falls back, never fails");
+        let ebpf_here = is_root() && predictio_bpf::available().is_ok();
+        let fallback = if ebpf_here {
+            assert_eq!((source, note.as_deref()), ("ebpf", None));
+            None
+        } else {
+            let note = note.expect("a fallback says why");
+            assert!(note.contains("eBPF observation unavailable"), "{note}");
+            assert_ne!(source, "ebpf");
+            Some(note)
+        };
+        config.observe.source = SourceChoice::None;
+        let (source, note) = probe_observation(&config).expect("none always works");
+        assert_eq!(source, "none");
+        assert!(note.is_some_and(|n| n.contains("[observe] source = \"none\"")));
+        config.observe.source = SourceChoice::Ebpf;
+        match probe_observation(&config) {
+            Ok((source, _)) => assert!(ebpf_here && source == "ebpf", "{source}"),
+            Err(err) => {
+                assert!(!ebpf_here, "{err}");
+                assert!(err.to_string().starts_with("[observe] source = \"ebpf\""), "{err}");
+            }
+        }
+        if let Some(note) = fallback {
+            skip(&format!("the eBPF case: eBPF cannot run here (root: {}): {note}", is_root()));
+        }
+    }
 
     #[test]
     fn the_poll_waits_longer_while_few_events_arrive_and_short_once_they_flow() {
