@@ -13,7 +13,7 @@ use std::time::Duration;
 use predictio::event::Event;
 use predictio::executor::RequestSink;
 use predictio::launch::profile::{LaunchRun, RunFile};
-use predictio::launch::{FileIdentity, LaunchPolicy, LearnLimits, Profile, ReplayBook, WalkLimits};
+use predictio::launch::{FileIdentity, LaunchPolicy, LearnLimits, Profile, ReplayBook, ReplayPacing, WalkLimits};
 use predictio::page::PageRange;
 use predictio::{Request, Runtime};
 use predictio_daemon::launch::replay::open_replay;
@@ -121,14 +121,14 @@ fn changed_file_is_not_replayed() {
     std::fs::write(&b, vec![2u8; 64 * 4096]).unwrap();
     let profile = profile_of("/bin/app", &[(&a, vec![0, 5, 9]), (&b, vec![1, 2])], 0);
 
-    let fresh = open_replay(&profile, &WalkLimits::default());
+    let fresh = open_replay(&profile, &WalkLimits::default(), &ReplayPacing::default());
     assert_eq!(fresh.at_exec.len(), 2);
     assert!(fresh.changed.is_empty());
 
     // b changes after it was learned (same size, new contents and mtime).
     std::thread::sleep(Duration::from_millis(20));
     std::fs::write(&b, vec![3u8; 64 * 4096]).unwrap();
-    let replay = open_replay(&profile, &WalkLimits::default());
+    let replay = open_replay(&profile, &WalkLimits::default(), &ReplayPacing::default());
     assert_eq!(replay.changed, vec![b.display().to_string()]);
     assert_eq!(replay.at_exec.len(), 1);
 

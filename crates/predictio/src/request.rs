@@ -42,7 +42,7 @@ pub struct Request {
     /// it, and nothing when that is unbounded). A launch replay too small
     /// to be bound by the device's throughput asks for one, so the
     /// program's own reads wait behind less (see
-    /// [`crate::launch::replay_window_pages`]).
+    /// [`crate::launch::ReplayPacing::window_pages`]).
     pub window_pages: u64,
 }
 

@@ -41,8 +41,8 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use predictio::executor::{ExecutorConfig, Limits};
-use predictio::launch::{LaunchKey, LaunchPolicy, Profile, ReplayBook, WalkLimits};
+use predictio::executor::ExecutorConfig;
+use predictio::launch::{LaunchKey, LaunchPolicy, Profile, ReplayBook, ReplayPacing, WalkLimits};
 use predictio_daemon::launch::replay::open_replay;
 use predictio_daemon::launch::store::Store;
 use predictio::page::PageRange;
@@ -343,12 +343,9 @@ fn hold<'a>(
 
 fn prepare(profile: &Profile, exe: FileId, argv: &[String]) -> Result<Prepared, BenchError> {
     // The executor as `predictio run` and the daemon set it up for replays.
-    let config = ExecutorConfig {
-        limits: Limits { max_unsettled_pages: predictio::launch::REPLAY_MAX_UNSETTLED_PAGES, ..Limits::default() },
-        ..ExecutorConfig::default()
-    };
+    let config = ExecutorConfig::replaying();
     let executor = Arc::new(Executor::new(config).map_err(BenchError::Executor)?);
-    let mut replay = open_replay(profile, &WalkLimits::default());
+    let mut replay = open_replay(profile, &WalkLimits::default(), &ReplayPacing::default());
     let mut replay_pages: HashMap<FileId, Vec<PageRange>> = HashMap::new();
     let mut files: Vec<FileRef> = Vec::new();
     for f in replay.at_exec.iter().chain(replay.on_trigger.iter().flat_map(|t| t.1.iter())) {
@@ -770,7 +767,7 @@ pub fn run(options: &BenchOptions) -> Result<Report, BenchError> {
         machine: h.machine.clone(),
         settings: serde_json::json!({
             "pairs": pairs, "training_runs": train_runs, "read_ahead_kb": settings_ra, "sides": sides.iter().map(|s| s.name()).collect::<Vec<_>>(),
-            "executor": format!("fadvise backend, default limits but max_unsettled_pages {}", predictio::launch::REPLAY_MAX_UNSETTLED_PAGES), "walk": format!("{:?}", WalkLimits::default()),
+            "executor": format!("fadvise backend, default limits but max_unsettled_pages {}", ExecutorConfig::replaying().limits.max_unsettled_pages), "walk": format!("{:?}", WalkLimits::default()),
             "window": "exec until the tree exits or 500 ms without a page-cache miss, cap 10 s",
             "training": "predictio record --exact (cold, readahead off while the program runs: the pages it read, the paths it looked up)",
             "lookups": if no_lookups() { "not replayed (PREDICTIO_BENCH_LAUNCH_NO_LOOKUPS)" } else { "replayed" },

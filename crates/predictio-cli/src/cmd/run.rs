@@ -9,7 +9,6 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use predictio::Executor;
-use predictio::executor::{ExecutorConfig, Limits};
 use predictio::pipeline::Pipeline;
 use predictio_bpf::FollowAllLookups;
 
@@ -37,6 +36,12 @@ pub struct Args {
     /// Do not replay a launch profile.
     #[arg(long)]
     no_replay: bool,
+    /// The daemon's configuration file, for how a replay is walked and
+    /// paced on this machine's storage (`[launch]`) and the executor's
+    /// settings (`[executor]`). Default: /etc/predictio/predictio.toml if it
+    /// exists, else built-in defaults.
+    #[arg(long, value_name = "FILE")]
+    config: Option<std::path::PathBuf>,
     /// The command and its arguments.
     #[arg(last = true, required = true)]
     command: Vec<String>,
@@ -57,10 +62,12 @@ pub fn run(args: Args) -> Result<()> {
             })?,
         );
     }
+    let settings = predictio_daemon::config::Config::load(args.config.as_deref())?;
     let replay = if args.no_replay {
         None
     } else {
-        predictio_daemon::launch::replay::prepare_replay(&args.store, &args.command)
+        let (walk, pacing) = (settings.launch.walk_limits(), settings.launch.replay_pacing());
+        predictio_daemon::launch::replay::prepare_replay(&args.store, &args.command, &walk, &pacing)
     };
     if let Some((key, book, replay_note)) = &replay {
         policies.push(Box::new(predictio::launch::LaunchPolicy::new(book.clone())));
@@ -68,12 +75,14 @@ pub fn run(args: Args) -> Result<()> {
             eprintln!("predictio run: {replay_note} ({}, shape \"{}\")", key.exe, key.shape);
         }
     }
-    // A replay paces its fadvise I/O (see REPLAY_MAX_UNSETTLED_PAGES).
-    let max_unsettled_pages = if replay.is_some() { predictio::launch::REPLAY_MAX_UNSETTLED_PAGES } else { 0 };
-    let config = ExecutorConfig {
-        limits: Limits { track_hits: true, max_unsettled_pages, ..Limits::default() },
-        ..ExecutorConfig::default()
-    };
+    // The executor as the daemon's configuration sets it up, counting hits;
+    // its fadvise I/O paced only under a replay (`[executor]
+    // max_unsettled_kib`, see `predictio::launch::pacing`).
+    let mut config = settings.executor_config();
+    config.limits.track_hits = true;
+    if replay.is_none() {
+        config.limits.max_unsettled_pages = 0;
+    }
     let executor = Arc::new(Executor::new(config).context("starting the executor")?);
     let resolve = Some(predictio::resolve::ResolverConfig::default());
     let pipeline = Pipeline::start_with(Arc::clone(&executor), policies, 1 << 16, resolve)?;

@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 use predictio::launch::Recorder;
 use predictio::launch::naming::Namer;
 use predictio::launch::policy::FinishedLaunch;
-use predictio::launch::{FirstRuns, LaunchKey, LearnLimits, Replay, ReplayBook, WalkLimits};
+use predictio::launch::{FirstRuns, LaunchKey, LearnLimits, Replay, ReplayBook};
 
 use crate::config::LaunchSection;
 use replay::open_replay;
@@ -53,10 +53,11 @@ pub fn load_book(config: &LaunchSection, book: &ReplayBook) -> usize {
         }
     };
     let mut loaded = 0;
+    let (walk, pacing) = (config.walk_limits(), config.replay_pacing());
     for profile in profiles.iter().take(predictio::launch::policy::MAX_REPLAYS) {
         if profile.exe.check() == predictio::launch::Freshness::Fresh {
             let key = LaunchKey::new(profile.exe.id(), &profile.shape);
-            book.insert(key, open_replay(profile, &WalkLimits::default()));
+            book.insert(key, open_replay(profile, &walk, &pacing));
             loaded += 1;
         }
     }
@@ -274,7 +275,8 @@ fn learn(
     drop(store);
     tracing::info!(exe = %exe.path, runs = profile.runs, files = profile.files.len(), "launch learned");
     if config.replay {
-        book.insert(LaunchKey::new(exe.id(), &done.shape), open_replay(&profile, &WalkLimits::default()));
+        let replay = open_replay(&profile, &config.walk_limits(), &config.replay_pacing());
+        book.insert(LaunchKey::new(exe.id(), &done.shape), replay);
     }
     Ok(true)
 }

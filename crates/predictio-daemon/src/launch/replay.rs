@@ -10,16 +10,19 @@ use std::path::Path;
 
 use predictio::FileRef;
 use predictio::launch::profile::MAX_DIRS;
-use predictio::launch::{Freshness, LaunchKey, Profile, Replay, ReplayBook, ReplayFile, WalkLimits, Walked};
+use predictio::launch::{
+    Freshness, LaunchKey, Profile, Replay, ReplayBook, ReplayFile, ReplayPacing, WalkLimits, Walked,
+};
 use predictio::request::{MetaDir, MetaLookup};
 
 use super::store::{self, Store};
 
-/// Walks `profile` and opens its files, leaving out (and listing) every
-/// file whose inode, size or mtime changed — a stale profile never
-/// replays pages of a different file. Does I/O (open, fstat): call it off
-/// the event path.
-pub fn open_replay(profile: &Profile, walk: &WalkLimits) -> Replay {
+/// Walks `profile` within `walk` and opens its files, leaving out (and
+/// listing) every file whose inode, size or mtime changed — a stale profile
+/// never replays pages of a different file; the replay asks for the window
+/// `pacing` gives its size. Does I/O (open, fstat): call it off the event
+/// path.
+pub fn open_replay(profile: &Profile, walk: &WalkLimits, pacing: &ReplayPacing) -> Replay {
     let plan = profile.plan(walk);
     let latest = profile.files.iter().map(|f| f.first_touch_ms).fold(0.0f64, f64::max);
     let window = profile.learned_ms / f64::from(profile.runs.max(1));
@@ -71,7 +74,7 @@ pub fn open_replay(profile: &Profile, walk: &WalkLimits) -> Replay {
             replay.on_trigger.push((trigger, opened));
         }
     }
-    replay.window_pages = predictio::launch::replay_window_pages(replay.pages());
+    replay.window_pages = pacing.window_pages(replay.pages());
     replay
 }
 
@@ -170,10 +173,16 @@ pub fn looked_up_dirs(paths: &[String], held: &[MetaDir]) -> Vec<MetaDir> {
 
 /// The replay of the profile of `command` (the program and its arguments:
 /// its executable and command shape) in the store at `dir`, if there is
-/// one: the key the policy replays on, the book, and a line saying what
-/// will be replayed. Problems (no store, no profile) mean no replay, never
-/// an error: the command runs as it would without us.
-pub fn prepare_replay(dir: &Path, command: &[String]) -> Option<(LaunchKey, ReplayBook, String)> {
+/// one, walked and paced as [`open_replay`] does: the key the policy
+/// replays on, the book, and a line saying what will be replayed. Problems
+/// (no store, no profile) mean no replay, never an error: the command runs
+/// as it would without us.
+pub fn prepare_replay(
+    dir: &Path,
+    command: &[String],
+    walk: &WalkLimits,
+    pacing: &ReplayPacing,
+) -> Option<(LaunchKey, ReplayBook, String)> {
     let launch = predictio::launch::command::launch_of(command).ok()?;
     let (exe, shape) = (launch.exe, launch.shape);
     let key = LaunchKey::new(exe.id(), &shape);
@@ -187,7 +196,7 @@ pub fn prepare_replay(dir: &Path, command: &[String]) -> Option<(LaunchKey, Repl
     }
     let _ = store.touch(&exe.path, &shape);
     drop(store);
-    let replay = open_replay(&profile, &WalkLimits::default());
+    let replay = open_replay(&profile, walk, pacing);
     let note = format!(
         "replaying {:.1} MiB of {} files learned over {} run(s){}",
         replay.pages() as f64 * 4096.0 / (1 << 20) as f64,
@@ -278,7 +287,7 @@ mod tests {
         std::fs::create_dir(dir.path().join("comp")).unwrap();
         let mut profile = Profile::new(predictio::launch::FileIdentity::of_path("/bin/sh").unwrap(), "sh");
         profile.lookups = vec![dir.path().join("comp").to_string_lossy().into_owned()];
-        let replay = open_replay(&profile, &WalkLimits::default());
+        let replay = open_replay(&profile, &WalkLimits::default(), &ReplayPacing::default());
         let listed: Vec<&str> = replay.dirs.iter().map(MetaDir::path).collect();
         assert!(listed.contains(&dir.path().join("comp").to_str().unwrap()), "{listed:?}");
     }
@@ -304,13 +313,12 @@ mod tests {
         };
         profile.merge(&run, &predictio::launch::LearnLimits::default());
         profile.dirs.push("/nonexistent-predictio-dir".into());
-        let replay = open_replay(&profile, &WalkLimits::default());
-        assert_eq!(replay.window_pages, predictio::launch::REPLAY_SMALL_WINDOW_PAGES, "one page: a small replay");
-        assert_eq!(
-            predictio::launch::replay_window_pages(predictio::launch::REPLAY_SMALL_PAGES + 1),
-            0,
-            "the executor's"
-        );
+        let pacing = ReplayPacing::default();
+        let replay = open_replay(&profile, &WalkLimits::default(), &pacing);
+        assert_eq!(replay.window_pages, pacing.small_window_pages, "one page: a small replay");
+        let none_small = ReplayPacing { small_pages: 0, ..pacing };
+        let replay = open_replay(&profile, &WalkLimits::default(), &none_small);
+        assert_eq!(replay.window_pages, 0, "the pacing is the caller's: the executor's window");
         let held: Vec<&str> = replay.dirs.iter().map(MetaDir::path).collect();
         assert!(held.contains(&lib.to_str().unwrap()) && held.contains(&"/"), "{held:?}");
         assert!(!held.contains(&"/nonexistent-predictio-dir"));

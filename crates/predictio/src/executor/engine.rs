@@ -40,7 +40,7 @@ pub struct Limits {
     /// Pages issued through a backend that reports no completion (`fadvise`,
     /// `readahead`) that may still be in flight; over it the engine waits
     /// until enough such I/Os settle (the last page of each of the
-    /// [`SETTLE_SCAN`] oldest probed without waiting, see
+    /// [`Limits::settle_scan`] oldest probed without waiting, see
     /// [`PageCache::read_settled`]) before issuing more. The
     /// kernel queues such reads as deep as the block layer lets it (hundreds
     /// of requests, tens of MiB), and a program's own read — a directory
@@ -57,6 +57,29 @@ pub struct Limits {
     pub max_stream_queued_pages: u64,
     /// Largest run handed to the stream thread at once, in pages.
     pub max_stream_run_pages: u64,
+    /// Unsettled reads probed per round, oldest first. The block layer
+    /// completes reads out of order (the scheduler sorts them by sector), so
+    /// releasing only the oldest would leave the window full of settled
+    /// reads; probing more finds room sooner on a device that reorders
+    /// deeply, at more probes. At least 1.
+    pub settle_scan: usize,
+    /// A paced read issued less than this long ago that is not readable yet
+    /// is taken to be in flight ([`PageCache::read_settled`]'s `recent`),
+    /// saving the probe that asks whether its page was ever cached; an older
+    /// one that was never cached (dropped under memory pressure) is let go.
+    /// About the device's slowest ordinary read.
+    pub settle_recent: Duration,
+    /// The sleep between rounds of probes that found nothing settled:
+    /// shorter lets go of a settled read sooner, at more wake-ups. A
+    /// fraction of the device's read latency.
+    pub pace_sleep: Duration,
+    /// A read found in flight is probed again after a quarter of its age,
+    /// at least this long after (which bounds the probes' CPU)...
+    pub min_probe_interval: Duration,
+    /// ...and at most this long after (which bounds how late a settled read
+    /// leaves the window). About the device's read latency; not less than
+    /// [`Limits::min_probe_interval`].
+    pub max_probe_interval: Duration,
 }
 
 impl Default for Limits {
@@ -71,6 +94,11 @@ impl Default for Limits {
             settle_timeout: Duration::from_millis(200),
             max_stream_queued_pages: 1 << 18,
             max_stream_run_pages: 1 << 12,
+            settle_scan: 64,
+            settle_recent: Duration::from_millis(20),
+            pace_sleep: Duration::from_micros(200),
+            min_probe_interval: Duration::from_micros(50),
+            max_probe_interval: Duration::from_millis(2),
         }
     }
 }
@@ -106,42 +134,14 @@ struct PendingIo {
 /// `cachestat` call costs about as much as walking this many resident pages.
 pub const GROUP_GAP_PAGES: u64 = 128;
 
-/// How long the engine sleeps between probes of an unsettled I/O.
-const PACE_SLEEP: Duration = Duration::from_micros(200);
-
-/// Unsettled I/Os probed at once, oldest first. The block layer does not
-/// complete reads in the order they were issued (the scheduler sorts them by
-/// sector), so the oldest can still be in flight behind newer ones that are
-/// done; releasing only in order would leave the window full of settled
-/// reads and the device idle. Measured on the launch bench (a 4 MiB window,
-/// rustc hello.rs's 79 MiB replay of ~3,500 small reads): resident after
-/// 138–162 ms probing only the oldest, 127–141 ms probing the 64 oldest
-/// (121–127 ms with a 16 MiB window).
-pub const SETTLE_SCAN: usize = 64;
-
-/// A paced read issued within this long that is not yet readable is taken
-/// to be in flight ([`PageCache::read_settled`]'s `recent`): asking whether
-/// its page was ever cached doubled the probes' syscalls. Reads on this
-/// disk settle within a few ms; one that was never cached (dropped under
-/// memory pressure) is let go once older than this.
-const RECENT_READ: Duration = Duration::from_millis(20);
-
 /// How long after a probe that found it in flight a read of age `age` is
-/// probed again: a quarter of its age, within [`MIN_PROBE_INTERVAL`] and
-/// [`MAX_PROBE_INTERVAL`]. Without it every read let go made the next
-/// issue probe all [`SETTLE_SCAN`] oldest again, most of them just probed:
-/// rustc hello.rs's replay of ~3,000 reads made ~12,000 probes, and they
-/// were about as much of the executor's CPU as its `fadvise` calls. A read
-/// is then let go at most a quarter of its age (or 50 µs) late.
-pub(crate) fn probe_interval(age: Duration) -> Duration {
-    (age / 4).clamp(MIN_PROBE_INTERVAL, MAX_PROBE_INTERVAL)
+/// probed again: a quarter of its age, within
+/// [`Limits::min_probe_interval`] and [`Limits::max_probe_interval`]. A
+/// read is then let go at most a quarter of its age late, and each read let
+/// go does not make the next issue probe all the oldest again.
+pub(crate) fn probe_interval(age: Duration, limits: &Limits) -> Duration {
+    (age / 4).clamp(limits.min_probe_interval, limits.max_probe_interval.max(limits.min_probe_interval))
 }
-
-/// See [`probe_interval`].
-pub(crate) const MIN_PROBE_INTERVAL: Duration = Duration::from_micros(50);
-
-/// See [`probe_interval`].
-pub(crate) const MAX_PROBE_INTERVAL: Duration = Duration::from_millis(2);
 
 /// Files whose size is cached before the cache is cleared.
 const MAX_FILE_STATES: usize = 4096;
@@ -562,14 +562,14 @@ impl Engine {
 
     /// Lets go of unsettled reads that have settled (or are past
     /// [`Limits::settle_timeout`]): the oldest if it has, else any of the
-    /// next [`SETTLE_SCAN`] that have. A read found in flight is not probed
-    /// again for a while ([`probe_interval`]). False when none has (or
+    /// next [`Limits::settle_scan`] that have. A read found in flight is not
+    /// probed again for a while ([`probe_interval`]). False when none has (or
     /// there is none). Looks, never waits.
     fn release_settled(&mut self) -> bool {
         let mut released = false;
         let mut i = 0;
         let now = Instant::now();
-        while i < self.unsettled.len().min(SETTLE_SCAN) {
+        while i < self.unsettled.len().min(self.limits.settle_scan.max(1)) {
             let read = &mut self.unsettled[i];
             let age = now.saturating_duration_since(read.issued);
             if age < self.limits.settle_timeout {
@@ -577,8 +577,8 @@ impl Engine {
                     i += 1;
                     continue;
                 }
-                if !self.cache.read_settled(&read.file, read.last, age < RECENT_READ) {
-                    read.next_probe = now + probe_interval(age);
+                if !self.cache.read_settled(&read.file, read.last, age < self.limits.settle_recent) {
+                    read.next_probe = now + probe_interval(age, &self.limits);
                     i += 1;
                     continue;
                 }
@@ -604,7 +604,7 @@ impl Engine {
         while limit > 0 && self.unsettled_pages + pages > limit && !self.unsettled.is_empty() {
             if !self.release_settled() {
                 waits += 1;
-                std::thread::sleep(PACE_SLEEP);
+                std::thread::sleep(self.limits.pace_sleep);
             }
         }
         waits

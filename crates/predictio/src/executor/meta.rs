@@ -43,17 +43,10 @@ const REALTIME_LEVEL: u8 = 4;
 /// dynamic loader.
 const MAX_EXEC_CHAIN: usize = 6;
 
-/// How long data prefetch waits, at most, for the execs being resolved
-/// ([`ExecGate`]): on an idle device an exec's lookups and first pages take
-/// about a millisecond; in the launch bench, with the launch's other
-/// lookups read beside them, 1.5–3.3 ms (8–18 ms with the metadata threads
-/// in the real-time class, which held the exec's own reads back:
-/// [`super::ExecutorConfig::meta_realtime_io`]).
-pub const EXEC_GATE_MAX: Duration = Duration::from_millis(5);
-
 /// Holds the executor's data reads back while execs are being resolved
-/// ([`MetaRequest::execs`]), for at most [`EXEC_GATE_MAX`] from when the
-/// first of them was queued. The device serves reads in the order they
+/// ([`MetaRequest::execs`]), for at most
+/// [`super::ExecutorConfig::exec_gate_max`] from when the first of them was
+/// queued. The device serves reads in the order they
 /// reach it: once a replay's data window is in its queue, a directory
 /// block or an inode the exec waits for, even in the real-time class,
 /// waits behind a few MiB of data — 1.5–4 ms per lookup, five or so in a
@@ -61,14 +54,21 @@ pub const EXEC_GATE_MAX: Duration = Duration::from_millis(5);
 /// it too measured worse for gdb, whose own lookups it serves
 /// (`docs/DESIGN.md`). The wait is the executor worker's, never a
 /// submitter's.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct ExecGate {
     /// Execs queued or being resolved, and since when the gate is closed.
     state: Mutex<(u64, Option<Instant>)>,
     opened: Condvar,
+    /// How long the gate holds data back at most.
+    max: Duration,
 }
 
 impl ExecGate {
+    /// An open gate that, once closed, holds data back for `max` at most.
+    pub fn new(max: Duration) -> Self {
+        Self { state: Mutex::new((0, None)), opened: Condvar::new(), max }
+    }
+
     pub(super) fn close(&self, execs: u64) {
         if execs == 0 {
             return;
@@ -89,12 +89,12 @@ impl ExecGate {
         }
     }
 
-    /// Waits until no exec is being resolved, or until [`EXEC_GATE_MAX`]
-    /// after the gate closed. Returns at once when it is open.
+    /// Waits until no exec is being resolved, or until its bound after the
+    /// gate closed. Returns at once when it is open.
     pub fn wait(&self) {
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         while let (1.., Some(since)) = *state {
-            let Some(left) = (since + EXEC_GATE_MAX).checked_duration_since(Instant::now()) else { return };
+            let Some(left) = (since + self.max).checked_duration_since(Instant::now()) else { return };
             state = self.opened.wait_timeout(state, left).unwrap_or_else(|e| e.into_inner()).0;
         }
     }
@@ -102,7 +102,7 @@ impl ExecGate {
     /// Whether data reads would wait now.
     pub fn is_closed(&self) -> bool {
         let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        matches!(*state, (1.., Some(since)) if since.elapsed() < EXEC_GATE_MAX)
+        matches!(*state, (1.., Some(since)) if since.elapsed() < self.max)
     }
 }
 
@@ -143,12 +143,19 @@ impl std::fmt::Debug for MetaPool {
 
 impl MetaPool {
     /// Starts `threads` threads over a queue of `capacity` directories,
-    /// their I/O in the real-time class if `realtime` (and allowed).
-    pub fn new(threads: usize, capacity: usize, realtime: bool, accounting: Arc<Accounting>) -> std::io::Result<Self> {
+    /// their I/O in the real-time class if `realtime` (and allowed), with a
+    /// gate that holds data back for `gate_max` at most.
+    pub fn new(
+        threads: usize,
+        capacity: usize,
+        realtime: bool,
+        gate_max: Duration,
+        accounting: Arc<Accounting>,
+    ) -> std::io::Result<Self> {
         let shared = Arc::new(Shared {
             queue: ArrayQueue::new(capacity.max(1)),
             accounting,
-            gate: Arc::new(ExecGate::default()),
+            gate: Arc::new(ExecGate::new(gate_max)),
             stop: AtomicBool::new(false),
             submitted: AtomicU64::new(0),
             processed: AtomicU64::new(0),
@@ -313,17 +320,18 @@ mod tests {
 
     #[test]
     fn the_gate_holds_data_back_for_a_bounded_time() {
-        let gate = ExecGate::default();
+        const MAX: Duration = Duration::from_millis(5);
+        let gate = ExecGate::new(MAX);
         assert!(!gate.is_closed());
         let start = Instant::now();
         gate.wait();
-        assert!(start.elapsed() < EXEC_GATE_MAX, "open: no wait");
+        assert!(start.elapsed() < MAX, "open: no wait");
         gate.close(2);
         assert!(gate.is_closed());
         let start = Instant::now();
         gate.wait();
         let waited = start.elapsed();
-        assert!(waited >= EXEC_GATE_MAX - Duration::from_millis(1) && waited < Duration::from_secs(1), "{waited:?}");
+        assert!(waited >= MAX - Duration::from_millis(1) && waited < Duration::from_secs(1), "{waited:?}");
         assert!(!gate.is_closed(), "past its time the gate no longer holds anything");
         // Once every exec is done it opens (and closes afresh).
         gate.done();
@@ -343,7 +351,7 @@ mod tests {
         assert!(!gate.is_closed());
         let start = Instant::now();
         gate.wait();
-        assert!(start.elapsed() < EXEC_GATE_MAX);
+        assert!(start.elapsed() < MAX);
     }
 
     #[test]

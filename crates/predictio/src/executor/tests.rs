@@ -314,6 +314,7 @@ fn a_newer_io_that_settled_leaves_the_window_while_the_oldest_is_in_flight() {
         settle_timeout: Duration::from_secs(30),
         ..Limits::default()
     };
+    let min_probe = limits.min_probe_interval;
     let started = Instant::now();
     let d = engine(&cache, &backend, limits, calm()).execute(req(&[(0, 1600)]));
     let elapsed = started.elapsed();
@@ -321,16 +322,25 @@ fn a_newer_io_that_settled_leaves_the_window_while_the_oldest_is_in_flight() {
     assert_eq!(d.paced_waits, 0, "each I/O found room left by a newer settled one");
     assert!(elapsed < Duration::from_secs(5));
     let stuck = cache.0.lock().unwrap().stuck_probes;
-    let allowed = 1 + (elapsed.as_micros() / super::engine::MIN_PROBE_INTERVAL.as_micros()) as u64;
+    let allowed = 1 + (elapsed.as_micros() / min_probe.as_micros()) as u64;
     assert!(stuck <= allowed, "the stuck read was probed {stuck} times in {elapsed:?} (at most {allowed})");
 }
 
 #[test]
 fn probes_of_a_read_in_flight_back_off_with_its_age() {
-    use super::engine::{MAX_PROBE_INTERVAL, MIN_PROBE_INTERVAL, probe_interval};
-    assert_eq!(probe_interval(Duration::ZERO), MIN_PROBE_INTERVAL);
-    assert_eq!(probe_interval(Duration::from_millis(2)), Duration::from_micros(500));
-    assert_eq!(probe_interval(Duration::from_secs(1)), MAX_PROBE_INTERVAL);
+    use super::engine::probe_interval;
+    let limits = Limits::default();
+    assert_eq!(probe_interval(Duration::ZERO, &limits), limits.min_probe_interval);
+    assert_eq!(probe_interval(Duration::from_millis(2), &limits), Duration::from_micros(500));
+    assert_eq!(probe_interval(Duration::from_secs(1), &limits), limits.max_probe_interval);
+    // The bounds are settings: a slower device's reads are probed less often.
+    let slow = Limits { max_probe_interval: Duration::from_millis(20), ..Limits::default() };
+    assert_eq!(probe_interval(Duration::from_millis(40), &slow), Duration::from_millis(10));
+    assert_eq!(probe_interval(Duration::from_secs(1), &slow), Duration::from_millis(20));
+    // Bounds given the wrong way round never panic: the minimum wins.
+    let inverted =
+        Limits { min_probe_interval: Duration::from_millis(3), max_probe_interval: Duration::ZERO, ..limits };
+    assert_eq!(probe_interval(Duration::from_secs(1), &inverted), Duration::from_millis(3));
 }
 
 #[test]
@@ -583,7 +593,7 @@ fn metadata_requests_resolve_the_execs_they_name() {
 }
 
 /// Rule: while an exec is being resolved the worker holds data back, for
-/// [`meta::EXEC_GATE_MAX`] at most; the submitter never waits.
+/// [`ExecutorConfig::exec_gate_max`] at most; the submitter never waits.
 #[test]
 fn data_waits_for_the_exec_being_resolved_for_a_bounded_time() {
     let (exec, backend) = executor_of_four_pages();
@@ -591,8 +601,26 @@ fn data_waits_for_the_exec_being_resolved_for_a_bounded_time() {
     let start = Instant::now();
     exec.meta.gate().close(1);
     exec.submit(Request::new(any_file(), vec![PageRange::new(0, 4)], origin)).expect("accepted");
-    assert!(start.elapsed() < meta::EXEC_GATE_MAX, "the submitter did not wait");
+    let gate_max = ExecutorConfig::default().exec_gate_max;
+    assert!(start.elapsed() < gate_max, "the submitter did not wait");
     assert!(exec.wait_idle(Duration::from_secs(5)));
-    assert!(start.elapsed() >= meta::EXEC_GATE_MAX, "issued after {:?}", start.elapsed());
+    assert!(start.elapsed() >= gate_max, "issued after {:?}", start.elapsed());
     assert_eq!(backend.io.lock().unwrap().issued, vec![PageRange::new(0, 4)], "then issued all the same");
+}
+
+#[test]
+fn settling_bounds_that_cannot_work_are_refused_at_start() {
+    let start = |limits: Limits| {
+        let config = ExecutorConfig { limits, ..ExecutorConfig::default() };
+        Executor::with_parts(config, Box::new(cache_of(4, [])), Box::new(FakeBackend::default()), calm(), None)
+    };
+    let no_scan = start(Limits { settle_scan: 0, ..Limits::default() });
+    assert!(matches!(no_scan, Err(ExecutorError::Config(_))), "no read would ever leave the window");
+    let inverted = Limits {
+        min_probe_interval: Duration::from_millis(3),
+        max_probe_interval: Duration::ZERO,
+        ..Limits::default()
+    };
+    assert!(matches!(start(inverted), Err(ExecutorError::Config(_))));
+    assert!(start(Limits::default()).is_ok());
 }

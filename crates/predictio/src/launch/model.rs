@@ -67,11 +67,11 @@ pub struct WalkLimits {
     /// A wave's ranges take in the pages of later waves that continue them
     /// (at most [`WalkLimits::merge_gap`] pages away) while the range stays
     /// within this many pages (0: never). Pages used in order of time are
-    /// scattered over the waves: a file several processes fault at once
-    /// (Chromium's binary) comes out as ~10,000 reads of 12 KiB on average
-    /// for 3,600 contiguous ranges, and this disk does ~99 K reads a second
-    /// at depth — a fill bound by the number of its reads, not their
-    /// bytes. Read a little early instead, as one read.
+    /// scattered over the waves, so a file several processes fault at once
+    /// comes out as many small reads; on a device bound by reads a second
+    /// rather than bytes, reading some pages a little early as one read
+    /// fills it sooner. Larger: fewer reads, more pages read before they
+    /// are due.
     pub coalesce_pages: u64,
 }
 

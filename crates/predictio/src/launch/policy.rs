@@ -64,7 +64,7 @@ pub struct Replay {
     /// ([`wave_order`]).
     pub span_ms: f64,
     /// The pacing window its requests ask for
-    /// ([`crate::launch::replay_window_pages`] of its pages).
+    /// ([`crate::launch::ReplayPacing::window_pages`] of its pages).
     pub window_pages: u64,
 }
 

@@ -51,6 +51,43 @@ impl Default for WindowLimits {
     }
 }
 
+/// The least a launch must have cost for a replay of it to win anything: a
+/// replay saves at most the time the launch waited for storage, and that
+/// is bounded both by what the launch read from storage itself (its
+/// page-cache misses, [`Recorder::missed_pages`]) and by how long it ran.
+/// A launch under either floor — a shell script's `head -2` or `mkdir -m`,
+/// a warm launch — is trivial: it is not learned into a new profile, so the
+/// store holds the programs worth replaying. (A launch of a profile already
+/// stored is judged otherwise: its replay may be what made it cheap.)
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LearnFloor {
+    /// Pages the launch must have read from storage itself (0: no floor).
+    pub missed_pages: u64,
+    /// How long its window must have lasted, from its exec to its last
+    /// event (its exit, for a short command), ms (0: no floor).
+    pub window_ms: u64,
+}
+
+impl Default for LearnFloor {
+    fn default() -> Self {
+        Self { missed_pages: 256, window_ms: 20 }
+    }
+}
+
+impl LearnFloor {
+    /// Whether a launch that read `missed_pages` pages from storage itself
+    /// in a window of `window_ms` could gain from a replay enough to be
+    /// learned.
+    pub fn admits(&self, missed_pages: u64, window_ms: f64) -> bool {
+        missed_pages >= self.missed_pages && window_ms >= self.window_ms as f64
+    }
+
+    /// [`LearnFloor::admits`] of the window `recorder` recorded.
+    pub fn admits_window(&self, recorder: &Recorder) -> bool {
+        self.admits(recorder.missed_pages(), recorder.window_ms())
+    }
+}
+
 /// Where looked-up paths are not replayed: filesystems with no disk blocks
 /// behind them.
 const VIRTUAL_ROOTS: [&str; 3] = ["/proc/", "/sys/", "/dev/"];
@@ -251,6 +288,12 @@ impl Recorder {
         self.missed.iter().filter(|(file, _)| self.accessed.contains(file) && of(**file)).map(|(_, n)| n).sum()
     }
 
+    /// How long the window has lasted so far, ms: from the exec to the
+    /// last event of the tree (its exit, once it has exited).
+    pub fn window_ms(&self) -> f64 {
+        self.last_ns.saturating_sub(self.exec_ns) as f64 / 1e6
+    }
+
     /// Whether the window has ended.
     pub fn is_done(&self) -> bool {
         self.done
@@ -264,7 +307,7 @@ impl Recorder {
     /// The run, with each file named by `name` (files it cannot name are
     /// left out).
     pub fn finish(self, mut name: impl FnMut(FileId, u32) -> Option<FileIdentity>) -> LaunchRun {
-        let window_ms = self.last_ns.saturating_sub(self.exec_ns) as f64 / 1e6;
+        let window_ms = self.window_ms();
         let mut files = Vec::new();
         for id in &self.order {
             let Some(seen) = self.files.get(id) else { continue };
@@ -339,6 +382,47 @@ mod tests {
         assert_eq!(r.missed_pages(), 2, "the third file is past max_files");
         r.on_event(&Event::PageMiss { pid: 1, file: FileId { dev: 1, ino: 1 }, page: 1, time_ns: 2_000_000 });
         assert_eq!(r.missed_pages(), 3, "a file already counted goes on counting");
+    }
+
+    /// A window of `missed` page-cache misses (one file, read) whose tree
+    /// exits `ms` after its exec.
+    fn window(missed: u64, ms: u64) -> Recorder {
+        let file = FileId { dev: 1, ino: 9 };
+        let mut r = Recorder::new(1, 1_000_000, WindowLimits::default());
+        r.on_event(&Event::PageAccess {
+            pid: 1,
+            file,
+            pages: PageRange::new(0, missed.max(1)),
+            kind: AccessKind::Read,
+            time_ns: 1_000_000,
+        });
+        for page in 0..missed {
+            r.on_event(&Event::PageMiss { pid: 1, file, page, time_ns: 1_000_000 });
+        }
+        assert!(r.on_event(&Event::Exit { pid: 1, time_ns: 1_000_000 + ms * 1_000_000 }));
+        r
+    }
+
+    #[test]
+    fn trivial_launches_are_under_the_learn_floor() {
+        let floor = LearnFloor::default();
+        assert_eq!((floor.missed_pages, floor.window_ms), (256, 20), "1 MiB and 20 ms");
+        // `head -2` on a cold cache: its binary's 12 pages, 7 ms.
+        let head = window(12, 7);
+        assert_eq!((head.missed_pages(), head.window_ms()), (12, 7.0));
+        assert!(!floor.admits_window(&head));
+        // A cold interpreter with its modules: 8 MiB, 300 ms.
+        assert!(floor.admits_window(&window(2048, 300)));
+        // Either floor alone leaves a launch out: a long warm launch read
+        // nothing a replay could have read for it...
+        assert!(!floor.admits_window(&window(0, 2000)));
+        assert!(!floor.admits_window(&window(255, 2000)), "just under 1 MiB");
+        // ...and a short one that read a lot cannot gain more than its time.
+        assert!(!floor.admits_window(&window(4096, 19)));
+        assert!(floor.admits_window(&window(256, 20)), "both floors reached");
+        // A zero floor learns everything.
+        let none = LearnFloor { missed_pages: 0, window_ms: 0 };
+        assert!(none.admits_window(&window(0, 0)));
     }
 
     #[test]
