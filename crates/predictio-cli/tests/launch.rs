@@ -241,14 +241,22 @@ struct Daemon(Child);
 /// `exe`, its `[launch]` section ending with `launch_extra`; returns once
 /// its control socket is up.
 fn start_daemon(dir: &Path, store: &Path, exe: &str, launch_extra: &str) -> Daemon {
+    start_daemon_allowing(dir, store, &[exe], launch_extra)
+}
+
+/// [`start_daemon`] learning and replaying the executables under any of
+/// `allow`.
+fn start_daemon_allowing(dir: &Path, store: &Path, allow: &[&str], launch_extra: &str) -> Daemon {
     let config = dir.join("predictio.toml");
+    let allow: Vec<String> = allow.iter().map(|p| format!("{p:?}")).collect();
     std::fs::write(
         &config,
         format!(
             "policies = [\"hints\"]\n[hints]\nsocket = \"{d}/hint.sock\"\n[control]\nsocket = \"{d}/control.sock\"\n[observe]\nsource = \"ebpf\"\n\
-             [launch]\nstore = \"{s}\"\nallow = [\"{exe}\"]\n{launch_extra}",
+             [launch]\nstore = \"{s}\"\nallow = [{allow}]\n{launch_extra}",
             d = dir.display(),
-            s = store.display()
+            s = store.display(),
+            allow = allow.join(", ")
         ),
     )
     .expect("config");
@@ -397,7 +405,8 @@ fn a_launch_served_from_the_cache_is_not_learned_again_but_a_cold_one_is() {
     };
     launch(); // warm
     // Learning only: with no replay, every page a launch reads itself counts.
-    let daemon = start_daemon(dir.path(), &store, &exe, "replay = false\n");
+    // Warm launches are trivial (`LearnFloor`): learned here with no floor.
+    let daemon = start_daemon(dir.path(), &store, &exe, &format!("replay = false\n{NO_LEARN_FLOOR}"));
     launch();
     launch();
     wait_for_runs(&store, &exe, 2);
@@ -426,7 +435,8 @@ fn daemon_learns_what_a_launch_looked_up_only_when_told_to() {
     for (extra, learned) in [("lookups = true\n", true), ("", false)] {
         let dir = common::disk_dir("predictio-launch");
         let store = dir.path().join("store");
-        let daemon = start_daemon(dir.path(), &store, &exe, extra);
+        // Warm launches: learned only with no floor.
+        let daemon = start_daemon(dir.path(), &store, &exe, &format!("{extra}{NO_LEARN_FLOOR}"));
         // Two launches: a command is stored from its second.
         for _ in 0..2 {
             let out =
@@ -445,6 +455,56 @@ fn daemon_learns_what_a_launch_looked_up_only_when_told_to() {
             assert!(lookups.is_empty(), "{extra:?} learns no lookups: {lookups:?}");
         }
         assert!(shown["files"].as_array().is_some_and(|f| !f.is_empty()), "pages are learned either way: {shown}");
+    }
+}
+
+/// `[launch]` settings that learn every launch, trivial or not (for tests
+/// of other things that launch warm or tiny commands).
+const NO_LEARN_FLOOR: &str = "min_learn_missed_kib = 0\nmin_learn_ms = 0\n";
+
+/// Regression: the daemon stored every command a shell script ran from its
+/// second launch (`head -2`, `mkdir -m`), so `profile list` filled with
+/// programs a replay cannot speed up. A launch that read under 1 MiB from
+/// storage or ran under 20 ms (the default `[launch] min_learn_missed_kib`
+/// and `min_learn_ms`) is not learned, cold or not; a heavy program still
+/// is. With the floor at zero the same launches are learned: the floor is
+/// what leaves them out.
+#[test]
+fn the_daemon_does_not_learn_trivial_commands_but_learns_heavy_ones() {
+    if !needs_root_and_ebpf() {
+        return;
+    }
+    let _machine = machine();
+    let canonical = |p: &str| std::fs::canonicalize(p).expect("program path").display().to_string();
+    let (head, python) = (canonical("/usr/bin/head"), canonical(PYTHON));
+    let heavy = ["-c", "import decimal, email.mime.multipart, http.client, sqlite3; print(7)"];
+    for (launch_extra, floor) in [("", true), (NO_LEARN_FLOOR, false)] {
+        let dir = common::disk_dir("predictio-launch");
+        let store = dir.path().join("store");
+        let lines = dir.path().join("lines.txt");
+        std::fs::write(&lines, "a\nb\nc\n").expect("write");
+        let daemon = start_daemon_allowing(dir.path(), &store, &[&head, &python], launch_extra);
+        // Cold each time: a cold `head -2` reads its binary (~50 KiB) in a
+        // few ms.
+        for _ in 0..3 {
+            drop_caches();
+            let out = Command::new(&head).arg("-2").arg(&lines).output().expect("head runs");
+            assert_eq!(String::from_utf8_lossy(&out.stdout), "a\nb\n");
+        }
+        if floor {
+            for _ in 0..2 {
+                drop_caches();
+                let out = Command::new(PYTHON).args(heavy).output().expect("python runs");
+                assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "7");
+            }
+            // The learner takes windows in the order they end: head's, at
+            // its exit, were judged before python's.
+            wait_for_runs(&store, &python, 2);
+            assert_eq!(stored_runs(&store, &head), 0, "a trivial command was learned");
+        } else {
+            wait_for_runs(&store, &head, 2);
+        }
+        drop(daemon);
     }
 }
 
@@ -577,7 +637,8 @@ fn the_daemon_learns_each_script_of_one_interpreter_apart() {
         script("heavy.sh", &format!("exec {PYTHON} -c 'import decimal, email.mime.multipart, sqlite3; print(7)'"));
     let light = script("light.sh", "echo 7");
     let once = script("once.sh", "echo 7");
-    let daemon = start_daemon(dir.path(), &store, &bash, "");
+    // `echo 7` is a trivial launch (`LearnFloor`): learned here with no floor.
+    let daemon = start_daemon(dir.path(), &store, &bash, NO_LEARN_FLOOR);
     let shape_of = |path: &str| predictio::launch::shape::of_args(&[bash.as_str(), path]);
     // Twice each: a command is stored from its second launch. `once.sh`
     // runs once, first: learned before the others, it is never stored.

@@ -3,12 +3,18 @@
 //! The `launch` policy (in the dispatcher) opens a window at every exec and
 //! hands each finished window here over a bounded channel. This thread names
 //! the files (through `/proc`, else by inode), applies the allow/deny list,
-//! keeps a command shape's first launch in memory ([`FirstRuns`]: a build's
-//! one-off commands are never written), and from its second launch on
-//! merges the runs into the store (opened for that one write: other
-//! `predictio` commands can use the store in between), walks the updated
-//! profile and opens its files, and puts the replay in the book the policy
-//! replays from at the next exec. At start it loads the stored profiles.
+//! leaves out trivial launches of commands it has no profile of (under the
+//! [`LearnFloor`]: read less than `[launch] min_learn_missed_kib` from
+//! storage, or ran shorter than `min_learn_ms`, so a replay could win them
+//! nearly nothing — a shell script's `head -2`, a warm launch), keeps a
+//! command shape's first launch worth learning in memory ([`FirstRuns`]: a
+//! build's one-off commands are never written), and from its second such
+//! launch on merges the runs into the store (opened for that one write:
+//! other `predictio` commands can use the store in between), walks the
+//! updated profile and opens its files, and puts the replay in the book the
+//! policy replays from at the next exec. At start it loads the stored
+//! profiles. A launch of a stored profile is not judged by the floor: its
+//! replay may be what made it cheap.
 //! A launch that read (nearly) nothing from storage — warm, or filled by a
 //! replay; what it wrote does not count ([`Recorder::missed_pages`]) — is
 //! not learned again for a while after its profile was last
@@ -26,11 +32,11 @@ use std::sync::mpsc::Receiver;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-#[cfg(doc)]
-use predictio::launch::Recorder;
 use predictio::launch::naming::Namer;
 use predictio::launch::policy::FinishedLaunch;
 use predictio::launch::{FirstRuns, LaunchKey, LearnLimits, Replay, ReplayBook};
+#[cfg(doc)]
+use predictio::launch::{LearnFloor, Recorder};
 
 use crate::config::LaunchSection;
 use replay::open_replay;
@@ -241,6 +247,8 @@ const FIRST_RUNS: usize = 256;
 /// naming at most this many page ranges in all (16 MiB of them).
 const FIRST_RUN_RANGES: usize = 1 << 20;
 
+/// Learns the finished launch `done` (see the module docs). True when it
+/// was written to the store.
 fn learn(
     config: &LaunchSection,
     namer: &mut Namer,
@@ -257,12 +265,23 @@ fn learn(
     if !config.may_learn(&exe.path) {
         return Ok(false);
     }
+    let store = open_store(config)?;
+    let learned = store.learned(&exe, &done.shape)?;
+    if learned.is_none() && !config.learn_floor().admits_window(&done.recorder) {
+        // Checked before its files are named: most launches a machine
+        // runs are trivial, and naming is most of the learner's work.
+        tracing::debug!(
+            exe = %exe.path,
+            missed = done.recorder.missed_pages(),
+            ms = done.recorder.window_ms(),
+            "trivial launch: not learned"
+        );
+        return Ok(false);
+    }
     let run = done.recorder.finish(|id, pid| namer.name(id, pid));
     if run.files.is_empty() {
         return Ok(false);
     }
-    let store = open_store(config)?;
-    let learned = store.learned(&exe, &done.shape)?;
     // A shape reaches the store at its second launch (see `FirstRuns`).
     let runs = match learned {
         Some(_) => vec![run],
@@ -285,6 +304,80 @@ fn learn(
 mod tests {
     use super::*;
     use predictio::FileId;
+    use predictio::event::{AccessKind, Event};
+    use predictio::launch::WindowLimits;
+    use predictio::page::PageRange;
+    use std::os::unix::fs::MetadataExt;
+
+    /// A program file held open by this process, so the learner names it
+    /// through `/proc/self/fd` as it names a launch's files.
+    struct Held {
+        _file: std::fs::File,
+        id: FileId,
+    }
+
+    fn held(dir: &std::path::Path, name: &str, pages: u64) -> Held {
+        let path = dir.join(name);
+        std::fs::write(&path, vec![7u8; (pages * 4096) as usize]).expect("write");
+        let file = std::fs::File::open(&path).expect("open");
+        let meta = file.metadata().expect("stat");
+        Held { id: FileId { dev: meta.dev(), ino: meta.ino() }, _file: file }
+    }
+
+    /// A finished launch of `exe` with command shape `shape` that read
+    /// `missed` pages of it from storage and exited `ms` after its exec.
+    fn finished(exe: &Held, shape: &str, missed: u64, ms: u64) -> FinishedLaunch {
+        let pid = std::process::id();
+        let exec_ns = 1_000_000_000;
+        let mut recorder = predictio::launch::Recorder::new(pid, exec_ns, WindowLimits::default());
+        let (file, time_ns) = (exe.id, exec_ns + 1_000_000);
+        let pages = PageRange::new(0, missed.max(1));
+        recorder.on_event(&Event::PageAccess { pid, file, pages, kind: AccessKind::Read, time_ns });
+        for page in 0..missed {
+            recorder.on_event(&Event::PageMiss { pid, file, page, time_ns });
+        }
+        recorder.on_event(&Event::Exit { pid, time_ns: exec_ns + ms * 1_000_000 });
+        FinishedLaunch { exe: exe.id, shape: shape.into(), pid, recorder }
+    }
+
+    /// Regression: every `head -2` and `mkdir -m` a shell script ran ended
+    /// up in the store (from its second launch), crowding out the programs
+    /// worth replaying. A launch under the learn floor is not learned into
+    /// a new profile; a heavy one still is, and once a profile is stored
+    /// its cheap (replayed) launches still reach it.
+    #[test]
+    fn trivial_launches_of_unknown_commands_are_not_learned_heavy_ones_are() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let config = LaunchSection { store: dir.path().join("store"), ..LaunchSection::default() };
+        let (head, clang) = (held(dir.path(), "head", 12), held(dir.path(), "clang", 2048));
+        let (mut namer, mut first_runs, book) = (Namer::new(), FirstRuns::new(16, 1 << 20), ReplayBook::default());
+        let mut learn_one = |config: &LaunchSection, done| {
+            learn(config, &mut namer, &mut first_runs, done, &book).expect("learner store")
+        };
+        let floor = config.learn_floor();
+        assert!(!floor.admits(12, 7.0) && floor.admits(2048, 300.0), "the defaults: 1 MiB and 20 ms");
+        for _ in 0..3 {
+            assert!(!learn_one(&config, finished(&head, "head -2 /tmp/t", 12, 7)), "cold head: 48 KiB, 7 ms");
+            assert!(!learn_one(&config, finished(&head, "head -c", 2048, 5)), "8 MiB in 5 ms: too short to win");
+        }
+        assert!(!learn_one(&config, finished(&clang, "clang -c a.c", 2048, 300)), "a first launch is kept in memory");
+        assert!(learn_one(&config, finished(&clang, "clang -c a.c", 2048, 280)), "stored at its second");
+        // Its profile stored, a launch its replay filled is learned too.
+        assert!(
+            learn_one(&config, finished(&clang, "clang -c a.c", 0, 40)),
+            "a stored profile is not judged by the floor"
+        );
+        let store = open_store(&config).expect("store");
+        let (profiles, _) = store.all().expect("profiles");
+        let shapes: Vec<&str> = profiles.iter().map(|p| p.shape.as_str()).collect();
+        assert_eq!(shapes, ["clang -c a.c"], "only the heavy command is stored");
+        assert_eq!(profiles[0].runs, 3);
+        drop(store);
+        // With no floor, every command is learned from its second launch.
+        let everything = LaunchSection { min_learn_missed_kib: 0, min_learn_ms: 0, ..config.clone() };
+        assert!(!learn_one(&everything, finished(&head, "head -2 /tmp/t", 12, 7)));
+        assert!(learn_one(&everything, finished(&head, "head -2 /tmp/t", 12, 7)), "the floor is what left it out");
+    }
 
     fn key(ino: u64) -> LaunchKey {
         LaunchKey::new(FileId { dev: 1, ino }, "gdb --batch")
