@@ -4,7 +4,7 @@
 //!
 //! [`render`] reads the result files and returns the Markdown block: one row
 //! per workload's headline case(s), each with the medians of baseline and
-//! predictio, the median of per-pair ratios, the closure (BENCHMARKS.md §8:
+//! predictio, the median of per-pair ratios, the closure (the measurement protocol:
 //! `(baseline − predictio) / (baseline − limit)`, the limit being `ideal_s`
 //! where a run measured it, else the warm run), the limit, a peer where the
 //! workload has one, and the date (and git revision, where the file records
@@ -365,7 +365,7 @@ impl Case<'_> {
         self.num("treatment.median")
     }
 
-    /// The limit of BENCHMARKS.md §8: `ideal_s` where measured, else `warm_s`.
+    /// The limit closure is measured against: `ideal_s` where measured, else `warm_s`.
     fn limit(&self) -> Result<(f64, &'static str), SummaryError> {
         match self.opt_num("ideal_s") {
             Some(ideal) if ideal > 0.0 => Ok((ideal, "ideal")),
