@@ -33,6 +33,54 @@ pub fn parse_size(text: &str) -> Result<u64> {
     Ok(bytes as u64)
 }
 
+/// `text` safe to print on a terminal: control characters (an escape
+/// sequence in a file or tensor name, a newline in a recorded path) are
+/// shown escaped (`\u{1b}`, `\n`), so that a name written by someone else
+/// cannot move the cursor, retitle the terminal or forge an output line.
+pub fn printable(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.chars().any(char::is_control) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
+/// A path as text for people and JSON: bytes that are not UTF-8 are shown
+/// as `\xNN` (rather than lost to U+FFFD, which would make two names one),
+/// and control characters escaped as in [`printable`].
+pub fn path_text(path: &std::path::Path) -> String {
+    use std::os::unix::ffi::OsStrExt;
+    let mut out = String::new();
+    for chunk in path.as_os_str().as_bytes().utf8_chunks() {
+        out.push_str(&printable(chunk.valid()));
+        for byte in chunk.invalid() {
+            out.push_str(&format!("\\x{byte:02x}"));
+        }
+    }
+    out
+}
+
+/// The longest duration any option takes: a year.
+const MAX_SECONDS: f64 = 365.0 * 86_400.0;
+
+/// Parses a duration in seconds (`0.5`, `120`) for a command-line option:
+/// a finite number from 0 to a year. `nan`, `inf`, `1e30` and negative
+/// numbers are refused with a message, never a panic or an endless wait.
+pub fn parse_seconds(text: &str) -> Result<std::time::Duration, String> {
+    let secs: f64 = text.trim().parse().map_err(|_| format!("{text:?} is not a number of seconds"))?;
+    if !secs.is_finite() || !(0.0..=MAX_SECONDS).contains(&secs) {
+        return Err(format!("{text} seconds is out of range (0 to {MAX_SECONDS:.0}, a year)"));
+    }
+    Ok(std::time::Duration::from_secs_f64(secs))
+}
+
 /// A byte range `[start, end)`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ByteSpan {
@@ -86,6 +134,24 @@ pub fn human(bytes: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn names_cannot_drive_the_terminal() {
+        assert_eq!(printable("plain/name"), "plain/name");
+        assert_eq!(printable("a\x1b]0;owned\x07b\nc"), "a\\u{1b}]0;owned\\u{7}b\\nc");
+        use std::os::unix::ffi::OsStrExt;
+        let path = std::path::Path::new(std::ffi::OsStr::from_bytes(b"/tmp/a\xffb\x1b"));
+        assert_eq!(path_text(path), "/tmp/a\\xffb\\u{1b}");
+    }
+
+    #[test]
+    fn seconds_are_finite_and_bounded() {
+        assert_eq!(parse_seconds("0.5"), Ok(std::time::Duration::from_millis(500)));
+        assert_eq!(parse_seconds("120"), Ok(std::time::Duration::from_secs(120)));
+        for bad in ["nan", "NaN", "inf", "-inf", "1e30", "-1", "", "x"] {
+            assert!(parse_seconds(bad).is_err(), "{bad:?} accepted");
+        }
+    }
 
     #[test]
     fn sizes() {

@@ -166,3 +166,76 @@ fn help_teaches() {
     let help = ok(&predictio(&["prefetch", "--help"]));
     assert!(help.contains("--range") && help.contains("Examples"));
 }
+
+/// Runs predictio with `args` and a deadline: a command that hangs (a FIFO
+/// opened for reading waits for a writer) fails the test instead of
+/// hanging it.
+fn predictio_within(args: &[&str], limit: std::time::Duration) -> Output {
+    let mut child = Command::new(bin())
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run predictio");
+    let start = std::time::Instant::now();
+    while child.try_wait().expect("wait").is_none() {
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            panic!("predictio {args:?} still running after {limit:?}");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    child.wait_with_output().expect("output")
+}
+
+/// Every command that opens a file the user names refuses a FIFO, a
+/// device and a directory at once, without reading from it.
+#[test]
+fn fifos_and_devices_are_refused_without_hanging() {
+    let dir = common::disk_dir("predictio-cli-fifo");
+    let fifo = dir.path().join("fifo");
+    assert!(Command::new("mkfifo").arg(&fifo).status().expect("mkfifo").success());
+    let fifo = fifo.to_str().expect("utf8");
+    let limit = std::time::Duration::from_secs(10);
+    for args in [
+        vec!["prefetch", fifo],
+        vec!["residency", fifo],
+        vec!["evict", fifo],
+        vec!["read", fifo, "-o", "/dev/null"],
+        vec!["model", fifo],
+        vec!["hint", fifo],
+        vec!["profile", "import", fifo],
+        vec!["profile", "import", "/dev/zero"],
+        vec!["read", "/dev/zero", "-o", "/dev/null"],
+    ] {
+        let out = predictio_within(&args, limit);
+        fails_with(&out, "not a regular file");
+    }
+}
+
+/// Durations are finite numbers of seconds: `nan`, `inf` and `1e30`
+/// panicked or waited forever.
+#[test]
+fn durations_out_of_range_are_clear_errors() {
+    let limit = std::time::Duration::from_secs(10);
+    for value in ["nan", "inf", "1e30", "-1"] {
+        let (timeout, interval, duration, exit_after) = (
+            format!("--timeout={value}"),
+            format!("--interval={value}"),
+            format!("--duration={value}"),
+            format!("--exit-after={value}"),
+        );
+        for args in [
+            vec!["prefetch", "/proc/self/exe", &timeout],
+            vec!["top", &interval],
+            vec!["trace", "--all", &duration],
+            vec!["daemon", &exit_after],
+        ] {
+            let out = predictio_within(&args, limit);
+            assert!(!out.status.success(), "{args:?} succeeded");
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert!(stderr.contains("out of range") || stderr.contains("not a number"), "{args:?}: {stderr}");
+            assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+        }
+    }
+}

@@ -60,6 +60,64 @@ pub enum FileError {
     },
 }
 
+/// Opens `path` for reading as [`FileRef::open`] does — `O_PATH`, a
+/// regular-file check, then a non-blocking reopen of the checked inode —
+/// without marking the description for random access: for tools that read
+/// a file themselves (`predictio read`, a profile import, a model's header).
+pub fn open_regular(path: impl AsRef<Path>) -> Result<File, FileError> {
+    open_checked(path.as_ref(), Follow::Links)
+}
+
+fn open_checked(path: &Path, follow: Follow) -> Result<File, FileError> {
+    use rustix::fs::{Mode, OFlags, ResolveFlags};
+    let shown = path.display().to_string();
+    let open_err = |source: rustix::io::Errno| FileError::Open { path: shown.clone(), source: source.into() };
+    let flags = OFlags::PATH | OFlags::CLOEXEC;
+    let located = match follow {
+        Follow::Links => rustix::fs::open(path, flags, Mode::empty()),
+        Follow::Nothing => rustix::fs::openat2(
+            rustix::fs::CWD,
+            path,
+            flags | OFlags::NOFOLLOW,
+            Mode::empty(),
+            ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
+        ),
+    }
+    .map_err(open_err)?;
+    let stat = rustix::fs::fstat(&located).map_err(|e| FileError::Stat { path: shown.clone(), source: e.into() })?;
+    if rustix::fs::FileType::from_raw_mode(stat.st_mode) != rustix::fs::FileType::RegularFile {
+        return Err(FileError::NotRegular { path: shown });
+    }
+    // Reopen the very inode that was checked, for reading. Through
+    // /proc when it is mounted; else by the path again, checked below
+    // to be the same file.
+    let reopen = OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC;
+    let proc_path = format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&located));
+    let fd = match rustix::fs::open(proc_path.as_str(), reopen, Mode::empty()) {
+        Ok(fd) => fd,
+        Err(rustix::io::Errno::NOENT) => match follow {
+            Follow::Links => rustix::fs::open(path, reopen, Mode::empty()),
+            Follow::Nothing => rustix::fs::openat2(
+                rustix::fs::CWD,
+                path,
+                reopen | OFlags::NOFOLLOW,
+                Mode::empty(),
+                ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
+            ),
+        }
+        .map_err(open_err)?,
+        Err(err) => return Err(open_err(err)),
+    };
+    let again = rustix::fs::fstat(&fd).map_err(|e| FileError::Stat { path: shown.clone(), source: e.into() })?;
+    if (again.st_dev, again.st_ino) != (stat.st_dev, stat.st_ino) {
+        return Err(FileError::Open {
+            path: shown,
+            source: std::io::Error::other("the file changed while it was being opened"),
+        });
+    }
+    Ok(File::from(fd))
+}
+
 /// Whether [`FileRef`]'s opens follow symbolic links.
 #[derive(Clone, Copy)]
 enum Follow {
@@ -102,52 +160,8 @@ impl FileRef {
     }
 
     fn open_with(path: &Path, follow: Follow) -> Result<Self, FileError> {
-        use rustix::fs::{Mode, OFlags, ResolveFlags};
         let shown = path.display().to_string();
-        let open_err = |source: rustix::io::Errno| FileError::Open { path: shown.clone(), source: source.into() };
-        let flags = OFlags::PATH | OFlags::CLOEXEC;
-        let located = match follow {
-            Follow::Links => rustix::fs::open(path, flags, Mode::empty()),
-            Follow::Nothing => rustix::fs::openat2(
-                rustix::fs::CWD,
-                path,
-                flags | OFlags::NOFOLLOW,
-                Mode::empty(),
-                ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
-            ),
-        }
-        .map_err(open_err)?;
-        let stat = rustix::fs::fstat(&located).map_err(|e| FileError::Stat { path: shown.clone(), source: e.into() })?;
-        if rustix::fs::FileType::from_raw_mode(stat.st_mode) != rustix::fs::FileType::RegularFile {
-            return Err(FileError::NotRegular { path: shown });
-        }
-        // Reopen the very inode that was checked, for reading. Through
-        // /proc when it is mounted; else by the path again, checked below
-        // to be the same file.
-        let reopen = OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC;
-        let proc_path = format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&located));
-        let fd = match rustix::fs::open(proc_path.as_str(), reopen, Mode::empty()) {
-            Ok(fd) => fd,
-            Err(rustix::io::Errno::NOENT) => match follow {
-                Follow::Links => rustix::fs::open(path, reopen, Mode::empty()),
-                Follow::Nothing => rustix::fs::openat2(
-                    rustix::fs::CWD,
-                    path,
-                    reopen | OFlags::NOFOLLOW,
-                    Mode::empty(),
-                    ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
-                ),
-            }
-            .map_err(open_err)?,
-            Err(err) => return Err(open_err(err)),
-        };
-        let file = Self::from_file_named(File::from(fd), shown.clone())?;
-        if (file.id.dev, file.id.ino) != (stat.st_dev, stat.st_ino) {
-            return Err(FileError::Open {
-                path: shown,
-                source: std::io::Error::other("the file changed while it was being opened"),
-            });
-        }
+        let file = Self::from_file_named(open_checked(path, follow)?, shown)?;
         if let Err(err) = crate::sys::fadvise(file.as_fd(), 0, 0, crate::sys::Advice::Random) {
             tracing::debug!(%err, "fadvise(RANDOM) refused; executor reads may read ahead");
         }

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use anyhow::{Context, Result};
 use predictio::model::{LayerSpan, LoadOrder, ModelLayout, PlanRange, TensorInfo, TensorRole};
 
-use crate::units::human;
+use crate::units::{human, printable};
 
 /// Whose load order the prefetch plan follows.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, Default)]
@@ -74,7 +74,7 @@ fn role_name(role: TensorRole) -> String {
 
 /// Runs `model`.
 pub fn run(args: Args) -> Result<()> {
-    let file = std::fs::File::open(&args.file).with_context(|| format!("opening {}", args.file.display()))?;
+    let file = super::open_file(&args.file)?;
     let layout = ModelLayout::read(&file).with_context(|| format!("reading the header of {}", args.file.display()))?;
     let order = LoadOrder::from(args.order);
     let plan = layout.plan(order);
@@ -112,8 +112,8 @@ pub fn run(args: Args) -> Result<()> {
     );
     let meta = |key: &str| layout.metadata.get(key).and_then(|v| v.as_str()).map(str::to_owned);
     if let Some(arch) = meta("general.architecture") {
-        let name = meta("general.name").map(|n| format!(" ({n})")).unwrap_or_default();
-        println!("architecture {arch}{name}");
+        let name = meta("general.name").map(|n| format!(" ({})", printable(&n))).unwrap_or_default();
+        println!("architecture {}{name}", printable(&arch));
     }
     println!("{} layers", out.layer_count);
     println!();
@@ -144,7 +144,14 @@ pub fn run(args: Args) -> Result<()> {
         println!("{:<48} {:>8} {:>24} {:>14} {:>12}", "tensor (load order)", "type", "shape", "offset", "length");
         for t in tensors {
             let shape: Vec<String> = t.shape.iter().map(u64::to_string).collect();
-            println!("{:<48} {:>8} {:>24} {:>14} {:>12}", t.name, t.dtype, shape.join("x"), t.offset, human(t.len));
+            println!(
+                "{:<48} {:>8} {:>24} {:>14} {:>12}",
+                printable(&t.name),
+                printable(&t.dtype),
+                shape.join("x"),
+                t.offset,
+                human(t.len)
+            );
         }
     }
     Ok(())

@@ -34,8 +34,8 @@ pub struct Args {
     #[arg(long)]
     no_wait: bool,
     /// Give up waiting after this many seconds.
-    #[arg(long, default_value_t = 120.0)]
-    timeout: f64,
+    #[arg(long, default_value = "120", value_parser = crate::units::parse_seconds)]
+    timeout: Duration,
     /// Print the result as JSON.
     #[arg(long)]
     json: bool,
@@ -113,7 +113,7 @@ pub fn run(args: Args) -> Result<()> {
         eprintln!("predictio: {reason}");
     }
     let origin = executor.register_origin("cli");
-    let timeout = Duration::from_secs_f64(args.timeout.max(0.0));
+    let timeout = args.timeout;
     let start = Instant::now();
     let wanted: u64 = ranges.iter().map(PageRange::len).sum();
     let resident = if args.no_wait {

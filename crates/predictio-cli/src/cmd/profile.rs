@@ -10,6 +10,7 @@ use predictio::launch::{Freshness, Profile, WalkLimits};
 use predictio_daemon::launch::store::DEFAULT_DIR;
 
 use super::record::open_store;
+use crate::units::printable;
 
 /// Arguments of `profile`.
 #[derive(clap::Args, Debug)]
@@ -150,7 +151,7 @@ pub fn run(args: Args) -> Result<()> {
                         s.files,
                         mib(s.pages),
                         s.stored_bytes as f64 / 1024.0,
-                        s.exe,
+                        printable(&s.exe),
                         shown_shape(&s.shape)
                     )?;
                 }
@@ -218,7 +219,7 @@ pub fn run(args: Args) -> Result<()> {
             );
         }
         Action::Import { file } => {
-            let text = std::fs::read_to_string(&file).with_context(|| format!("reading {}", file.display()))?;
+            let text = read_export(&file)?;
             let mut profiles: Vec<Profile> = serde_json::from_str(&text)
                 .with_context(|| format!("{}: not a profile export (a JSON array of profiles)", file.display()))?;
             for p in &mut profiles {
@@ -265,7 +266,7 @@ fn show(out: &mut impl Write, p: &Profile) -> Result<()> {
         out,
         "{} ({}): {} runs, {} files, {:.1} MiB modelled, {:.1} MiB replayed, {} trigger(s), {} directories, {} \
          lookups, learned over {:.0} ms",
-        p.exe.path,
+        printable(&p.exe.path),
         shown_shape(&p.shape),
         p.runs,
         p.files.len(),
@@ -298,14 +299,34 @@ fn show(out: &mut impl Write, p: &Profile) -> Result<()> {
             f.model.nodes.len(),
             f.model.edges.len(),
             mib(replay),
-            f.identity.path
+            printable(&f.identity.path)
         )?;
     }
     for t in &p.triggers {
-        let then: Vec<&str> = t.then.iter().map(|&i| p.files[i].identity.path.as_str()).collect();
-        writeln!(out, "trigger: first touch of {} -> {}", p.files[t.on].identity.path, then.join(", "))?;
+        let then: Vec<_> = t.then.iter().map(|&i| printable(&p.files[i].identity.path)).collect();
+        writeln!(out, "trigger: first touch of {} -> {}", printable(&p.files[t.on].identity.path), then.join(", "))?;
     }
     Ok(())
+}
+
+/// The largest profile export `import` reads: far above any real one (a
+/// profile is capped at a few MiB), so that `/dev/zero` or a runaway file is
+/// refused instead of read into memory without end.
+const MAX_EXPORT_BYTES: u64 = 256 << 20;
+
+/// Reads a profile export: a regular file (opened without blocking, never
+/// a FIFO or a device) of at most [`MAX_EXPORT_BYTES`].
+fn read_export(path: &std::path::Path) -> Result<String> {
+    use std::io::Read;
+    let file = super::open_file(path)?;
+    let mut text = String::new();
+    file.take(MAX_EXPORT_BYTES + 1)
+        .read_to_string(&mut text)
+        .with_context(|| format!("reading {} (a profile export is UTF-8 JSON)", path.display()))?;
+    if text.len() as u64 > MAX_EXPORT_BYTES {
+        bail!("{}: larger than {} MiB; not a profile export", path.display(), MAX_EXPORT_BYTES >> 20);
+    }
+    Ok(text)
 }
 
 /// A shape as `list` and `show` print it.
@@ -313,6 +334,6 @@ fn shown_shape(shape: &str) -> String {
     if shape.is_empty() {
         "(no shape: learned before command shapes, not replayed)".into()
     } else {
-        format!("\"{shape}\"")
+        format!("\"{}\"", printable(shape))
     }
 }

@@ -87,7 +87,7 @@ struct Outcome {
 
 /// Runs `read`.
 pub fn run(args: Args) -> Result<()> {
-    let file = File::open(&args.file).with_context(|| format!("opening {}", args.file.display()))?;
+    let file = super::open_file(&args.file)?;
     let size = file.metadata().context("fstat")?.len();
     if args.offset > size {
         bail!("--offset {} is past the end of {} ({} bytes)", args.offset, args.file.display(), size);

@@ -34,7 +34,7 @@ pub fn run(args: Args) -> Result<()> {
     for path in &args.files {
         match super::open(path).and_then(|f| predictio::cache::residency(&f).context("cachestat")) {
             Ok(residency) => {
-                rows.push(Row { file: path.display().to_string(), fraction: residency.fraction(), residency })
+                rows.push(Row { file: crate::units::path_text(path), fraction: residency.fraction(), residency })
             }
             Err(err) if args.files.len() == 1 => failed = Some(err),
             Err(err) => {

@@ -20,8 +20,8 @@ pub struct Args {
     #[arg(long, default_value = "/run/predictio/control.sock")]
     control: PathBuf,
     /// Seconds between refreshes.
-    #[arg(long, default_value_t = 1.0)]
-    interval: f64,
+    #[arg(long, default_value = "1", value_parser = crate::units::parse_seconds)]
+    interval: Duration,
     /// Show one sample (over one interval) and exit; no screen clearing.
     #[arg(long)]
     once: bool,
@@ -32,7 +32,7 @@ pub struct Args {
 
 /// Runs `top`.
 pub fn run(args: Args) -> Result<()> {
-    let interval = Duration::from_secs_f64(args.interval.clamp(0.1, 3600.0));
+    let interval = args.interval.clamp(Duration::from_millis(100), Duration::from_secs(3600));
     let mut before = control::query(&args.control)?;
     let mut at = Instant::now();
     loop {

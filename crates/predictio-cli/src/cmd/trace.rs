@@ -26,8 +26,8 @@ pub struct Args {
     #[arg(long)]
     pid: Option<u32>,
     /// Stop after this many seconds (with --all).
-    #[arg(long)]
-    duration: Option<f64>,
+    #[arg(long, value_parser = crate::units::parse_seconds)]
+    duration: Option<Duration>,
     /// One JSON object per line.
     #[arg(long)]
     json: bool,
@@ -151,7 +151,7 @@ pub fn run(args: Args) -> Result<()> {
     for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(signal, Arc::clone(&stop))?;
     }
-    let deadline = args.duration.map(|s| Instant::now() + Duration::from_secs_f64(s.max(0.0)));
+    let deadline = args.duration.map(|d| Instant::now() + d);
     let out = std::io::stdout();
     let mut out = std::io::BufWriter::new(out.lock());
     let mut status = None;
@@ -167,7 +167,8 @@ pub fn run(args: Args) -> Result<()> {
         if !args.kinds.is_empty() && !args.kinds.iter().any(|k| k == kind) {
             return;
         }
-        let line = if args.json { json(&event).to_string() } else { describe(&event) };
+        let line =
+            if args.json { json(&event).to_string() } else { crate::units::printable(&describe(&event)).into_owned() };
         if let Err(err) = writeln!(out, "{line}") {
             io_error = Some(err);
         }
