@@ -548,7 +548,7 @@ impl Default for LaunchSection {
             deny: Vec::new(),
             min_learn_missed_kib: floor.missed_pages * PAGE_KIB,
             min_learn_ms: floor.window_ms,
-            small_replay_mib: pacing.small_pages * PAGE_KIB >> 10,
+            small_replay_mib: pacing.small_pages * PAGE_KIB / 1024,
             small_replay_window_kib: pacing.small_window_pages * PAGE_KIB,
             replay_wave_kib: walk.wave_pages * PAGE_KIB,
             replay_coalesce_kib: walk.coalesce_pages * PAGE_KIB,
