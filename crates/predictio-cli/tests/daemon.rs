@@ -155,15 +155,66 @@ fn bad_configuration_is_a_clear_error() {
     let config = dir.path().join("bad.toml");
     std::fs::write(&config, "[executor]\nbackend = \"magic\"\n").expect("write");
     let out = Command::new(bin()).args(["daemon", "--config", config.to_str().expect("utf8")]).output().expect("run");
-    assert!(!out.status.success());
-    assert!(
-        String::from_utf8_lossy(&out.stderr).contains("unknown backend"),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    common::fails_with(
+        &out,
+        "line 2: [executor] backend = \"magic\": expected one of fadvise, readahead, uring, madvise",
     );
     std::fs::write(&config, "[executor]\nbakend = \"uring\"\n").expect("write");
     let out = Command::new(bin()).args(["daemon", "--config", config.to_str().expect("utf8")]).output().expect("run");
-    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown field"), "{}", String::from_utf8_lossy(&out.stderr));
+    common::fails_with(&out, "[executor] bakend = \"uring\": unknown key");
+}
+
+/// `daemon --check`: the shipped configuration is valid and the report says
+/// what would run here; an invalid one fails naming its key, in text and in
+/// JSON; nothing is bound or created.
+#[test]
+fn check_accepts_the_shipped_configuration_and_rejects_a_bad_one() {
+    let shipped = concat!(env!("CARGO_MANIFEST_DIR"), "/../../dist/predictio.toml");
+    let text = ok(&Command::new(bin()).args(["daemon", "--check", "--config", shipped]).output().expect("check"));
+    for line in
+        ["(valid)", "executor backend: fadvise", "observation: ", "[control] socket: /run/predictio/control.sock"]
+    {
+        assert!(text.contains(line), "{line:?} missing from:\n{text}");
+    }
+    let out = Command::new(bin()).args(["daemon", "--check", "--json", "--config", shipped]).output().expect("check");
+    let report: serde_json::Value = serde_json::from_str(&ok(&out)).expect("--check --json is JSON");
+    assert_eq!(report["valid"], true, "{report}");
+    assert_eq!(report["backend"]["effective"], "fadvise", "{report}");
+    assert_eq!(report["observation"]["configured"], "auto", "{report}");
+    if is_root() && predictio_bpf::available().is_ok() {
+        assert_eq!(report["observation"]["effective"], "ebpf", "root with eBPF built in observes with eBPF: {report}");
+        assert_eq!(report["would_start"], true, "{report}");
+    } else {
+        let why = format!("the eBPF assertion: root: {}, eBPF built in: {:?}", is_root(), predictio_bpf::available());
+        assert!(report["observation"]["note"].is_string(), "a fallback says why: {report}");
+        skip(&why);
+    }
+
+    // Sockets and store in a directory of our own: --check creates none.
+    let dir = common::disk_dir("predictio-check");
+    let config = dir.path().join("predictio.toml");
+    let sockets = format!(
+        "[hints]\nsocket = \"{d}/run/hint.sock\"\n[control]\nsocket = \"{d}/run/control.sock\"\n[observe]\nsource = \"none\"\n[launch]\nstore = \"{d}/store\"\n",
+        d = dir.path().display()
+    );
+    std::fs::write(&config, &sockets).expect("write");
+    let c = config.to_str().expect("utf8");
+    let text = ok(&Command::new(bin()).args(["daemon", "--check", "--config", c]).output().expect("check"));
+    assert!(text.contains("observation: none"), "{text}");
+    assert!(text.contains("will be created in"), "the socket directory does not exist yet: {text}");
+    assert!(!dir.path().join("run").exists() && !dir.path().join("store").exists(), "--check created something");
+
+    // Invalid: the key, the value and what is allowed, and a failure.
+    std::fs::write(&config, format!("{sockets}[executor]\nqueue_capacity = 9223372036854775807\n")).expect("write");
+    let out = Command::new(bin()).args(["daemon", "--check", "--config", c]).output().expect("check");
+    common::fails_with(&out, "[executor] queue_capacity = 9223372036854775807: out of range: expected 1 to 1048576");
+    std::fs::write(&config, "[observe]\nsource = \"bpf\"\n").expect("write");
+    let out = Command::new(bin()).args(["daemon", "--check", "--json", "--config", c]).output().expect("check");
+    assert!(!out.status.success(), "an invalid configuration fails --check --json too");
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("--check --json is JSON");
+    assert_eq!(report["valid"], false, "{report}");
+    let error = report["error"].as_str().expect("error");
+    assert!(error.contains("[observe] source = \"bpf\": expected one of auto, ebpf, perf, fanotify, none"), "{error}");
 }
 
 #[test]

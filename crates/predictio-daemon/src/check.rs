@@ -92,16 +92,10 @@ pub fn check(config: &Config, path: Option<&Path>) -> Report {
             predictio::PAGE_SIZE
         ));
     }
-    let (backend, fallback) = predictio::executor::backend::open_backend(
-        executor.backend,
-        executor.io_depth,
-        executor.limits.max_io_pages,
-    );
-    let backend = Choice {
-        configured: executor.backend.name().into(),
-        effective: backend.kind().name().into(),
-        note: fallback,
-    };
+    let (backend, fallback) =
+        predictio::executor::backend::open_backend(executor.backend, executor.io_depth, executor.limits.max_io_pages);
+    let backend =
+        Choice { configured: executor.backend.name().into(), effective: backend.kind().name().into(), note: fallback };
 
     let observation = match crate::sources::probe_observation(config) {
         Ok((source, note)) => {
@@ -118,9 +112,8 @@ pub fn check(config: &Config, path: Option<&Path>) -> Report {
     };
     let root = effective_uid() == Some(0);
     if !root && observation.effective != "ebpf" && config.observe.source != crate::config::SourceChoice::None {
-        warnings.push(
-            "not checked as root: the daemon runs as root, and observation here may differ from its own".into(),
-        );
+        warnings
+            .push("not checked as root: the daemon runs as root, and observation here may differ from its own".into());
     }
 
     let mut paths = Vec::new();

@@ -615,11 +615,8 @@ impl Config {
             }
             Err(source) => return Err(ConfigError::Read { path, source }),
         };
-        let config = Self::parse(&text).map_err(|(line, message)| ConfigError::Parse {
-            path: path.clone(),
-            line,
-            message,
-        })?;
+        let config =
+            Self::parse(&text).map_err(|(line, message)| ConfigError::Parse { path: path.clone(), line, message })?;
         config.validate().map_err(|problems| ConfigError::Invalid { path: path.clone(), problems })?;
         Ok((config, Some(path)))
     }
@@ -830,7 +827,11 @@ impl Checker {
     /// Like [`Self::range`], for a budget whose zero would make `what`.
     fn budget(&mut self, key: &str, value: u64, allowed: std::ops::RangeInclusive<u64>, unit: &str, what: &str) {
         if value == 0 {
-            self.fail(key, 0, format!("a zero budget: {what}; expected {} to {} ({unit})", allowed.start(), allowed.end()));
+            self.fail(
+                key,
+                0,
+                format!("a zero budget: {what}; expected {} to {} ({unit})", allowed.start(), allowed.end()),
+            );
         } else {
             self.range(key, value, allowed, unit);
         }
@@ -856,7 +857,11 @@ impl Checker {
 
     fn absolute(&mut self, key: &str, path: &Path) {
         if !path.is_absolute() {
-            self.fail(key, quoted_path(path), "expected an absolute path (the daemon's working directory is not yours)");
+            self.fail(
+                key,
+                quoted_path(path),
+                "expected an absolute path (the daemon's working directory is not yours)",
+            );
         }
     }
 }
@@ -990,7 +995,8 @@ mod tests {
 
     #[test]
     fn defaults_and_overrides() {
-        let c = Config::parse("policies = [\"hints\"]\n[executor]\nbackend = \"uring\"\nio_depth = 16\n").expect("parses");
+        let c =
+            Config::parse("policies = [\"hints\"]\n[executor]\nbackend = \"uring\"\nio_depth = 16\n").expect("parses");
         assert_eq!(c.executor.io_depth, 16);
         assert_eq!(c.policies, [PolicyName::Hints]);
         assert_eq!(c.hints, HintsSection::default());

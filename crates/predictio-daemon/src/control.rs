@@ -149,8 +149,7 @@ fn answer(stream: UnixStream, status: &impl Fn() -> Status) -> io::Result<()> {
 
 /// Asks the daemon at `path` for its status.
 pub fn query(path: &Path) -> Result<Status, ControlError> {
-    let mut stream =
-        UnixStream::connect(path).map_err(|source| ControlError::Connect { path: path.into(), source })?;
+    let mut stream = UnixStream::connect(path).map_err(|source| ControlError::Connect { path: path.into(), source })?;
     let mut text = String::new();
     stream
         .set_read_timeout(Some(Duration::from_secs(5)))

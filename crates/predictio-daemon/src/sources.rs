@@ -333,7 +333,8 @@ fn open_kernel(config: &Config) -> Result<(Option<Kernel>, Option<String>), Sour
             };
             let perf = match start_perf() {
                 Ok(kernel) => {
-                    let note = format!("eBPF observation unavailable ({ebpf}); falling back to perf_event_open tracepoints");
+                    let note =
+                        format!("eBPF observation unavailable ({ebpf}); falling back to perf_event_open tracepoints");
                     return Ok((Some(kernel), Some(note)));
                 }
                 Err(why) => why,
