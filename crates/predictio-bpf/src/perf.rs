@@ -90,7 +90,7 @@
 //! `CLOCK_MONOTONIC` (`use_clockid`), the clock of the eBPF observer's
 //! events and [`crate::monotonic_now_ns`].
 
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::Path;
 use std::time::Duration;
 
@@ -586,10 +586,9 @@ pub struct PerfObserver {
     rings: Vec<Ring>,
     _events: Vec<OwnedFd>,
     decoder: Decoder,
-    /// Reused across drains: decoded records, a record's bytes, poll set.
+    /// Reused across drains: decoded records, a record's bytes.
     items: Vec<Item>,
     scratch: Vec<u8>,
-    pollfds: Vec<libc::pollfd>,
     stats: PerfStats,
     poll_interval: Duration,
 }
@@ -680,7 +679,6 @@ impl PerfObserver {
             decoder,
             items: Vec::new(),
             scratch: Vec::new(),
-            pollfds: Vec::new(),
             stats: PerfStats::default(),
             poll_interval: config.poll_interval,
         })
@@ -751,24 +749,20 @@ impl PerfObserver {
         if delivered > 0 || timeout.is_zero() {
             return Ok(delivered);
         }
-        self.pollfds.clear();
-        self.pollfds.extend(self.rings.iter().filter(|r| !r.hung_up).map(|r| libc::pollfd {
-            fd: r.owner.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        }));
-        if self.pollfds.is_empty() {
+        use rustix::event::{PollFd, PollFlags};
+        let mut pollfds: Vec<PollFd<'_>> =
+            self.rings.iter().filter(|r| !r.hung_up).map(|r| PollFd::new(&r.owner, PollFlags::IN)).collect();
+        if pollfds.is_empty() {
             // Every followed process has exited: nothing will wake us, but
             // the caller's loop still expects `timeout` to pass.
             std::thread::sleep(timeout);
         } else {
-            sys::poll_many(&mut self.pollfds, timeout).map_err(|source| PerfError::Syscall { call: "poll", source })?;
-            for pollfd in &self.pollfds {
-                if pollfd.revents & (libc::POLLHUP | libc::POLLERR) != 0
-                    && let Some(ring) = self.rings.iter_mut().find(|r| r.owner.as_raw_fd() == pollfd.fd)
-                {
-                    ring.hung_up = true;
-                }
+            sys::poll_many(&mut pollfds, timeout).map_err(|source| PerfError::Syscall { call: "poll", source })?;
+            let hung_up: Vec<bool> =
+                pollfds.iter().map(|p| p.revents().intersects(PollFlags::HUP | PollFlags::ERR)).collect();
+            // The same filter, in the same order, as the poll set.
+            for (ring, hung_up) in self.rings.iter_mut().filter(|r| !r.hung_up).zip(hung_up) {
+                ring.hung_up = hung_up;
             }
         }
         Ok(self.drain(on_event))

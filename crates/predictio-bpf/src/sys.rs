@@ -1,39 +1,46 @@
 //! The few system calls the crate makes directly (everything else goes
 //! through aya). The only module allowed `unsafe`.
+//!
+//! rustix wherever it has the call (`poll`, `mount`, `pipe2`, `read`,
+//! `clock_gettime`, `mmap`/`munmap`, the perf `ioctl`s, the page size);
+//! libc for what rustix 1.x does not wrap: `fanotify_init(2)` and
+//! `fanotify_mark(2)`, `perf_event_open(2)`, and `fork(2)`/`_exit(2)`
+//! (rustix's `fork` is the raw system call, which skips the C library's
+//! own bookkeeping in the child of a process that uses it).
 #![expect(unsafe_code, reason = "the FFI edge of the crate")]
 
-use std::ffi::CStr;
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd};
 use std::time::Duration;
 
+use rustix::event::{PollFd, PollFlags, Timespec};
+use rustix::io::Errno;
+
+/// `ppoll(2)` on `fds` for up to `timeout`: the number of ready
+/// descriptors, 0 on timeout or an interrupting signal. Nanosecond
+/// precision, so a sub-millisecond timeout still waits instead of spinning.
+fn poll(fds: &mut [PollFd<'_>], timeout: Duration) -> io::Result<usize> {
+    // A timeout too large for a timespec (centuries) waits forever.
+    let timeout = Timespec::try_from(timeout).ok();
+    match rustix::event::poll(fds, timeout.as_ref()) {
+        Ok(ready) => Ok(ready),
+        Err(Errno::INTR) => Ok(0),
+        Err(err) => Err(err.into()),
+    }
+}
+
 /// Waits until `fd` is readable or `timeout` passes. `Ok(true)` when readable;
 /// `Ok(false)` on timeout or an interrupting signal.
 pub(crate) fn poll_readable(fd: BorrowedFd<'_>, timeout: Duration) -> io::Result<bool> {
-    let mut pollfd = libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
-    // poll(2) counts in milliseconds: round up so that a sub-millisecond
-    // timeout still waits instead of spinning.
-    let ms = timeout.as_nanos().div_ceil(1_000_000).min(i32::MAX as u128) as libc::c_int;
-    // SAFETY: `pollfd` is a valid, initialised array of one element that lives
-    // across the call; the descriptor is borrowed, so it stays open.
-    let rc = unsafe { libc::poll(&mut pollfd, 1, ms) };
-    if rc < 0 {
-        let err = io::Error::last_os_error();
-        return if err.kind() == io::ErrorKind::Interrupted { Ok(false) } else { Err(err) };
-    }
-    Ok(rc > 0)
+    Ok(poll(&mut [PollFd::from_borrowed_fd(fd, PollFlags::IN)], timeout)? > 0)
 }
 
 /// Mounts tracefs at `/sys/kernel/tracing` (aya needs it to attach
 /// tracepoints; so does the layout check).
 #[cfg_attr(predictio_bpf_unavailable, allow(dead_code, reason = "used by the eBPF observer only"))]
 pub(crate) fn mount_tracefs() -> io::Result<()> {
-    const SOURCE: &CStr = c"nodev";
-    const TARGET: &CStr = c"/sys/kernel/tracing";
-    const FSTYPE: &CStr = c"tracefs";
-    // SAFETY: all strings are NUL-terminated constants; `data` may be null.
-    let rc = unsafe { libc::mount(SOURCE.as_ptr(), TARGET.as_ptr(), FSTYPE.as_ptr(), 0, std::ptr::null()) };
-    if rc == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
+    let flags = rustix::mount::MountFlags::empty();
+    Ok(rustix::mount::mount(c"nodev", c"/sys/kernel/tracing", c"tracefs", flags, None)?)
 }
 
 /// `fanotify_init(2)`: a notification-class group whose events carry a
@@ -156,48 +163,37 @@ pub(crate) fn read_fanotify(
 /// reader of this process's output sees its end when this process exits.
 #[cfg_attr(predictio_bpf_unavailable, allow(dead_code, reason = "used by the eBPF observer only"))]
 pub(crate) fn release_in_helper(release: impl FnOnce()) -> io::Result<u32> {
-    let mut pipe = [0 as libc::c_int; 2];
-    // SAFETY: `pipe` is a valid array of two descriptors to fill.
-    if unsafe { libc::pipe2(pipe.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    let [read_end, write_end] = pipe;
+    // Both ends close when dropped, in the parent and (the write end) in
+    // the child: `OwnedFd`'s drop is a bare close(2).
+    let (read_end, write_end) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
     // SAFETY: the child calls only async-signal-safe functions (close, read,
-    // _exit) before it exits, as a fork of a multi-threaded process must; it
-    // never returns into Rust code.
+    // _exit, as raw system calls; no allocation, no lock) before it exits,
+    // as a fork of a multi-threaded process must; it never returns into
+    // Rust code.
     let pid = unsafe { libc::fork() };
     match pid {
-        -1 => {
-            let err = io::Error::last_os_error();
-            // SAFETY: both ends are ours and not used after this.
-            unsafe {
-                libc::close(read_end);
-                libc::close(write_end);
-            }
-            Err(err)
-        }
+        -1 => Err(io::Error::last_os_error()),
         0 => {
-            // SAFETY: async-signal-safe calls on descriptors this process
-            // owns; `read` blocks until the parent's write end is closed
-            // (end of file), then the helper exits without unwinding.
+            drop(write_end);
+            // SAFETY: closes this process's standard descriptors, which no
+            // Rust object of the child owns or uses before `_exit`.
             unsafe {
-                libc::close(write_end);
                 libc::close(0);
                 libc::close(1);
                 libc::close(2);
-                let mut byte = 0u8;
-                while libc::read(read_end, (&raw mut byte).cast(), 1) < 0 && *libc::__errno_location() == libc::EINTR {}
-                libc::_exit(0)
             }
+            // Blocks until every write end is closed (end of file): the
+            // parent's goes when `release` has run.
+            let mut byte = [0u8; 1];
+            while rustix::io::read(&read_end, &mut byte) == Err(Errno::INTR) {}
+            // SAFETY: ends the helper without running exit handlers or
+            // unwinding, as the child of a fork must.
+            unsafe { libc::_exit(0) }
         }
         child => {
             release();
-            // SAFETY: both ends are ours; closing the write end lets the
-            // helper go.
-            unsafe {
-                libc::close(read_end);
-                libc::close(write_end);
-            }
+            // Dropping the write end lets the helper go.
+            drop((read_end, write_end));
             Ok(child as u32)
         }
     }
@@ -205,9 +201,7 @@ pub(crate) fn release_in_helper(release: impl FnOnce()) -> io::Result<u32> {
 
 /// `CLOCK_MONOTONIC` in nanoseconds, the clock of `bpf_ktime_get_ns`.
 pub(crate) fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: `ts` is a valid timespec to write; CLOCK_MONOTONIC always exists.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    let ts = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
     (ts.tv_sec as u64).saturating_mul(1_000_000_000).saturating_add(ts.tv_nsec as u64)
 }
 
@@ -294,30 +288,29 @@ pub(crate) enum PerfIoctl<'fd> {
 /// One perf `ioctl` (the enum keeps each request paired with the argument
 /// type the kernel expects).
 pub(crate) fn perf_ioctl(event: BorrowedFd<'_>, request: PerfIoctl<'_>) -> io::Result<()> {
-    const PERF_EVENT_IOC_ENABLE: libc::c_ulong = 0x2400;
-    const PERF_EVENT_IOC_SET_OUTPUT: libc::c_ulong = 0x2405;
-    let (request, arg) = match request {
-        PerfIoctl::Enable => (PERF_EVENT_IOC_ENABLE, 0 as libc::c_ulong),
-        PerfIoctl::SetOutput(output) => (PERF_EVENT_IOC_SET_OUTPUT, output.as_raw_fd() as libc::c_ulong),
-    };
-    // SAFETY: both requests take an integer argument (flags, or a descriptor
-    // borrowed for the call) and touch no user memory.
-    let rc = unsafe { libc::ioctl(event.as_raw_fd(), request, arg) };
-    if rc < 0 { Err(io::Error::last_os_error()) } else { Ok(()) }
+    use rustix::ioctl::{IntegerSetter, NoArg, Opcode, ioctl, opcode};
+    /// `_IO('$', 0)`: its argument (0: this event only) is an integer.
+    const PERF_EVENT_IOC_ENABLE: Opcode = opcode::none(b'$', 0);
+    /// `_IO('$', 5)`: its argument is a descriptor, an integer.
+    const PERF_EVENT_IOC_SET_OUTPUT: Opcode = opcode::none(b'$', 5);
+    match request {
+        // SAFETY: ENABLE takes no pointer; the argument NoArg passes (0)
+        // enables this event only, and no user memory is touched.
+        PerfIoctl::Enable => unsafe { ioctl(event, NoArg::<PERF_EVENT_IOC_ENABLE>::new()) }?,
+        PerfIoctl::SetOutput(output) => {
+            let output = output.as_raw_fd() as usize;
+            // SAFETY: SET_OUTPUT takes a descriptor as an integer, borrowed
+            // (hence open) for the call; no user memory is touched.
+            unsafe { ioctl(event, IntegerSetter::<PERF_EVENT_IOC_SET_OUTPUT>::new_usize(output)) }?
+        }
+    }
+    Ok(())
 }
 
 /// `poll(2)` on several descriptors; `revents` are written into `fds`.
 /// Returns how many are ready (0 on timeout or an interrupting signal).
-pub(crate) fn poll_many(fds: &mut [libc::pollfd], timeout: Duration) -> io::Result<usize> {
-    let ms = timeout.as_nanos().div_ceil(1_000_000).min(i32::MAX as u128) as libc::c_int;
-    // SAFETY: `fds` is a valid, initialised array of `fds.len()` elements
-    // that lives across the call; the caller keeps the descriptors open.
-    let rc = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
-    if rc < 0 {
-        let err = io::Error::last_os_error();
-        return if err.kind() == io::ErrorKind::Interrupted { Ok(0) } else { Err(err) };
-    }
-    Ok(rc as usize)
+pub(crate) fn poll_many(fds: &mut [PollFd<'_>], timeout: Duration) -> io::Result<usize> {
+    poll(fds, timeout)
 }
 
 /// A perf event's mmap'ed ring: the control page (`struct
@@ -348,24 +341,14 @@ const PERF_MMAP_DATA_SIZE: usize = 1048;
 impl PerfRing {
     /// Maps the ring of `event` with `data_pages` data pages (a power of two).
     pub(crate) fn map(event: BorrowedFd<'_>, data_pages: usize) -> io::Result<PerfRing> {
+        use rustix::mm::{MapFlags, ProtFlags};
         let page = page_size();
         let map_len = (data_pages + 1) * page;
+        let prot = ProtFlags::READ | ProtFlags::WRITE;
         // SAFETY: a fresh shared mapping chosen by the kernel (no address
         // hint), aliasing no Rust memory; the descriptor is borrowed for the
         // call only (the mapping keeps the buffer alive).
-        let base = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                map_len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                event.as_raw_fd(),
-                0,
-            )
-        };
-        if base == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
+        let base = unsafe { rustix::mm::mmap(std::ptr::null_mut(), map_len, prot, MapFlags::SHARED, event, 0) }?;
         let base = std::ptr::NonNull::new(base.cast::<u8>()).ok_or_else(|| io::Error::other("mmap returned null"))?;
         let mut ring = PerfRing { base, map_len, data_offset: page, data_size: data_pages * page };
         // Linux 4.1+ says where the data area is; older kernels leave zeros
@@ -443,14 +426,13 @@ impl PerfRing {
 impl Drop for PerfRing {
     fn drop(&mut self) {
         // SAFETY: unmapping exactly the mapping made in `map`; no reference
-        // into it outlives `self` (all accessors borrow `self`).
-        unsafe { libc::munmap(self.base.as_ptr().cast(), self.map_len) };
+        // into it outlives `self` (all accessors borrow `self`). An error
+        // (none is possible for our own mapping) would leave it mapped.
+        let _ = unsafe { rustix::mm::munmap(self.base.as_ptr().cast(), self.map_len) };
     }
 }
 
-/// The system page size.
+/// The system page size (`AT_PAGESZ`).
 pub(crate) fn page_size() -> usize {
-    // SAFETY: sysconf has no preconditions; _SC_PAGESIZE always succeeds on Linux.
-    let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    usize::try_from(size).ok().filter(|s| s.is_power_of_two()).unwrap_or(4096)
+    rustix::param::page_size()
 }

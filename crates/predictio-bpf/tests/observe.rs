@@ -9,7 +9,7 @@
 use std::collections::BTreeSet;
 use std::fs::File;
 use std::io::Write as _;
-use std::os::fd::{AsFd, AsRawFd as _};
+use std::os::fd::AsFd;
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -32,8 +32,7 @@ fn observer(config: ObserverConfig) -> Option<Observer> {
         eprintln!("skipping: {why}");
         None
     };
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    if unsafe { libc::geteuid() } != 0 {
+    if !rustix::process::geteuid().is_root() {
         return skip("needs root (CAP_BPF and CAP_PERFMON)".into());
     }
     match Observer::load(config) {
@@ -212,19 +211,15 @@ fn mmap_reads_report_faults_and_mapped_pages() {
     // threads may report too; the file filters them out).
     observer.follow(std::process::id()).expect("follow self");
     let len = (pages * PAGE_SIZE) as usize;
+    // Faulting pages through a mapping of our own is what this test is
+    // about, so it maps and reads raw memory (unsafe, unavoidably).
+    use rustix::mm::{MapFlags, ProtFlags};
     // SAFETY: a fresh read-only private mapping of an open file, chosen by the
     // kernel; it aliases no Rust memory and is unmapped below.
     let base = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ,
-            libc::MAP_PRIVATE,
-            data.file.file().as_fd().as_raw_fd(),
-            0,
-        )
-    };
-    assert_ne!(base, libc::MAP_FAILED, "mmap: {}", std::io::Error::last_os_error());
+        rustix::mm::mmap(std::ptr::null_mut(), len, ProtFlags::READ, MapFlags::PRIVATE, data.file.file().as_fd(), 0)
+    }
+    .expect("mmap");
     let mut sum = 0u64;
     for page in 0..pages as usize {
         // SAFETY: the byte lies inside the live mapping of `len` bytes; the
@@ -232,7 +227,7 @@ fn mmap_reads_report_faults_and_mapped_pages() {
         sum += u64::from(unsafe { std::ptr::read_volatile(base.cast::<u8>().add(page * PAGE_SIZE as usize)) });
     }
     // SAFETY: unmapping exactly the mapping made above; nothing refers to it.
-    assert_eq!(unsafe { libc::munmap(base, len) }, 0);
+    unsafe { rustix::mm::munmap(base, len) }.expect("munmap");
     assert!(sum > 0);
     let mut events = Vec::new();
     observer.poll(Duration::from_millis(5), &mut |e| events.push(e)).expect("poll");
@@ -702,8 +697,7 @@ fn an_exec_start_is_reported_before_its_exec() {
     });
     let Some((uid, path, shape)) = start else { panic!("no exec start before the exec: {events:?}") };
     assert_eq!(std::fs::canonicalize(path.as_ref()).ok(), std::fs::canonicalize(&cat).ok(), "{path}");
-    // SAFETY: getuid has no preconditions.
-    assert_eq!(uid, unsafe { libc::getuid() });
+    assert_eq!(uid, rustix::process::getuid().as_raw());
     // The command line as the caller passed it, shaped like the exec's.
     let Event::Exec { shape: exec_shape, .. } = &events[exec_at] else { unreachable!() };
     assert_eq!(shape, *exec_shape);
@@ -716,14 +710,14 @@ fn closing_in_the_background_returns_before_the_programs_are_detached() {
     let started = Instant::now();
     let helper = observer.close_in_background().expect("a helper is forked");
     let returned = started.elapsed();
-    let mut status = 0;
-    // SAFETY: waits for our own child; `status` is a valid place to write.
-    let reaped = unsafe { libc::waitpid(helper as libc::pid_t, &mut status, 0) };
+    let pid = rustix::process::Pid::from_raw(helper as i32).expect("a child's pid is positive");
+    let reaped = rustix::process::waitpid(Some(pid), rustix::process::WaitOptions::empty()).expect("waitpid");
     // The helper exits once the kernel has released the last references:
     // the programs are detached by now.
     let detached = started.elapsed();
-    assert_eq!(reaped, helper as libc::pid_t);
-    assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "status {status:#x}");
+    let (reaped, status) = reaped.expect("the helper was reaped");
+    assert_eq!(reaped, pid);
+    assert_eq!(status.exit_status(), Some(0), "status {status:?}");
     eprintln!("returned after {returned:?}, detached after {detached:?}");
     assert!(returned * 2 < detached, "returned after {returned:?}, detached after {detached:?}");
 }

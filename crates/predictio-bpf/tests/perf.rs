@@ -35,8 +35,7 @@ fn skip(why: &str) {
 /// otherwise. Checked before a test creates files or processes.
 #[track_caller]
 fn privileged() -> bool {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    let root = unsafe { libc::geteuid() } == 0;
+    let root = rustix::process::geteuid().is_root();
     if !root {
         skip("needs root (CAP_PERFMON and a readable tracefs)");
     }
@@ -260,13 +259,10 @@ fn a_full_ring_counts_lost_records() {
 /// Restricts `pid` (and the children it forks from now on) to CPU 0.
 #[track_caller]
 fn pin_to_cpu_0(pid: u32) {
-    // SAFETY: an all-zero cpu_set_t (plain integers) is a valid empty set.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: CPU 0 is inside the set's bounds; the set is ours to write.
-    unsafe { libc::CPU_SET(0, &mut set) };
-    // SAFETY: `set` is a valid cpu_set_t of the size passed, alive for the call.
-    let rc = unsafe { libc::sched_setaffinity(pid as libc::pid_t, size_of::<libc::cpu_set_t>(), &set) };
-    assert_eq!(rc, 0, "sched_setaffinity: {}", std::io::Error::last_os_error());
+    let mut set = rustix::thread::CpuSet::new();
+    set.set(0);
+    let pid = rustix::process::Pid::from_raw(pid as i32).expect("a positive pid");
+    rustix::thread::sched_setaffinity(Some(pid), &set).expect("sched_setaffinity");
 }
 
 #[test]
