@@ -18,16 +18,49 @@ pub struct DepthPoint {
     pub depth: u32,
     /// Random aligned 4 KiB O_DIRECT reads per second.
     pub rand4k_iops: f64,
-    /// Random aligned 1 MiB O_DIRECT reads, in MB/s (10^6 bytes per second).
-    pub rand1m_MBps: f64,
+    /// 1 MiB O_DIRECT reads, in MB/s (10^6 bytes per second): sequential
+    /// from a randomly placed start (block-device probe), or at random
+    /// places in the probe file (file probe).
+    #[serde(alias = "rand1m_MBps")]
+    pub read1m_MBps: f64,
 }
 
-/// What the device can do, measured with O_DIRECT reads through io_uring,
-/// after the probe file was read once (the device as workloads that read
-/// their files again and again see it, see [`crate::device::probe`]).
+/// What the device-limit probe read.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum ProbeKind {
+    /// The block device under the bench directory, read-only, at places
+    /// chosen at random on every run: on a virtual machine, blocks the host
+    /// has not cached.
+    BlockDevice,
+    /// A data file in the bench directory, read once before it is timed:
+    /// the device as workloads that read their files again and again see
+    /// it (on a virtual machine, largely the host's cache).
+    #[default]
+    File,
+}
+
+/// What the device can do, measured with O_DIRECT reads through io_uring
+/// (see [`crate::device::probe`]).
 #[allow(non_snake_case)]
 #[derive(Serialize, Deserialize, Clone, Debug, Default)]
 pub struct DeviceLimit {
+    /// What was read: the block device or the probe file (result files
+    /// from before the block-device probe have none: they read the file).
+    #[serde(default)]
+    pub probe: ProbeKind,
+    /// The device node or file read.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub probe_path: String,
+    /// Why the block device was not read, when the file was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub probe_fallback: Option<String>,
+    /// Share of the probe's reads whose first 4 KiB were all zeros. On a
+    /// thin-provisioned virtual disk such blocks may never have been
+    /// written, and the host answers them without reading its disk: a
+    /// large share makes the limits too high.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zero_read_share: Option<f64>,
     /// best 1 MiB O_DIRECT bandwidth over the depths probed (MB/s, 10^6 bytes per second)
     pub seq_MBps: f64,
     /// Random 4 KiB reads per second at queue depth 1.
@@ -174,6 +207,60 @@ pub fn block_device_of(path: &Path) -> io::Result<(String, PathBuf)> {
     Ok((name, queue))
 }
 
+/// The device node of the block device holding `path` (its filesystem's
+/// own device: a partition or a device-mapper target, not the disk under
+/// it), e.g. `/dev/vda1` or `/dev/dm-0`.
+///
+/// `st_dev` of `path` is looked up in `/sys/dev/block/MAJ:MIN/uevent`
+/// (`DEVNAME`), then `/dev/block/MAJ:MIN`; when `st_dev` has no sysfs entry
+/// (btrfs), the mount's source from `/proc/self/mountinfo`. A candidate is
+/// returned only if it is a block device whose `st_rdev` is the device
+/// sought. Errors with `NotFound` when there is none (overlay, tmpfs, a
+/// container's `/dev` without it).
+pub fn block_device_node(path: &Path) -> io::Result<PathBuf> {
+    use std::os::unix::fs::FileTypeExt;
+    let dev = std::fs::metadata(path)?.dev();
+    let (major, minor) = (libc::major(dev), libc::minor(dev));
+    let is_node = |candidate: &Path, rdev: u64| {
+        std::fs::metadata(candidate).is_ok_and(|m| m.file_type().is_block_device() && m.rdev() == rdev)
+    };
+    let mut candidates = Vec::new();
+    if let Ok(uevent) = std::fs::read_to_string(format!("/sys/dev/block/{major}:{minor}/uevent"))
+        && let Some(name) = uevent_devname(&uevent)
+    {
+        candidates.push(PathBuf::from("/dev").join(name));
+    }
+    candidates.push(PathBuf::from(format!("/dev/block/{major}:{minor}")));
+    if let Some(found) = candidates.iter().find(|c| is_node(c, dev)) {
+        return Ok(found.clone());
+    }
+    // btrfs and other filesystems whose files report an anonymous device:
+    // the device the mount came from.
+    if let Some(source) = mount_source_of(major, minor)
+        && let Ok(meta) = std::fs::metadata(&source)
+        && meta.file_type().is_block_device()
+    {
+        return Ok(std::fs::canonicalize(&source).unwrap_or(source));
+    }
+    Err(io::Error::new(
+        io::ErrorKind::NotFound,
+        format!(
+            "no device node for {} (st_dev {major}:{minor}; tried {candidates:?} and the mount source)",
+            path.display()
+        ),
+    ))
+}
+
+/// `DEVNAME` of a sysfs `uevent` text (`vda1`, `dm-0`); `None` when it is
+/// missing or would name a path outside `/dev`.
+fn uevent_devname(uevent: &str) -> Option<&str> {
+    uevent
+        .lines()
+        .find_map(|l| l.strip_prefix("DEVNAME="))
+        .map(str::trim)
+        .filter(|n| !n.is_empty() && !n.split('/').any(|part| part == ".." || part.is_empty()))
+}
+
 /// Reads queue/read_ahead_kb of the device holding `path`.
 pub fn read_ahead_kb(path: &Path) -> io::Result<u64> {
     let (_, queue) = block_device_of(path)?;
@@ -219,6 +306,42 @@ mod tests {
         let p = Machine::describe(Path::new("/proc")).expect("describe /proc");
         assert_eq!(p.device, "unknown");
         assert_eq!(p.read_ahead_kb, 0);
+    }
+
+    #[test]
+    fn device_node_of_root() {
+        use std::os::unix::fs::FileTypeExt;
+        match block_device_node(Path::new("/")) {
+            Ok(node) => {
+                let meta = std::fs::metadata(&node).expect("stat the node");
+                assert!(meta.file_type().is_block_device(), "{}", node.display());
+                assert!(node.starts_with("/dev"), "{}", node.display());
+            }
+            Err(e) => eprintln!("no device node for /: {e}"),
+        }
+        assert!(block_device_node(Path::new("/proc")).is_err(), "procfs has no block device");
+    }
+
+    #[test]
+    fn result_files_from_before_the_block_device_probe_parse() {
+        let old = r#"{"seq_MBps": 1333.5, "rand4k_iops_qd1": 16444.5, "rand4k_iops_qd64": 70024.0,
+            "by_depth": [{"depth": 1, "rand4k_iops": 16444.5, "rand1m_MBps": 998.2}]}"#;
+        let limit: DeviceLimit = serde_json::from_str(old).expect("parse");
+        assert_eq!(limit.probe, ProbeKind::File, "the old probe read the file");
+        assert_eq!(limit.by_depth[0].read1m_MBps, 998.2);
+        assert_eq!(limit.probe_fallback, None);
+        let json = serde_json::to_value(DeviceLimit { probe: ProbeKind::BlockDevice, ..limit }).expect("json");
+        assert_eq!(json["probe"], serde_json::json!("block-device"));
+        assert!(json.get("probe_fallback").is_none());
+    }
+
+    #[test]
+    fn uevent_names() {
+        assert_eq!(uevent_devname("MAJOR=254\nMINOR=1\nDEVNAME=vda1\nDEVTYPE=partition\n"), Some("vda1"));
+        assert_eq!(uevent_devname("MAJOR=253\nDEVNAME=dm-0\n"), Some("dm-0"));
+        assert_eq!(uevent_devname("MAJOR=1\n"), None);
+        assert_eq!(uevent_devname("DEVNAME=../sda\n"), None);
+        assert_eq!(uevent_devname("DEVNAME=\n"), None);
     }
 
     #[test]

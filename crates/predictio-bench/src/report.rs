@@ -474,9 +474,28 @@ fn device_limit_line(d: &crate::machine::DeviceLimit) -> String {
         let points: Vec<String> = d
             .by_depth
             .iter()
-            .map(|p| format!("QD{} {} IOPS / {:.0} MB/s", p.depth, fmt_count(p.rand4k_iops), p.rand1m_MBps))
+            .map(|p| format!("QD{} {} IOPS / {:.0} MB/s", p.depth, fmt_count(p.rand4k_iops), p.read1m_MBps))
             .collect();
         let _ = write!(s, " (by depth: {})", points.join(", "));
+    }
+    let path = if d.probe_path.is_empty() { String::new() } else { format!(" {}", d.probe_path) };
+    match d.probe {
+        crate::machine::ProbeKind::BlockDevice => {
+            let _ = write!(s, "; read from the block device{path} at random places (not cached by a host)");
+        }
+        crate::machine::ProbeKind::File => {
+            let _ = write!(s, "; read from the probe file{path}, read once before (on a VM, the host's cache)");
+        }
+    }
+    if let Some(why) = &d.probe_fallback {
+        let _ = write!(s, ", not the block device: {why}");
+    }
+    if let Some(share) = d.zero_read_share.filter(|&z| z > 0.0) {
+        let _ = write!(
+            s,
+            "; {:.1} % of the reads returned only zeros (unwritten blocks: the limits may be high)",
+            share * 100.0
+        );
     }
     s
 }
@@ -1054,13 +1073,17 @@ mod tests {
                 device: "vda".into(),
                 read_ahead_kb: 128,
                 device_limit: crate::machine::DeviceLimit {
+                    probe: crate::machine::ProbeKind::BlockDevice,
+                    probe_path: "/dev/vda".into(),
+                    probe_fallback: None,
+                    zero_read_share: Some(0.0),
                     seq_MBps: 2800.0,
                     rand4k_iops_qd1: 13_000.0,
                     rand4k_iops_qd64: 99_000.0,
                     by_depth: vec![crate::machine::DepthPoint {
                         depth: 64,
                         rand4k_iops: 99_000.0,
-                        rand1m_MBps: 2800.0,
+                        read1m_MBps: 2800.0,
                     }],
                 },
             },
@@ -1081,6 +1104,7 @@ mod tests {
         );
         assert!(md.contains("- environment that filtered or changed cases: `PREDICTIO_BENCH_SQLITE_ONLY=scan-1000`\n"));
         assert!(md.contains("rand 4K 13.0 K IOPS at QD1, 99.0 K IOPS at QD64; seq (1 MiB O_DIRECT) 2800 MB/s"));
+        assert!(md.contains("; read from the block device /dev/vda at random places"), "{md}");
         assert!(md.contains(r#"- settings: `{"pairs":5,"rows":1000}`"#), "{md}");
         assert!(md.contains("| case | baseline median s (min–max) |"));
         assert!(md.contains("| p99_s | preload_s |"), "{md}");
