@@ -499,7 +499,7 @@ pub struct LaunchSection {
     /// off, they are not attached. On, `execve`'s entry is seen too, and a
     /// launch is replayed there, before the kernel reads the program, not
     /// at its exec (python3's heavy imports 107–110 against 121–124 ms
-    /// here, see `docs/DESIGN.md`, "Exec starts").
+    /// here, see `docs/notes/2026-12-06-launch-and-executor-findings.md`).
     pub lookups: bool,
     /// Learn only executables under these path prefixes (empty: all).
     pub allow: Vec<String>,

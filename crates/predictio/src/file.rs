@@ -3,7 +3,7 @@
 //! A file is identified by `(dev, ino)`; prefetching always goes through a
 //! descriptor the runtime holds ([`FileRef`]). The executor never opens a path
 //! on behalf of someone else: whoever builds a `FileRef` has proven they could
-//! open the file (that is the security model of DESIGN.md).
+//! open the file (the security model of docs/DESIGN.md).
 
 use std::fmt;
 use std::fs::File;

@@ -114,7 +114,7 @@ pub fn run(args: Args) -> Result<()> {
         // daemon does on the exec event. Not before: the exec's own reads
         // (the directories on its path, its inode, its ELF headers) would
         // queue behind the replay's tens of MiB (measured: 40-150 ms more
-        // per launch on the bench's programs, see docs/DESIGN.md).
+        // per launch on the bench's programs, see docs/notes/2026-12-06-launch-and-executor-findings.md).
         sender.send(
             predictio::Event::Exec {
                 pid: child.id(),

@@ -52,7 +52,7 @@ const MAX_EXEC_CHAIN: usize = 6;
 /// waits behind a few MiB of data — 1.5–4 ms per lookup, five or so in a
 /// row before the program runs. The other metadata is not held: holding
 /// it too measured worse for gdb, whose own lookups it serves
-/// (`docs/DESIGN.md`). The wait is the executor worker's, never a
+/// (`docs/notes/2026-12-06-launch-and-executor-findings.md`). The wait is the executor worker's, never a
 /// submitter's.
 #[derive(Debug)]
 pub struct ExecGate {

@@ -77,8 +77,8 @@ pub struct ExecutorConfig {
     /// reads included — and dispatches it only when something next runs the
     /// queue. Traced in the launch bench, a program's exec sat 3–4 ms with
     /// its directory block held in the scheduler and the device idle, until
-    /// the executor's first data read ran the queue (see `docs/DESIGN.md`,
-    /// "Executor"). For a device whose scheduler does not hold classes back
+    /// the executor's first data read ran the queue (see
+    /// `docs/notes/2026-12-06-launch-and-executor-findings.md`). For a device whose scheduler does not hold classes back
     /// (`none`, `kyber`) it costs nothing and may help.
     pub meta_realtime_io: bool,
     /// How long data prefetch waits, at most, for the execs a metadata
@@ -95,7 +95,7 @@ pub struct ExecutorConfig {
     /// program whose data is mostly cached: waking the worker is a
     /// cross-CPU wake-up per request, which on a warm cache cost a
     /// single-threaded SQLite program more than the policy itself (see
-    /// `docs/DESIGN.md`, "B-tree range scans"). Off without `cachestat`.
+    /// `docs/notes/2026-12-06-btree-scan-findings.md`). Off without `cachestat`.
     pub screen_resident_ranges: usize,
     /// Whether sequential requests get the stream thread (true, the
     /// default); without it they are issued like any other.

@@ -10,7 +10,8 @@
 //! of the faults and copies from at about twice the speed: on this machine a
 //! 2 GiB model cached by `fadvise` loads under llama.cpp in a median 2.1 s
 //! (mmap) and 4–5 s (no mmap), cached by one sequential read in a median
-//! 1.4 s and 2.2–2.9 s (docs/DESIGN.md, "Large folios"). Bulk data a program will map or read whole (model
+//! 1.4 s and 2.2–2.9 s (docs/notes/2026-12-06-model-loading-and-readers-findings.md).
+//! Bulk data a program will map or read whole (model
 //! tensors, with `TensorConfig::stream`; off by default, as a whole
 //! `llm-load` run with it was slower than with `fadvise`) can therefore be
 //! streamed: one thread walks each run with

@@ -86,7 +86,7 @@ pub struct TensorConfig {
     /// the executor's stream thread reads them through the kernel's own
     /// readahead, which caches them in large folios, instead of `fadvise`.
     /// Off by default: in `llm-load` it was slower than `fadvise` (see
-    /// docs/DESIGN.md, "Large folios").
+    /// docs/notes/2026-12-06-model-loading-and-readers-findings.md).
     pub stream: bool,
 }
 
