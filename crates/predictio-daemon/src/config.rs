@@ -1180,6 +1180,41 @@ mod tests {
         assert!(Config::default().launch.may_learn("/opt/x"));
     }
 
+    /// `N to M` in a comment of `dist/predictio.toml`: the range it
+    /// documents for the key on that line.
+    fn documented_range(comment: &str) -> Option<(u64, u64)> {
+        let words: Vec<&str> = comment.split_whitespace().map(|w| w.trim_matches(&['(', ')', ',', ';'][..])).collect();
+        words.windows(3).find_map(|w| match w {
+            [lo, "to", hi] => Some((lo.parse().ok()?, hi.parse().ok()?)),
+            _ => None,
+        })
+    }
+
+    #[test]
+    fn the_ranges_the_shipped_example_documents_are_the_ones_enforced() {
+        let mut section = String::new();
+        let mut checked = 0;
+        for line in include_str!("../../../dist/predictio.toml").lines().map(str::trim) {
+            if let Some(name) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
+                section = name.to_owned();
+                continue;
+            }
+            let Some((setting, comment)) = line.split_once('#') else { continue };
+            let (Some((key, _)), Some((lo, hi))) = (setting.split_once('='), documented_range(comment)) else {
+                continue;
+            };
+            let (key, file) = (key.trim(), |v: u64| format!("[{section}]\n{} = {v}\n", key.trim()));
+            let c = Config::parse(&file(hi)).unwrap_or_else(|e| panic!("{e:?}"));
+            c.validate().unwrap_or_else(|e| panic!("[{section}] {key} = {hi} is documented as allowed: {e}"));
+            rejects(&file(hi + 1), &[&format!("[{section}] {key} = {}", hi + 1)]);
+            if lo > 0 {
+                rejects(&file(lo - 1), &[&format!("[{section}] {key} = {}", lo - 1)]);
+            }
+            checked += 1;
+        }
+        assert!(checked >= 15, "only {checked} documented ranges found");
+    }
+
     #[test]
     fn the_shipped_example_is_valid_and_matches_the_defaults() {
         let text = include_str!("../../../dist/predictio.toml");
