@@ -62,11 +62,15 @@
 //! assert!(scan.stats().leaves > 1);
 //! # Ok(()) }
 //! ```
+//!
+//! All `unsafe` code is in one private module, `sys`: the copy of a page
+//! out of LMDB's map and `madvise` on it (through rustix); the rest of the
+//! crate is safe Rust.
 
 #![deny(unsafe_code)]
 
 #[allow(unsafe_code)]
-pub mod map;
+mod sys;
 
 use std::any::Any;
 use std::ops::RangeBounds;
@@ -83,7 +87,7 @@ use predictio::file::FileError;
 use predictio::policies::btree::{BtreeConfig, BtreePolicy};
 use predictio::{ExecutorConfig, FileRef, PageRange};
 
-pub use map::{LMDB_PAGE, Map};
+pub use sys::{LMDB_PAGE, Map};
 
 /// Interior pages a scan's [`Traversal`] remembers: the depth of a deep
 /// tree plus the next few branch pages.

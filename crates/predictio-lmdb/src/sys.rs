@@ -1,5 +1,6 @@
-//! The one unsafe edge of the adapter: finding LMDB's read-only map of the
-//! data file in this process and copying pages out of it.
+//! The one unsafe edge of the adapter (its `sys` module): finding LMDB's
+//! read-only map of the data file in this process, advising the kernel
+//! about it (`madvise(2)` through rustix) and copying pages out of it.
 //!
 //! LMDB maps the data file once per environment (`mmap(NULL, mapsize,
 //! PROT_READ, MAP_SHARED, fd, 0)`) and hands out keys and values as pointers
@@ -57,11 +58,11 @@ impl Map {
     /// around each page fault (what LMDB's `MDB_NORDAHEAD` does at open).
     /// Advice only: what the map holds and what reads return is unchanged.
     pub fn advise_random(&self) -> io::Result<()> {
+        let base = self.base as *mut std::ffi::c_void;
         // SAFETY: madvise with MADV_RANDOM only sets a readahead hint on the
         // VMAs of `base .. base + len`, a live mapping (see the module's
         // contract); it changes no memory contents and no protections.
-        let rc = unsafe { libc::madvise(self.base as *mut libc::c_void, self.len, libc::MADV_RANDOM) };
-        if rc == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
+        Ok(unsafe { rustix::mm::madvise(base, self.len, rustix::mm::Advice::Random) }?)
     }
 
     /// Copies page `page` into `out` if the page lies inside both the
