@@ -15,6 +15,11 @@
 //! Point reads ([`db::Db::get`]) report nothing. Prefetching never changes
 //! what an iterator returns: the wrapper only sends events, without
 //! blocking.
+//!
+//! `unsafe` code is in the crate's FFI edge only: `ffi` (the declarations
+//! of RocksDB's C functions) and [`db`] (the calls into them behind a safe
+//! API, each with a `SAFETY:` comment). The crate makes no system call of
+//! its own; RocksDB does its I/O, predictio's core its prefetching.
 
 #![deny(unsafe_code)]
 

@@ -17,6 +17,12 @@
 //! sqlite> SELECT predictio_stats();
 //! ```
 //!
+//! All `unsafe` code is in one private module, `vfs`: the FFI edge with
+//! SQLite's C API (the VFS method table and the extension's entry points).
+//! It makes no system call of its own: file I/O is the real VFS's, and the
+//! prefetch goes through predictio's core (`predictio::sys`, its syscall
+//! edge).
+//!
 //! [`Traversal`]: predictio::btree::Traversal
 #![deny(unsafe_code)]
 
