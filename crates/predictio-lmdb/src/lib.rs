@@ -87,7 +87,8 @@ use predictio::file::FileError;
 use predictio::policies::btree::{BtreeConfig, BtreePolicy};
 use predictio::{ExecutorConfig, FileRef, PageRange};
 
-pub use sys::{LMDB_PAGE, Map};
+pub use sys::LMDB_PAGE;
+use sys::Map;
 
 /// Interior pages a scan's [`Traversal`] remembers: the depth of a deep
 /// tree plus the next few branch pages.
@@ -217,7 +218,8 @@ impl LmdbPrefetcher {
         let flags = env.get_flags()?;
         let path = if flags & MDB_NOSUBDIR != 0 { env.path().to_path_buf() } else { env.path().join("data.mdb") };
         let file = FileRef::open(&path)?;
-        let map = Map::find(file.id().ino).map_err(Error::Maps)?.ok_or_else(|| Error::NoMap(path.clone()))?;
+        let map =
+            Map::find(file.id().dev, file.id().ino).map_err(Error::Maps)?.ok_or_else(|| Error::NoMap(path.clone()))?;
         let mut page = [0u8; LMDB_PAGE];
         if !map.copy_page(0, 2, &mut page) {
             return Err(Error::Meta(PageError::Length { expected: LMDB_PAGE, actual: 0 }));
@@ -245,9 +247,10 @@ impl LmdbPrefetcher {
         &self.file
     }
 
-    /// The environment's map in this process.
-    pub fn map(&self) -> Map {
-        self.map
+    /// The page of the data file that an address LMDB returned (a key or
+    /// a value, which point into its map) falls in, if it is in the map.
+    pub fn page_of(&self, addr: *const u8) -> Option<u64> {
+        self.map.page_of(addr as usize)
     }
 
     /// An observer for one scan in `txn`: feed it every key the scan

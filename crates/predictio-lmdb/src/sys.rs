@@ -18,38 +18,29 @@ use predictio::PAGE_SIZE;
 /// LMDB pages the adapter reads: the kernel's page size (LMDB's default).
 pub const LMDB_PAGE: usize = PAGE_SIZE as usize;
 
-/// The address range of one environment's map.
+/// The address range of one environment's map. Crate-private: copying a
+/// page out of it is sound only while the environment that made the map is
+/// open and not resized, which the adapter guarantees by holding a clone
+/// of the environment beside its one `Map`; no one outside the crate can
+/// hold a `Map` past that.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Map {
+pub(crate) struct Map {
     base: usize,
     len: usize,
 }
 
 impl Map {
-    /// Finds the shared read-only mapping of the file with inode `ino` at
-    /// file offset 0 in `/proc/self/maps`.
-    pub fn find(ino: u64) -> io::Result<Option<Map>> {
+    /// Finds the shared read-only mapping of the file `(dev, ino)` at file
+    /// offset 0 in `/proc/self/maps`: the inode alone could name a file of
+    /// another filesystem mapped by the same process.
+    pub(crate) fn find(dev: u64, ino: u64) -> io::Result<Option<Map>> {
         let maps = std::fs::read_to_string(Path::new("/proc/self/maps"))?;
-        Ok(maps.lines().find_map(|line| parse_line(line, ino)))
-    }
-
-    /// The map's first byte.
-    pub fn base(&self) -> usize {
-        self.base
-    }
-
-    /// Length of the mapping (LMDB's map size; the file may be shorter).
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// Whether the mapping is empty (never, for a mapping LMDB made).
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
+        let dev = (rustix::fs::major(dev), rustix::fs::minor(dev));
+        Ok(maps.lines().find_map(|line| parse_line(line, dev, ino)))
     }
 
     /// The LMDB page an address inside the map falls in.
-    pub fn page_of(&self, addr: usize) -> Option<u64> {
+    pub(crate) fn page_of(&self, addr: usize) -> Option<u64> {
         let offset = addr.checked_sub(self.base)?;
         (offset < self.len).then_some((offset / LMDB_PAGE) as u64)
     }
@@ -57,7 +48,7 @@ impl Map {
     /// `madvise(MADV_RANDOM)` over the whole map: the kernel stops reading
     /// around each page fault (what LMDB's `MDB_NORDAHEAD` does at open).
     /// Advice only: what the map holds and what reads return is unchanged.
-    pub fn advise_random(&self) -> io::Result<()> {
+    pub(crate) fn advise_random(&self) -> io::Result<()> {
         let base = self.base as *mut std::ffi::c_void;
         // SAFETY: madvise with MADV_RANDOM only sets a readahead hint on the
         // VMAs of `base .. base + len`, a live mapping (see the module's
@@ -67,7 +58,7 @@ impl Map {
 
     /// Copies page `page` into `out` if the page lies inside both the
     /// mapping and the first `file_pages` pages of the file; false otherwise.
-    pub fn copy_page(&self, page: u64, file_pages: u64, out: &mut [u8; LMDB_PAGE]) -> bool {
+    pub(crate) fn copy_page(&self, page: u64, file_pages: u64, out: &mut [u8; LMDB_PAGE]) -> bool {
         if page >= file_pages {
             return false;
         }
@@ -92,15 +83,17 @@ impl Map {
 }
 
 /// One line of `/proc/PID/maps`:
-/// `start-end perms offset dev inode [path]`.
-fn parse_line(line: &str, ino: u64) -> Option<Map> {
+/// `start-end perms offset major:minor inode [path]` (numbers in hex but
+/// the inode), for the file of device `(major, minor)` and inode `ino`.
+fn parse_line(line: &str, dev: (u32, u32), ino: u64) -> Option<Map> {
     let mut fields = line.split_whitespace();
     let range = fields.next()?;
     let perms = fields.next()?;
     let offset = fields.next()?;
-    let _dev = fields.next()?;
+    let (major, minor) = fields.next()?.split_once(':')?;
+    let line_dev = (u32::from_str_radix(major, 16).ok()?, u32::from_str_radix(minor, 16).ok()?);
     let inode: u64 = fields.next()?.parse().ok()?;
-    if inode != ino || u64::from_str_radix(offset, 16).ok()? != 0 || !perms.starts_with('r') {
+    if inode != ino || line_dev != dev || u64::from_str_radix(offset, 16).ok()? != 0 || !perms.starts_with('r') {
         return None;
     }
     let (start, end) = range.split_once('-')?;
@@ -116,11 +109,13 @@ mod tests {
     #[test]
     fn parses_maps_lines() {
         let line = "7f1000000000-7f1040000000 r--s 00000000 fd:00 1234     /var/tmp/db/data.mdb";
-        assert_eq!(parse_line(line, 1234), Some(Map { base: 0x7f10_0000_0000, len: 0x4000_0000 }));
-        assert_eq!(parse_line(line, 1235), None);
+        let dev = (0xfd, 0);
+        assert_eq!(parse_line(line, dev, 1234), Some(Map { base: 0x7f10_0000_0000, len: 0x4000_0000 }));
+        assert_eq!(parse_line(line, dev, 1235), None);
+        assert_eq!(parse_line(line, (0xfd, 1), 1234), None, "same inode number on another device");
         let shifted = "7f1000000000-7f1040000000 r--s 00001000 fd:00 1234 /x";
-        assert_eq!(parse_line(shifted, 1234), None);
-        assert_eq!(parse_line("garbage", 1), None);
+        assert_eq!(parse_line(shifted, dev, 1234), None);
+        assert_eq!(parse_line("garbage", dev, 1), None);
         let map = Map { base: 0x10000, len: 0x4000 };
         assert_eq!(map.page_of(0x10000), Some(0));
         assert_eq!(map.page_of(0x12fff), Some(2));

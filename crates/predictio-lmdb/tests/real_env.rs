@@ -104,12 +104,11 @@ fn the_parser_reads_the_format_lmdb_writes() {
     // search_branch finds the leaf holding each key (the leaf LMDB returns
     // the key from: its slice points into the map).
     let prefetcher = LmdbPrefetcher::new(&env).expect("prefetcher");
-    let map = prefetcher.map();
     let mut rng = Rng(3);
     for _ in 0..300 {
         let k = key(rng.below(ROWS));
         let (found, _) = db.get_greater_than_or_equal_to(&rtxn, &k).expect("get").expect("row");
-        let leaf = map.page_of(found.as_ptr() as usize).expect("key in the map");
+        let leaf = prefetcher.page_of(found.as_ptr()).expect("key in the map");
         let mut page_no = root;
         loop {
             let at = page_no as usize * 4096;
@@ -214,10 +213,9 @@ fn a_long_scan_prefetches_the_leaves_ahead() {
     let start = key(3000);
     let mut scan = prefetcher.scan_from(&db, &rtxn, &start).expect("range");
     let mut leaves = HashSet::new();
-    let map = prefetcher.map();
     for row in scan.by_ref().take(5000) {
         let (k, _) = row.expect("row");
-        leaves.insert(map.page_of(k.as_ptr() as usize).expect("in the map"));
+        leaves.insert(prefetcher.page_of(k.as_ptr()).expect("in the map"));
     }
     let stats = scan.stats();
     assert_eq!(stats.leaves as usize, leaves.len());
