@@ -89,7 +89,8 @@ impl HintSource {
         let (shared, flag) = (Arc::clone(&stats), Arc::clone(&stop));
         let thread = std::thread::Builder::new().name("predictio-hints".into()).spawn(move || {
             let mut forward = |hint: predictio::hints::Hint| {
-                sender.send(hint.event, Some(hint.file));
+                // The hint's queue charge travels with it until dispatched.
+                sender.send_hint(hint);
             };
             while !flag.load(Ordering::Relaxed) {
                 if let Err(err) = server.recv(Some(Duration::from_millis(50)), &mut forward) {

@@ -319,6 +319,49 @@ impl Event {
     }
 }
 
+/// Heap bytes of an `Arc<[T]>` (or `Arc<str>` of `len` bytes) holding `len`
+/// elements: its two reference counts and the elements. What one queued
+/// event's list costs, counted as if the list were not shared (a bound, not
+/// an estimate: sharing only makes the real cost smaller).
+pub const fn shared_list_bytes<T>(len: usize) -> usize {
+    2 * std::mem::size_of::<usize>() + len.saturating_mul(std::mem::size_of::<T>())
+}
+
+impl Event {
+    /// Heap bytes this event owns beyond its own size: its shared lists and
+    /// strings ([`shared_list_bytes`]); 0 for events of fixed size. Queues
+    /// bound what they hold with it (see `pipeline` and `hints`), since a
+    /// list may be up to a datagram (64 KiB) long.
+    pub fn payload_bytes(&self) -> usize {
+        match self {
+            Event::TreeChildEnter { children, .. } => shared_list_bytes::<u64>(children.len()),
+            Event::TensorLayout { ranges, .. } => shared_list_bytes::<ByteRange>(ranges.len()),
+            Event::ReadPlan { segments, .. } => shared_list_bytes::<ByteRange>(segments.len()),
+            Event::Pages { ranges, .. } => shared_list_bytes::<PageRange>(ranges.len()),
+            Event::Exec { shape, .. } => shared_list_bytes::<u8>(shape.len()),
+            Event::ExecStart { path, shape, .. } => {
+                shared_list_bytes::<u8>(path.len()) + shared_list_bytes::<u8>(shape.len())
+            }
+            Event::Lookup { path, .. } => shared_list_bytes::<u8>(path.len()),
+            Event::PageAccess { .. }
+            | Event::PageMiss { .. }
+            | Event::PageEvict { .. }
+            | Event::Fork { .. }
+            | Event::Exit { .. }
+            | Event::FileOpen { .. }
+            | Event::LayerStart { .. }
+            | Event::StreamRead { .. }
+            | Event::Scan { .. } => 0,
+        }
+    }
+
+    /// Bytes this event occupies in all: its own size plus
+    /// [`Event::payload_bytes`].
+    pub fn footprint(&self) -> usize {
+        std::mem::size_of::<Event>() + self.payload_bytes()
+    }
+}
+
 /// A set of [`EventKind`]s (a bit mask).
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, Default)]
 pub struct EventKinds(u32);
@@ -366,6 +409,25 @@ mod tests {
             assert!(EventKinds::ALL.contains(kind));
             assert!(!EventKinds::NONE.contains(kind));
         }
+    }
+
+    #[test]
+    fn payload_counts_every_list_and_string() {
+        let file = FileId { dev: 1, ino: 2 };
+        let ranges: Arc<[ByteRange]> = (0..100).map(|i| ByteRange::new(i, 1)).collect();
+        let layout = Event::TensorLayout { file, ranges };
+        assert_eq!(layout.payload_bytes(), 16 + 100 * 16);
+        assert_eq!(layout.footprint(), std::mem::size_of::<Event>() + 16 + 1600);
+        let pages = Event::Pages { file, ranges: Arc::from([PageRange::new(0, 1); 7]) };
+        assert_eq!(pages.payload_bytes(), 16 + 7 * 16);
+        let tree = Event::TreeChildEnter { file, parent: 0, children: Arc::from([0u64; 9]), position: 0 };
+        assert_eq!(tree.payload_bytes(), 16 + 9 * 8);
+        let start = Event::ExecStart { pid: 1, uid: 0, path: "/bin/x".into(), shape: "x".into(), time_ns: 0 };
+        assert_eq!(start.payload_bytes(), 16 + 6 + 16 + 1);
+        assert_eq!(Event::LayerStart { file, layer: 1 }.payload_bytes(), 0);
+        // An empty list still costs its counts: a flood of empty lists is
+        // not free.
+        assert!(Event::ReadPlan { file, segments: Arc::from([]) }.payload_bytes() > 0);
     }
 
     #[test]

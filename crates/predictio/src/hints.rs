@@ -18,12 +18,20 @@
 //!   (an unprivileged sender cannot forge it). Client state (handles, rate
 //!   budgets) is keyed by (sender address, pid); a client must therefore be
 //!   bound (the client library autobinds). Handles are private to a client.
-//! - **Bounded.** Per client: frames per second and bytes of prefetch asked
-//!   for per second (token buckets), handles held. Overall: clients. Over a
-//!   limit the frame is dropped and counted.
+//! - **Bounded, per client, per user and in total** (the table is in
+//!   `docs/DESIGN.md`, "Budgets"): frames per second and bytes per second
+//!   (token buckets; every frame costs at least one frame and its own
+//!   bytes, whatever it asks for, and a datagram refused whole costs a
+//!   frame too), handles held (descriptors), clients, and the bytes of
+//!   accepted hints still waiting in the pipeline's queue ([`QueueCharge`]).
+//!   The per-user budgets are what make the per-client ones mean anything:
+//!   one user may run many clients. Over a limit the frame is dropped and
+//!   counted; nothing blocks. The accounting is pure logic apart from the
+//!   socket (`Budgets`), unit-tested without one.
 //! - **Never crashes on input.** Decoding is total (every failure is a typed
 //!   [`DecodeError`]); every frame ends up in exactly one counter:
-//!   `frames == accepted + rejected + rate_limited + volume_limited`.
+//!   `frames == accepted + rejected + rate_limited + volume_limited +
+//!   queue_limited`.
 //! - **Never busy-loops.** The socket is non-blocking; [`HintServer::recv`]
 //!   sleeps in `poll(2)` when nothing is queued.
 
@@ -35,11 +43,12 @@ use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, PermissionsExt}
 use std::os::unix::net::UnixDatagram;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use predictio_client::protocol::{self, DecodeError, Frame, Handle};
 
-use crate::event::Event;
+use crate::event::{Event, shared_list_bytes};
 use crate::file::{FileError, FileRef};
 use crate::page::{ByteRange, PAGE_SIZE, PageRange};
 use crate::sys::socket::{self as sock, Access, Credentials, SenderAddr};
@@ -108,11 +117,17 @@ pub enum Reject {
     BadDescriptor,
     /// The client holds its maximum number of handles.
     TooManyHandles,
+    /// The client's user holds its maximum number of handles over all its
+    /// clients ([`HintConfig::max_handles_per_uid`]).
+    TooManyUserHandles,
+    /// The server holds its maximum number of handles over all clients
+    /// ([`HintConfig::max_handles`], lowered to fit `RLIMIT_NOFILE`).
+    HandleTableFull,
 }
 
 impl Reject {
     /// The server's own reasons, in counter order (after the decoder's).
-    const SERVER: [Reject; 11] = [
+    const SERVER: [Reject; 13] = [
         Reject::Truncated,
         Reject::ControlTruncated,
         Reject::NoCredentials,
@@ -124,6 +139,8 @@ impl Reject {
         Reject::NotReadable,
         Reject::BadDescriptor,
         Reject::TooManyHandles,
+        Reject::TooManyUserHandles,
+        Reject::HandleTableFull,
     ];
 
     /// Number of reasons.
@@ -150,6 +167,8 @@ impl Reject {
             Reject::NotReadable => decode + 8,
             Reject::BadDescriptor => decode + 9,
             Reject::TooManyHandles => decode + 10,
+            Reject::TooManyUserHandles => decode + 11,
+            Reject::HandleTableFull => decode + 12,
         }
     }
 
@@ -168,6 +187,8 @@ impl Reject {
             Reject::NotReadable => "not_readable",
             Reject::BadDescriptor => "bad_descriptor",
             Reject::TooManyHandles => "too_many_handles",
+            Reject::TooManyUserHandles => "too_many_user_handles",
+            Reject::HandleTableFull => "handle_table_full",
         }
     }
 }
@@ -191,18 +212,49 @@ pub struct HintConfig {
     pub max_clients_per_uid: usize,
     /// Most handles one client may hold.
     pub max_handles_per_client: usize,
-    /// Sustained frames per second per client (`u64::MAX`: no limit).
+    /// Most handles one user (uid) may hold over all its clients.
+    pub max_handles_per_uid: usize,
+    /// Most handles held over all clients. Every handle is a descriptor the
+    /// daemon holds, so [`HintServer::bind`] lowers this to three quarters
+    /// of the soft `RLIMIT_NOFILE` ([`handle_table_size`]), the rest being
+    /// the daemon's own (held files, the executor, the store, sockets).
+    pub max_handles: usize,
+    /// Sustained frames per second per client (`u64::MAX`: no limit). Every
+    /// frame costs one, empty, malformed or refused, and so does a datagram
+    /// refused whole.
     pub frames_per_sec: u64,
     /// Frames a client may send at once (token-bucket depth).
     pub frame_burst: u64,
-    /// Sustained bytes of prefetch a client may ask for per second (`Pages`,
-    /// `ReadPlan`, `StreamRead`, `TreeChildEnter` children; a `TensorLayout`
-    /// describes a model and is not charged: the tensor policy's own window
-    /// bounds what is read from it). `u64::MAX`: no limit.
+    /// Sustained frames per second per user over all its clients
+    /// (`u64::MAX`: no limit).
+    pub frames_per_sec_per_uid: u64,
+    /// Frames a user may send at once (token-bucket depth).
+    pub frame_burst_per_uid: u64,
+    /// Sustained bytes a client may send and ask for per second
+    /// (`u64::MAX`: no limit). A frame costs its own encoded size (every
+    /// kind: a `TensorLayout`'s ranges, a `ReadPlan`'s segments, a `Pages`
+    /// list take memory whatever they describe) plus the prefetch it asks
+    /// for directly: `Pages` and `ReadPlan` bytes, `StreamRead`'s length,
+    /// `TreeChildEnter`'s children × 4 KiB. A `TensorLayout` describes a
+    /// whole model; the tensor policy's window (256 MiB ahead per file)
+    /// bounds what is read from it, so its described bytes are not charged.
     pub bytes_per_sec: u64,
-    /// Bytes a client may ask for at once (token-bucket depth). A frame
-    /// asking for more than this is always dropped.
+    /// Bytes a client may use at once (token-bucket depth). A frame
+    /// costing more than this is always dropped.
     pub byte_burst: u64,
+    /// Sustained bytes per second per user over all its clients, charged
+    /// as `bytes_per_sec` (`u64::MAX`: no limit).
+    pub bytes_per_sec_per_uid: u64,
+    /// Bytes a user may use at once (token-bucket depth).
+    pub byte_burst_per_uid: u64,
+    /// Most bytes of one user's accepted hints not yet dispatched by the
+    /// pipeline ([`Event::footprint`] summed; see [`QueueCharge`]). Past it,
+    /// the user's hints are dropped (`queue_limited`) until the pipeline
+    /// catches up, so one user's flood neither holds memory nor delays other
+    /// users' hints behind a long queue.
+    pub max_queued_bytes_per_uid: u64,
+    /// Most bytes of all users' accepted hints not yet dispatched.
+    pub max_queued_bytes: u64,
     /// Most datagrams handled per [`HintServer::recv`] call.
     pub max_datagrams_per_recv: usize,
     /// Socket receive buffer to ask for.
@@ -221,13 +273,25 @@ impl Default for HintConfig {
             max_clients: 1024,
             max_clients_per_uid: 128,
             max_handles_per_client: 4096,
+            max_handles_per_uid: 4096,
+            max_handles: 16384,
             // The daemon's `[hints]` defaults are these (written once, here).
             // 200 K frames/s: at 2 M/s one client's flood of empty frames
-            // held ~1.2 cores of the daemon.
+            // held ~1.2 cores of the daemon. The same per user: else 128
+            // clients of one user would have 128 times that.
             frames_per_sec: 200_000,
             frame_burst: 400_000,
+            frames_per_sec_per_uid: 200_000,
+            frame_burst_per_uid: 400_000,
             bytes_per_sec: 4 << 30,
             byte_burst: 16 << 30,
+            bytes_per_sec_per_uid: 4 << 30,
+            byte_burst_per_uid: 16 << 30,
+            // A large model's tensor list is ~16 KiB and an event ~64 bytes:
+            // 1 MiB is thousands of a user's hints in flight; 8 MiB all
+            // users' (the pipeline's own bound, for every source, is 64 MiB).
+            max_queued_bytes_per_uid: 1 << 20,
+            max_queued_bytes: 8 << 20,
             max_datagrams_per_recv: 1024,
             recv_buffer_bytes: 4 << 20,
             sweep_interval: Duration::from_secs(5),
@@ -242,12 +306,20 @@ impl HintConfig {
         Self { path: path.into(), ..Self::default() }
     }
 
-    /// No rate or volume limit (tests, benchmarks).
+    /// No rate, volume or queued-bytes limit, per client or per user
+    /// (tests, benchmarks, `predictio run`'s private socket). Handles and
+    /// clients stay bounded.
     pub fn unlimited(mut self) -> Self {
         self.frames_per_sec = u64::MAX;
         self.frame_burst = u64::MAX;
+        self.frames_per_sec_per_uid = u64::MAX;
+        self.frame_burst_per_uid = u64::MAX;
         self.bytes_per_sec = u64::MAX;
         self.byte_burst = u64::MAX;
+        self.bytes_per_sec_per_uid = u64::MAX;
+        self.byte_burst_per_uid = u64::MAX;
+        self.max_queued_bytes_per_uid = u64::MAX;
+        self.max_queued_bytes = u64::MAX;
         self
     }
 }
@@ -280,6 +352,48 @@ pub struct Hint {
     pub file: FileRef,
     /// The sender.
     pub peer: PeerCred,
+    /// The event's bytes, held against its sender's (and the overall)
+    /// queued-bytes budget until dropped: keep it with the event until the
+    /// event has been handled ([`crate::pipeline::EventSender::send_hint`]
+    /// does).
+    pub charge: QueueCharge,
+}
+
+/// Bytes of an accepted hint counted against its user's and the server's
+/// queued-bytes budgets ([`HintConfig::max_queued_bytes_per_uid`],
+/// [`HintConfig::max_queued_bytes`]) for as long as it lives. Dropping it
+/// gives them back; a clone is a charge of its own.
+#[derive(Debug)]
+pub struct QueueCharge {
+    bytes: u64,
+    user: Arc<AtomicU64>,
+    total: Arc<AtomicU64>,
+}
+
+impl QueueCharge {
+    fn new(bytes: u64, user: &Arc<AtomicU64>, total: &Arc<AtomicU64>) -> Self {
+        user.fetch_add(bytes, Ordering::Relaxed);
+        total.fetch_add(bytes, Ordering::Relaxed);
+        Self { bytes, user: Arc::clone(user), total: Arc::clone(total) }
+    }
+
+    /// The bytes charged.
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+}
+
+impl Clone for QueueCharge {
+    fn clone(&self) -> Self {
+        Self::new(self.bytes, &self.user, &self.total)
+    }
+}
+
+impl Drop for QueueCharge {
+    fn drop(&mut self) {
+        self.user.fetch_sub(self.bytes, Ordering::Relaxed);
+        self.total.fetch_sub(self.bytes, Ordering::Relaxed);
+    }
 }
 
 /// The server's counters.
@@ -295,10 +409,13 @@ pub struct HintStats {
     pub hints: u64,
     /// Frames refused, by [`Reject`] reason (index [`Reject::index`]).
     pub rejected: [u64; Reject::COUNT],
-    /// Frames dropped over the frames-per-second budget.
+    /// Frames dropped over the frames-per-second budget (client's or user's).
     pub rate_limited: u64,
-    /// Frames dropped over the bytes-per-second budget.
+    /// Frames dropped over the bytes-per-second budget (client's or user's).
     pub volume_limited: u64,
+    /// Hints dropped because their user's (or all users') accepted hints
+    /// not yet dispatched were at the queued-bytes budget.
+    pub queue_limited: u64,
     /// Passed descriptors that no well-formed `Register` frame took, or that
     /// came with a datagram refused whole (closed).
     pub descriptors_closed: u64,
@@ -306,6 +423,17 @@ pub struct HintStats {
     pub clients: usize,
     /// Handles held now, over all clients.
     pub handles: usize,
+    /// Users (uids) with budgets tracked now.
+    pub users: usize,
+    /// Handles the server holds at most ([`HintConfig::max_handles`],
+    /// lowered to fit `RLIMIT_NOFILE`).
+    pub max_handles: usize,
+    /// Bytes of accepted hints not yet dropped by whoever took them (the
+    /// pipeline: not yet dispatched), over all users.
+    pub queued_bytes: u64,
+    /// The most `queued_bytes` ever charged at once (never above
+    /// [`HintConfig::max_queued_bytes`]).
+    pub queued_bytes_peak: u64,
     /// Clients forgotten because their process was gone or idle.
     pub clients_expired: u64,
     /// Clients replaced by a newer client of the same user at
@@ -326,7 +454,7 @@ impl HintStats {
 
     /// Frames not accepted for any reason (refused or over a limit).
     pub fn dropped_total(&self) -> u64 {
-        self.rejected_total() + self.rate_limited + self.volume_limited
+        self.rejected_total() + self.rate_limited + self.volume_limited + self.queue_limited
     }
 }
 
@@ -364,6 +492,13 @@ impl Bucket {
             false
         }
     }
+
+    /// Gives back `cost` taken by [`Bucket::take`] (up to `burst`).
+    fn refund(&mut self, cost: u64, rate: u64, burst: u64) {
+        if rate != u64::MAX {
+            self.tokens = self.tokens.saturating_add(cost).min(burst);
+        }
+    }
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
@@ -372,13 +507,209 @@ struct ClientKey {
     pid: u32,
 }
 
+/// A client's own token buckets.
+#[derive(Debug)]
+struct ClientBudget {
+    frames: Bucket,
+    bytes: Bucket,
+}
+
 #[derive(Debug)]
 struct ClientState {
     uid: u32,
     files: HashMap<u32, FileRef>,
+    budget: ClientBudget,
+    last_seen: Instant,
+}
+
+/// One user's share: its token buckets over all its clients, the handles
+/// its clients hold, and the bytes of its hints not yet dispatched.
+#[derive(Debug)]
+struct UserState {
+    clients: usize,
+    handles: usize,
     frames: Bucket,
     bytes: Bucket,
-    last_seen: Instant,
+    queued: Arc<AtomicU64>,
+}
+
+/// The per-user and overall budgets of the server: pure accounting, apart
+/// from the socket, so that it is unit-tested without one (and without
+/// other users to send from). The server asks it before every frame, every
+/// registration and every hint it hands on.
+#[derive(Debug)]
+struct Budgets {
+    config: HintConfig,
+    users: HashMap<u32, UserState>,
+    /// Handles held over all clients.
+    handles: usize,
+    /// The effective [`HintConfig::max_handles`].
+    max_handles: usize,
+    /// Bytes of all users' hints not yet dispatched.
+    queued: Arc<AtomicU64>,
+    queued_peak: u64,
+}
+
+impl Budgets {
+    fn new(config: HintConfig, max_handles: usize) -> Self {
+        Self {
+            config,
+            users: HashMap::new(),
+            handles: 0,
+            max_handles,
+            queued: Arc::new(AtomicU64::new(0)),
+            queued_peak: 0,
+        }
+    }
+
+    /// Clients `uid` has now.
+    fn clients_of(&self, uid: u32) -> usize {
+        self.users.get(&uid).map_or(0, |u| u.clients)
+    }
+
+    /// A new client of `uid`: its own full buckets; the user's are made
+    /// full only when the user is new.
+    fn add_client(&mut self, uid: u32, now: Instant) -> ClientBudget {
+        let c = &self.config;
+        let user = self.users.entry(uid).or_insert_with(|| UserState {
+            clients: 0,
+            handles: 0,
+            frames: Bucket::full(c.frame_burst_per_uid, now),
+            bytes: Bucket::full(c.byte_burst_per_uid, now),
+            queued: Arc::new(AtomicU64::new(0)),
+        });
+        user.clients += 1;
+        ClientBudget { frames: Bucket::full(c.frame_burst, now), bytes: Bucket::full(c.byte_burst, now) }
+    }
+
+    /// A client of `uid` holding `handles` handles is forgotten.
+    fn remove_client(&mut self, uid: u32, handles: usize) {
+        if let Some(user) = self.users.get_mut(&uid) {
+            user.clients = user.clients.saturating_sub(1);
+            user.handles = user.handles.saturating_sub(handles);
+        }
+        self.handles = self.handles.saturating_sub(handles);
+    }
+
+    /// Forgets users with no client and nothing queued. (A user with hints
+    /// still queued is kept, so its share stays counted.)
+    fn forget_idle_users(&mut self) {
+        self.users.retain(|_, u| u.clients > 0 || u.queued.load(Ordering::Relaxed) > 0);
+    }
+
+    /// Takes `cost` from the client's bucket and then the user's, or from
+    /// neither; `kind` chooses the frame or the byte buckets.
+    fn take(&mut self, client: &mut ClientBudget, uid: u32, cost: u64, now: Instant, kind: BucketKind) -> bool {
+        let c = &self.config;
+        let (rate, burst, user_rate, user_burst) = match kind {
+            BucketKind::Frames => (c.frames_per_sec, c.frame_burst, c.frames_per_sec_per_uid, c.frame_burst_per_uid),
+            BucketKind::Bytes => (c.bytes_per_sec, c.byte_burst, c.bytes_per_sec_per_uid, c.byte_burst_per_uid),
+        };
+        let own = match kind {
+            BucketKind::Frames => &mut client.frames,
+            BucketKind::Bytes => &mut client.bytes,
+        };
+        if !own.take(cost, rate, burst, now) {
+            return false;
+        }
+        let Some(user) = self.users.get_mut(&uid) else { return true };
+        let shared = match kind {
+            BucketKind::Frames => &mut user.frames,
+            BucketKind::Bytes => &mut user.bytes,
+        };
+        if shared.take(cost, user_rate, user_burst, now) {
+            true
+        } else {
+            own.refund(cost, rate, burst);
+            false
+        }
+    }
+
+    /// One frame from a client of `uid`: a frame token of each.
+    fn frame(&mut self, client: &mut ClientBudget, uid: u32, now: Instant) -> bool {
+        self.take(client, uid, 1, now, BucketKind::Frames)
+    }
+
+    /// A whole datagram refused from a known user (and client, when known):
+    /// it costs a frame token all the same, so that refusals are no cheaper
+    /// to flood with than frames. Returns whether there was one.
+    fn refused_datagram(&mut self, client: Option<&mut ClientBudget>, uid: u32, now: Instant) -> bool {
+        match client {
+            Some(client) => self.frame(client, uid, now),
+            None => match self.users.get_mut(&uid) {
+                Some(user) => {
+                    user.frames.take(1, self.config.frames_per_sec_per_uid, self.config.frame_burst_per_uid, now)
+                }
+                None => true,
+            },
+        }
+    }
+
+    /// `cost` bytes of volume from a client of `uid` and from the user.
+    fn volume(&mut self, client: &mut ClientBudget, uid: u32, cost: u64, now: Instant) -> bool {
+        self.take(client, uid, cost, now, BucketKind::Bytes)
+    }
+
+    /// Whether a client of `uid` holding `client_handles` may hold one more.
+    fn may_add_handle(&self, uid: u32, client_handles: usize) -> Result<(), Reject> {
+        if client_handles >= self.config.max_handles_per_client {
+            return Err(Reject::TooManyHandles);
+        }
+        if self.users.get(&uid).is_some_and(|u| u.handles >= self.config.max_handles_per_uid) {
+            return Err(Reject::TooManyUserHandles);
+        }
+        if self.handles >= self.max_handles {
+            return Err(Reject::HandleTableFull);
+        }
+        Ok(())
+    }
+
+    /// One handle more (`added`) or fewer for `uid`.
+    fn handles_changed(&mut self, uid: u32, added: bool) {
+        let user = self.users.get_mut(&uid);
+        if added {
+            self.handles += 1;
+            if let Some(user) = user {
+                user.handles += 1;
+            }
+        } else {
+            self.handles = self.handles.saturating_sub(1);
+            if let Some(user) = user {
+                user.handles = user.handles.saturating_sub(1);
+            }
+        }
+    }
+
+    /// A charge of `bytes` for a hint of `uid`, or `None` when the user's or
+    /// the overall queued-bytes budget has no room for it.
+    fn charge(&mut self, uid: u32, bytes: u64) -> Option<QueueCharge> {
+        let user = self.users.get(&uid)?;
+        let fits = |now: &AtomicU64, max: u64| now.load(Ordering::Relaxed).checked_add(bytes).is_some_and(|v| v <= max);
+        if !fits(&user.queued, self.config.max_queued_bytes_per_uid)
+            || !fits(&self.queued, self.config.max_queued_bytes)
+        {
+            return None;
+        }
+        let charge = QueueCharge::new(bytes, &user.queued, &self.queued);
+        self.queued_peak = self.queued_peak.max(self.queued.load(Ordering::Relaxed));
+        Some(charge)
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+enum BucketKind {
+    Frames,
+    Bytes,
+}
+
+/// The handles a server may hold: `configured`, but at most three quarters
+/// of the soft `RLIMIT_NOFILE` (`None`: unlimited), so that a full table
+/// leaves the daemon a quarter of its descriptors for its own work.
+pub fn handle_table_size(configured: usize, soft_nofile: Option<u64>) -> usize {
+    match soft_nofile {
+        None => configured,
+        Some(soft) => configured.min(usize::try_from(soft - soft / 4).unwrap_or(usize::MAX)),
+    }
 }
 
 /// The hint server. See the module documentation.
@@ -389,6 +720,7 @@ pub struct HintServer {
     bound: (u64, u64),
     config: HintConfig,
     clients: HashMap<ClientKey, ClientState>,
+    budgets: Budgets,
     stats: HintStats,
     buf: Vec<u8>,
     fds: Vec<OwnedFd>,
@@ -410,7 +742,9 @@ impl HintServer {
     /// 0755) if needed, removes a stale socket left by a dead server (but not
     /// a live one, nor anything that is not a socket), makes the socket
     /// writable by every user (mode 0666: who may hint is decided per
-    /// descriptor, not per user) and turns on `SO_PASSCRED`.
+    /// descriptor, not per user) and turns on `SO_PASSCRED`. The handle
+    /// table is sized here ([`handle_table_size`] of the soft
+    /// `RLIMIT_NOFILE` now).
     pub fn bind(config: HintConfig) -> Result<Self, HintError> {
         let path = config.path.clone();
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
@@ -443,11 +777,22 @@ impl HintServer {
         if let Err(err) = sock::set_recv_buffer(socket.as_fd(), config.recv_buffer_bytes) {
             tracing::debug!(%err, "cannot raise the hint socket's receive buffer");
         }
+        let soft_nofile = rustix::process::getrlimit(rustix::process::Resource::Nofile).current;
+        let max_handles = handle_table_size(config.max_handles, soft_nofile);
+        if max_handles < config.max_handles {
+            tracing::info!(
+                configured = config.max_handles,
+                max_handles,
+                ?soft_nofile,
+                "hint handles limited to three quarters of RLIMIT_NOFILE"
+            );
+        }
         let now = Instant::now();
         Ok(Self {
             socket,
             path,
             bound: (meta.dev(), meta.ino()),
+            budgets: Budgets::new(config.clone(), max_handles),
             config,
             clients: HashMap::new(),
             stats: HintStats::default(),
@@ -471,7 +816,11 @@ impl HintServer {
     pub fn stats(&self) -> HintStats {
         let mut stats = self.stats;
         stats.clients = self.clients.len();
-        stats.handles = self.clients.values().map(|c| c.files.len()).sum();
+        stats.handles = self.budgets.handles;
+        stats.users = self.budgets.users.len();
+        stats.max_handles = self.budgets.max_handles;
+        stats.queued_bytes = self.budgets.queued.load(Ordering::Relaxed);
+        stats.queued_bytes_peak = self.budgets.queued_peak;
         stats
     }
 
@@ -509,12 +858,24 @@ impl HintServer {
     }
 
     /// Refuses a whole datagram: one frame outcome; its descriptors are
-    /// closed and counted.
-    fn reject_datagram(&mut self, reason: Reject) {
+    /// closed and counted. It costs its sender a frame token when the
+    /// sender is known (`key`'s client, else `uid`'s user).
+    fn reject_datagram(&mut self, reason: Reject, uid: Option<u32>, key: Option<ClientKey>, now: Instant) {
+        if let Some(uid) = uid {
+            let client = key.and_then(|key| self.clients.get_mut(&key)).map(|c| &mut c.budget);
+            self.budgets.refused_datagram(client, uid, now);
+        }
         self.stats.frames += 1;
         self.stats.rejected[reason.index()] += 1;
         self.stats.descriptors_closed += self.fds.len() as u64;
         self.fds.clear();
+    }
+
+    /// Forgets a client and gives back its share of its user's budgets.
+    fn forget_client(&mut self, key: &ClientKey) {
+        if let Some(state) = self.clients.remove(key) {
+            self.budgets.remove_client(state.uid, state.files.len());
+        }
     }
 
     /// Forgets `uid`'s least recently seen client.
@@ -522,50 +883,61 @@ impl HintServer {
         let oldest =
             self.clients.iter().filter(|(_, c)| c.uid == uid).min_by_key(|(_, c)| c.last_seen).map(|(k, _)| *k);
         if let Some(key) = oldest {
-            self.clients.remove(&key);
+            self.forget_client(&key);
             self.stats.clients_evicted += 1;
         }
     }
 
     /// Forgets clients whose process is gone (or that idled out when their
-    /// pid is not visible to us).
+    /// pid is not visible to us), then users left with no client and
+    /// nothing queued.
     fn sweep(&mut self, now: Instant) {
         self.last_sweep = now;
         let idle = self.config.idle_timeout;
-        let before = self.clients.len();
-        self.clients.retain(|key, state| {
-            if key.pid == 0 {
-                now.saturating_duration_since(state.last_seen) < idle
-            } else {
-                Path::new(&format!("/proc/{}", key.pid)).exists()
-            }
-        });
-        self.stats.clients_expired += (before - self.clients.len()) as u64;
+        let gone: Vec<ClientKey> = self
+            .clients
+            .iter()
+            .filter(|(key, state)| {
+                if key.pid == 0 {
+                    now.saturating_duration_since(state.last_seen) >= idle
+                } else {
+                    !Path::new(&format!("/proc/{}", key.pid)).exists()
+                }
+            })
+            .map(|(key, _)| *key)
+            .collect();
+        for key in &gone {
+            self.forget_client(key);
+        }
+        self.stats.clients_expired += gone.len() as u64;
+        self.budgets.forget_idle_users();
     }
 
     fn handle_datagram(&mut self, received: &sock::Received, on_hint: &mut impl FnMut(Hint)) -> usize {
         self.stats.datagrams += 1;
-        if received.truncated {
-            self.reject_datagram(Reject::Truncated);
-            return 0;
-        }
-        if received.control_truncated {
-            self.reject_datagram(Reject::ControlTruncated);
-            return 0;
-        }
-        let Some(creds) = received.credentials else {
-            self.reject_datagram(Reject::NoCredentials);
+        let now = Instant::now();
+        let uid = received.credentials.map(|c| c.uid);
+        let key = received
+            .credentials
+            .filter(|_| !received.sender.is_empty())
+            .map(|creds| ClientKey { addr: received.sender, pid: creds.pid });
+        let refused = if received.truncated {
+            Some(Reject::Truncated)
+        } else if received.control_truncated {
+            Some(Reject::ControlTruncated)
+        } else if received.credentials.is_none() {
+            Some(Reject::NoCredentials)
+        } else if received.sender.is_empty() {
+            Some(Reject::AnonymousSender)
+        } else {
+            None
+        };
+        let (Some(creds), Some(key), None) = (received.credentials, key, refused) else {
+            self.reject_datagram(refused.unwrap_or(Reject::NoCredentials), uid, key, now);
             return 0;
         };
-        if received.sender.is_empty() {
-            self.reject_datagram(Reject::AnonymousSender);
-            return 0;
-        }
-        let key = ClientKey { addr: received.sender, pid: creds.pid };
-        let now = Instant::now();
         if !self.clients.contains_key(&key) {
-            let same_user = self.clients.values().filter(|c| c.uid == creds.uid).count();
-            if same_user >= self.config.max_clients_per_uid {
+            if self.budgets.clients_of(creds.uid) >= self.config.max_clients_per_uid {
                 self.evict_least_recent(creds.uid);
             }
             if self.clients.len() >= self.config.max_clients {
@@ -573,21 +945,18 @@ impl HintServer {
                     self.sweep(now);
                 }
                 if self.clients.len() >= self.config.max_clients {
-                    self.reject_datagram(Reject::TooManyClients);
+                    self.reject_datagram(Reject::TooManyClients, Some(creds.uid), None, now);
                     return 0;
                 }
             }
-            let state = ClientState {
-                uid: creds.uid,
-                files: HashMap::new(),
-                frames: Bucket::full(self.config.frame_burst, now),
-                bytes: Bucket::full(self.config.byte_burst, now),
-                last_seen: now,
-            };
+            let budget = self.budgets.add_client(creds.uid, now);
+            let state = ClientState { uid: creds.uid, files: HashMap::new(), budget, last_seen: now };
             self.clients.insert(key, state);
         }
         let Some(client) = self.clients.get_mut(&key) else { return 0 };
         client.last_seen = now;
+        let budgets = &mut self.budgets;
+        let uid = creds.uid;
         let peer = PeerCred::from(creds);
         let mut fds = self.fds.drain(..);
         let mut hints = 0;
@@ -596,9 +965,10 @@ impl HintServer {
             // A well-formed Register frame takes its descriptor whatever
             // becomes of it, so that the next one gets the next descriptor.
             let fd = if matches!(item, Ok(Frame::Register { .. })) { fds.next() } else { None };
-            // Every frame, malformed or not, costs a token: garbage floods
-            // are limited like anything else.
-            if !client.frames.take(1, self.config.frames_per_sec, self.config.frame_burst, now) {
+            // Every frame, malformed, empty or not, costs a token of the
+            // client's and of its user's: garbage floods are limited like
+            // anything else, and a user's many clients share one budget.
+            if !budgets.frame(&mut client.budget, uid, now) {
                 self.stats.rate_limited += 1;
                 continue;
             }
@@ -609,34 +979,37 @@ impl HintServer {
                     continue;
                 }
             };
+            if !budgets.volume(&mut client.budget, uid, volume_cost(&frame), now) {
+                self.stats.volume_limited += 1;
+                continue;
+            }
             let outcome = match frame {
-                Frame::Register { handle } => {
-                    register(client, handle, fd, self.config.max_handles_per_client).map(|()| None)
-                }
+                Frame::Register { handle } => register(client, budgets, handle, fd).map(|()| None),
                 Frame::Unregister { handle } => match client.files.remove(&handle.0) {
-                    Some(_) => Ok(None),
+                    Some(_) => {
+                        budgets.handles_changed(uid, false);
+                        Ok(None)
+                    }
                     None => Err(Reject::UnknownHandle),
                 },
                 frame => match client.files.get(&frame.handle().0) {
                     None => Err(Reject::UnknownHandle),
                     Some(file) => {
-                        let cost = prefetch_bytes(&frame);
-                        if cost > 0 && !client.bytes.take(cost, self.config.bytes_per_sec, self.config.byte_burst, now)
-                        {
-                            self.stats.volume_limited += 1;
+                        let Some(charge) = budgets.charge(uid, queued_cost(&frame)) else {
+                            self.stats.queue_limited += 1;
                             continue;
-                        }
-                        Ok(Some((to_event(&frame, file), file.clone())))
+                        };
+                        Ok(Some((to_event(&frame, file), file.clone(), charge)))
                     }
                 },
             };
             match outcome {
                 Ok(None) => self.stats.accepted += 1,
-                Ok(Some((event, file))) => {
+                Ok(Some((event, file, charge))) => {
                     self.stats.accepted += 1;
                     self.stats.hints += 1;
                     hints += 1;
-                    on_hint(Hint { event, file, peer });
+                    on_hint(Hint { event, file, peer, charge });
                 }
                 Err(reason) => self.stats.rejected[reason.index()] += 1,
             }
@@ -648,26 +1021,38 @@ impl HintServer {
 }
 
 /// Registers `fd` as `handle` for `client`, after checking that it is a
-/// readable regular file.
-fn register(client: &mut ClientState, handle: Handle, fd: Option<OwnedFd>, max_handles: usize) -> Result<(), Reject> {
+/// readable regular file and that the client, its user and the server may
+/// hold one more handle (a handle registered again replaces its file and
+/// holds no more).
+fn register(
+    client: &mut ClientState,
+    budgets: &mut Budgets,
+    handle: Handle,
+    fd: Option<OwnedFd>,
+) -> Result<(), Reject> {
     let fd = fd.ok_or(Reject::MissingDescriptor)?;
     match sock::access(fd.as_fd()) {
         Ok(Access::Readable) => {}
         Ok(Access::WriteOnly | Access::PathOnly) => return Err(Reject::NotReadable),
         Err(_) => return Err(Reject::BadDescriptor),
     }
-    if !client.files.contains_key(&handle.0) && client.files.len() >= max_handles {
-        return Err(Reject::TooManyHandles);
+    let new = !client.files.contains_key(&handle.0);
+    if new {
+        budgets.may_add_handle(client.uid, client.files.len())?;
     }
     let file = FileRef::from_file(File::from(fd)).map_err(|err| match err {
         FileError::NotRegular { .. } => Reject::NotRegular,
         FileError::Open { .. } | FileError::Stat { .. } => Reject::BadDescriptor,
     })?;
     client.files.insert(handle.0, file);
+    if new {
+        budgets.handles_changed(client.uid, true);
+    }
     Ok(())
 }
 
-/// Bytes of prefetch a frame asks for, charged to the client's volume budget.
+/// Bytes of prefetch a frame asks for directly (see
+/// [`HintConfig::bytes_per_sec`]).
 fn prefetch_bytes(frame: &Frame<'_>) -> u64 {
     match frame {
         Frame::Pages { ranges, .. } => {
@@ -678,6 +1063,26 @@ fn prefetch_bytes(frame: &Frame<'_>) -> u64 {
         Frame::TreeChildEnter { children, .. } => (children.len() as u64).saturating_mul(PAGE_SIZE),
         Frame::TensorLayout { .. } | Frame::LayerStart { .. } | Frame::Register { .. } | Frame::Unregister { .. } => 0,
     }
+}
+
+/// What a frame costs of the byte budgets: its own encoded size, for every
+/// kind, plus the prefetch it asks for directly.
+fn volume_cost(frame: &Frame<'_>) -> u64 {
+    (frame.encoded_len() as u64).saturating_add(prefetch_bytes(frame))
+}
+
+/// What the event of a hint frame will occupy while queued
+/// ([`Event::footprint`] of [`to_event`]'s result), known before it is
+/// built so that a hint over budget costs no allocation.
+fn queued_cost(frame: &Frame<'_>) -> u64 {
+    let payload = match frame {
+        Frame::Pages { ranges, .. } => shared_list_bytes::<PageRange>(ranges.len()),
+        Frame::ReadPlan { segments, .. } => shared_list_bytes::<ByteRange>(segments.len()),
+        Frame::TensorLayout { ranges, .. } => shared_list_bytes::<ByteRange>(ranges.len()),
+        Frame::TreeChildEnter { children, .. } => shared_list_bytes::<u64>(children.len()),
+        Frame::StreamRead { .. } | Frame::LayerStart { .. } | Frame::Register { .. } | Frame::Unregister { .. } => 0,
+    };
+    (std::mem::size_of::<Event>() + payload) as u64
 }
 
 /// The event a valid hint frame stands for. Register/Unregister never get
@@ -718,10 +1123,10 @@ impl Drop for HintServer {
     fn drop(&mut self) {
         // Remove the socket only if it is still the one we bound (a newer
         // server may have replaced it).
-        if let Ok(meta) = std::fs::symlink_metadata(&self.path) {
-            if (meta.dev(), meta.ino()) == self.bound {
-                let _ = std::fs::remove_file(&self.path);
-            }
+        if let Ok(meta) = std::fs::symlink_metadata(&self.path)
+            && (meta.dev(), meta.ino()) == self.bound
+        {
+            let _ = std::fs::remove_file(&self.path);
         }
     }
 }
@@ -761,6 +1166,214 @@ mod tests {
         for err in DecodeError::ALL {
             assert_eq!(Reject::from(err).name(), err.name());
             assert_eq!(Reject::Decode(err).index(), err as usize);
+        }
+    }
+
+    use predictio_client::protocol::{PageList, RangeList};
+
+    /// Budgets with no rate limits and the given changes.
+    fn budgets(change: impl FnOnce(&mut HintConfig)) -> Budgets {
+        let mut config = HintConfig::default().unlimited();
+        change(&mut config);
+        let max = config.max_handles;
+        Budgets::new(config, max)
+    }
+
+    /// One user's many clients share the user's frame budget: with 128
+    /// clients a user would otherwise have 128 times the per-client rate
+    /// (25 M frames/s at the defaults).
+    #[test]
+    fn a_users_clients_share_one_frame_budget() {
+        let mut b = budgets(|c| {
+            (c.frames_per_sec, c.frame_burst) = (1, 10);
+            (c.frames_per_sec_per_uid, c.frame_burst_per_uid) = (1, 15);
+        });
+        let now = Instant::now();
+        let mut clients: Vec<ClientBudget> = (0..4).map(|_| b.add_client(1000, now)).collect();
+        let mut accepted = 0;
+        for client in &mut clients {
+            accepted += (0..10).filter(|_| b.frame(client, 1000, now)).count();
+        }
+        assert_eq!(accepted, 15, "four clients of one user get the user's burst, not 4 x 10");
+        // A refusal by the user's bucket costs the client nothing.
+        let mut fresh = b.add_client(1000, now);
+        assert!(!b.frame(&mut fresh, 1000, now));
+        assert_eq!(fresh.frames.tokens, 10);
+        // Another user is not touched.
+        let mut root = b.add_client(0, now);
+        assert_eq!((0..10).filter(|_| b.frame(&mut root, 0, now)).count(), 10);
+        // The user's budget refills at the user's rate.
+        let later = now + Duration::from_secs(2);
+        assert_eq!((0..10).filter(|_| b.frame(&mut clients[0], 1000, later)).count(), 2);
+    }
+
+    /// A datagram refused whole (too large, too many descriptors, no room
+    /// for a new client) costs a frame token like any frame.
+    #[test]
+    fn a_refused_datagram_costs_a_frame() {
+        let mut b = budgets(|c| {
+            (c.frames_per_sec, c.frame_burst) = (1, 5);
+            (c.frames_per_sec_per_uid, c.frame_burst_per_uid) = (1, 8);
+        });
+        let now = Instant::now();
+        let mut client = b.add_client(7, now);
+        for _ in 0..5 {
+            b.refused_datagram(Some(&mut client), 7, now);
+        }
+        assert!(!b.frame(&mut client, 7, now), "the client's budget went on refused datagrams");
+        // With no client known (e.g. no room for a new one), the user pays.
+        for _ in 0..3 {
+            assert!(b.refused_datagram(None, 7, now));
+        }
+        assert!(!b.refused_datagram(None, 7, now));
+        let mut other = b.add_client(7, now);
+        assert!(!b.frame(&mut other, 7, now), "the user's budget went on refused datagrams");
+    }
+
+    /// Every frame kind costs its own bytes of the volume budget, whatever
+    /// it asks for: empty lists and `TensorLayout`s included.
+    #[test]
+    fn every_frame_kind_costs_volume() {
+        let empty: [(u64, u64); 0] = [];
+        let big = [(0u64, u64::MAX / 2); 3];
+        let children = [1u64, 2, 3];
+        let h = Handle(1);
+        let frames = [
+            Frame::Register { handle: h },
+            Frame::Unregister { handle: h },
+            Frame::Pages { handle: h, ranges: RangeList::from_pairs(&empty) },
+            Frame::ReadPlan { handle: h, segments: RangeList::from_pairs(&empty) },
+            Frame::StreamRead { handle: h, offset: 0, len: 0 },
+            Frame::TreeChildEnter { handle: h, parent_page: 0, position: 0, children: PageList::from_slice(&children) },
+            Frame::TensorLayout { handle: h, ranges: RangeList::from_pairs(&empty) },
+            Frame::TensorLayout { handle: h, ranges: RangeList::from_pairs(&big) },
+            Frame::LayerStart { handle: h, layer: 0 },
+        ];
+        for frame in &frames {
+            assert!(volume_cost(frame) >= frame.encoded_len() as u64, "{frame:?}");
+            assert!(volume_cost(frame) >= protocol::HEADER_LEN as u64, "{frame:?}");
+        }
+        let layout = Frame::TensorLayout { handle: h, ranges: RangeList::from_pairs(&big) };
+        assert_eq!(volume_cost(&layout), 16 + 3 * 16, "a layout pays for its list, not for the model");
+        let pages = [(0u64, 8u64)];
+        let asked = Frame::Pages { handle: h, ranges: RangeList::from_pairs(&pages) };
+        assert_eq!(volume_cost(&asked), 32 + 8 * PAGE_SIZE);
+        // A user's clients share the byte budget too.
+        let mut b = budgets(|c| {
+            (c.bytes_per_sec, c.byte_burst) = (1, 1000);
+            (c.bytes_per_sec_per_uid, c.byte_burst_per_uid) = (1, 1500);
+        });
+        let now = Instant::now();
+        let (mut x, mut y) = (b.add_client(5, now), b.add_client(5, now));
+        assert!(b.volume(&mut x, 5, 1000, now));
+        assert!(!b.volume(&mut y, 5, 600, now));
+        assert!(b.volume(&mut y, 5, 500, now));
+    }
+
+    /// Handles are descriptors the daemon holds: bounded per client, per
+    /// user over all its clients, and in all.
+    #[test]
+    fn handles_are_capped_per_client_per_user_and_in_all() {
+        let mut b = budgets(|c| {
+            c.max_handles_per_client = 4;
+            c.max_handles_per_uid = 6;
+            c.max_handles = 8;
+        });
+        let now = Instant::now();
+        b.add_client(1, now);
+        b.add_client(1, now);
+        b.add_client(2, now);
+        let mut held = [0usize; 3];
+        let mut add = |b: &mut Budgets, client: usize, uid: u32| {
+            b.may_add_handle(uid, held[client]).map(|()| {
+                held[client] += 1;
+                b.handles_changed(uid, true);
+            })
+        };
+        for _ in 0..4 {
+            assert_eq!(add(&mut b, 0, 1), Ok(()));
+        }
+        assert_eq!(add(&mut b, 0, 1), Err(Reject::TooManyHandles));
+        assert_eq!(add(&mut b, 1, 1), Ok(()));
+        assert_eq!(add(&mut b, 1, 1), Ok(()));
+        assert_eq!(add(&mut b, 1, 1), Err(Reject::TooManyUserHandles), "user 1's two clients hold 6");
+        assert_eq!(add(&mut b, 2, 2), Ok(()));
+        assert_eq!(add(&mut b, 2, 2), Ok(()));
+        assert_eq!(add(&mut b, 2, 2), Err(Reject::HandleTableFull), "8 in all");
+        assert_eq!(b.handles, 8);
+        // A forgotten client gives its handles back to its user and to all.
+        b.remove_client(1, 4);
+        assert_eq!(b.handles, 4);
+        assert_eq!(b.users[&1].handles, 2);
+        assert_eq!(add(&mut b, 2, 2), Ok(()));
+    }
+
+    #[test]
+    fn the_handle_table_leaves_a_quarter_of_the_descriptors() {
+        assert_eq!(handle_table_size(16384, Some(65536)), 16384);
+        assert_eq!(handle_table_size(16384, Some(20000)), 15000);
+        assert_eq!(handle_table_size(16384, Some(1024)), 768);
+        assert_eq!(handle_table_size(16384, None), 16384);
+        assert_eq!(handle_table_size(16384, Some(0)), 0);
+    }
+
+    /// Accepted hints hold memory until the pipeline has dispatched them:
+    /// bounded per user and in all, given back when the charge drops.
+    #[test]
+    fn queued_hint_bytes_are_capped_per_user_and_in_all() {
+        let mut b = budgets(|c| {
+            c.max_queued_bytes_per_uid = 1000;
+            c.max_queued_bytes = 1500;
+        });
+        let now = Instant::now();
+        b.add_client(1, now);
+        b.add_client(2, now);
+        let first = b.charge(1, 600).expect("fits");
+        assert!(b.charge(1, 401).is_none(), "user 1 would pass 1000");
+        let second = b.charge(1, 400).expect("fits exactly");
+        assert!(b.charge(2, 501).is_none(), "all users would pass 1500");
+        let third = b.charge(2, 500).expect("fits");
+        assert_eq!(b.queued.load(Ordering::Relaxed), 1500);
+        assert_eq!(b.queued_peak, 1500);
+        drop(first);
+        assert_eq!(b.queued.load(Ordering::Relaxed), 900);
+        assert_eq!(b.users[&1].queued.load(Ordering::Relaxed), 400);
+        let copy = third.clone();
+        assert_eq!(b.users[&2].queued.load(Ordering::Relaxed), 1000, "a clone is a charge of its own");
+        drop((second, third, copy));
+        assert_eq!(b.queued.load(Ordering::Relaxed), 0);
+        // A user with no client left is forgotten only once nothing of its
+        // is queued.
+        let held = b.charge(2, 10).expect("fits");
+        b.remove_client(2, 0);
+        b.forget_idle_users();
+        assert!(b.users.contains_key(&2));
+        drop(held);
+        b.forget_idle_users();
+        assert!(!b.users.contains_key(&2));
+        assert!(b.users.contains_key(&1));
+    }
+
+    /// What a hint is charged while queued is its event's footprint,
+    /// computed from the frame before the event is built.
+    #[test]
+    fn the_queued_cost_of_a_frame_is_its_events_footprint() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("f");
+        std::fs::write(&path, b"x").expect("write");
+        let file = FileRef::open(&path).expect("open");
+        let pairs = [(1u64, 5u64), (9, 9), (100, 200)];
+        let children = [3u64, 4, 5, 6];
+        let h = Handle(1);
+        for frame in [
+            Frame::Pages { handle: h, ranges: RangeList::from_pairs(&pairs) },
+            Frame::ReadPlan { handle: h, segments: RangeList::from_pairs(&pairs) },
+            Frame::StreamRead { handle: h, offset: 1, len: 2 },
+            Frame::TreeChildEnter { handle: h, parent_page: 1, position: 2, children: PageList::from_slice(&children) },
+            Frame::TensorLayout { handle: h, ranges: RangeList::from_pairs(&pairs) },
+            Frame::LayerStart { handle: h, layer: 3 },
+        ] {
+            assert_eq!(queued_cost(&frame), to_event(&frame, &file).footprint() as u64, "{frame:?}");
         }
     }
 }

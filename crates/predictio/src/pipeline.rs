@@ -3,7 +3,12 @@
 //!
 //! Sources (eBPF observation, the hint socket, library calls) hold an
 //! [`EventSender`]; sending never blocks: a full queue drops the event and
-//! counts it. The dispatcher thread owns the [`Runtime`]: it holds the
+//! counts it. The queue is bounded twice ([`QueueBounds`]): in events, and
+//! in the payload bytes its events own ([`Event::payload_bytes`]: one hint
+//! may carry a 64 KiB list, so a bound in events alone is a bound of
+//! gigabytes). Hints also carry their sender's [`QueueCharge`], released
+//! when the event has been dispatched, so that the hint server can hold
+//! each user to a share of the queue. The dispatcher thread owns the [`Runtime`]: it holds the
 //! descriptors that arrive with hints, dispatches each event to the policies
 //! subscribed to its kind, and feeds observed accesses and evictions to the
 //! executor's hit and waste accounting.
@@ -19,6 +24,7 @@ use crossbeam_queue::ArrayQueue;
 use crate::event::{Event, EventKind, EventKinds};
 use crate::executor::Executor;
 use crate::file::FileRef;
+use crate::hints::{Hint, QueueCharge};
 use crate::page::PageRange;
 use crate::policy::Policy;
 use crate::resolve::{Resolver, ResolverConfig};
@@ -32,6 +38,34 @@ pub struct Incoming {
     pub event: Event,
     /// A descriptor for the event's file, to be held by the runtime.
     pub file: Option<FileRef>,
+    /// The sender's budget this event is charged to (hints), released when
+    /// the item is dropped after dispatch.
+    pub charge: Option<QueueCharge>,
+    /// `event.payload_bytes()`, reserved on the queue's byte bound.
+    bytes: usize,
+}
+
+/// The queue's bounds. Sending past either drops the event and counts it;
+/// it never blocks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QueueBounds {
+    /// Most events queued. The queue's slots are allocated up front.
+    pub events: usize,
+    /// Most bytes the queued events may own beyond their slots
+    /// ([`Event::payload_bytes`], summed).
+    pub payload_bytes: usize,
+}
+
+/// [`QueueBounds::payload_bytes`] of [`Pipeline::start`] and
+/// [`Pipeline::start_with`]: 64 MiB, a thousand times a large model's tensor
+/// list, and a thousandth of what 65,536 full-datagram hints would hold.
+pub const DEFAULT_QUEUE_PAYLOAD_BYTES: usize = 64 << 20;
+
+impl QueueBounds {
+    /// `events` slots and [`DEFAULT_QUEUE_PAYLOAD_BYTES`].
+    pub const fn events(events: usize) -> Self {
+        Self { events, payload_bytes: DEFAULT_QUEUE_PAYLOAD_BYTES }
+    }
 }
 
 /// Counters of the pipeline.
@@ -39,8 +73,18 @@ pub struct Incoming {
 pub struct PipelineStats {
     /// Events accepted onto the queue.
     pub queued: u64,
-    /// Events dropped because the queue was full.
+    /// Events dropped because the queue was full (in events or in bytes).
     pub dropped: u64,
+    /// Of `dropped`, those dropped because the queued events' payload was
+    /// at [`QueueBounds::payload_bytes`].
+    #[serde(default)]
+    pub dropped_for_bytes: u64,
+    /// Payload bytes queued now.
+    #[serde(default)]
+    pub queued_bytes: u64,
+    /// The most payload bytes ever queued at once (never above the bound).
+    #[serde(default)]
+    pub queued_bytes_peak: u64,
     /// Events dispatched.
     pub dispatched: u64,
     /// Requests policies made.
@@ -71,6 +115,9 @@ pub struct PipelineStats {
 struct Counters {
     queued: AtomicU64,
     dropped: AtomicU64,
+    dropped_for_bytes: AtomicU64,
+    queued_bytes: AtomicU64,
+    queued_bytes_peak: AtomicU64,
     dispatched: AtomicU64,
     requests: AtomicU64,
     refused: AtomicU64,
@@ -83,6 +130,8 @@ struct Counters {
 
 struct Shared {
     queue: ArrayQueue<Incoming>,
+    /// [`QueueBounds::payload_bytes`].
+    max_bytes: u64,
     /// Kinds a policy or the accounting uses; others are not queued.
     wanted: EventKinds,
     counters: Counters,
@@ -109,17 +158,65 @@ impl EventSender {
     /// once and counted as filtered — e.g. every page-cache miss of a cold
     /// read when no policy learns from misses.
     pub fn send(&self, event: Event, file: Option<FileRef>) -> bool {
-        if !self.shared.wanted.contains(event.kind()) {
-            self.shared.counters.filtered.fetch_add(1, Ordering::Relaxed);
+        self.push(event, file, None)
+    }
+
+    /// Queues an accepted hint with its file, holding the hint's
+    /// [`QueueCharge`] until the event has been dispatched. As
+    /// [`EventSender::send`] otherwise.
+    pub fn send_hint(&self, hint: Hint) -> bool {
+        self.push(hint.event, Some(hint.file), Some(hint.charge))
+    }
+
+    fn push(&self, event: Event, file: Option<FileRef>, charge: Option<QueueCharge>) -> bool {
+        let shared = &self.shared;
+        if !shared.wanted.contains(event.kind()) {
+            shared.counters.filtered.fetch_add(1, Ordering::Relaxed);
             return true;
         }
-        if self.shared.stop.load(Ordering::Relaxed) || self.shared.queue.push(Incoming { event, file }).is_err() {
-            self.shared.counters.dropped.fetch_add(1, Ordering::Relaxed);
+        if shared.stop.load(Ordering::Relaxed) {
+            shared.counters.dropped.fetch_add(1, Ordering::Relaxed);
             return false;
         }
-        self.shared.counters.queued.fetch_add(1, Ordering::Relaxed);
+        let bytes = event.payload_bytes();
+        if !shared.reserve(bytes) {
+            shared.counters.dropped.fetch_add(1, Ordering::Relaxed);
+            shared.counters.dropped_for_bytes.fetch_add(1, Ordering::Relaxed);
+            return false;
+        }
+        if shared.queue.push(Incoming { event, file, charge, bytes }).is_err() {
+            shared.release(bytes);
+            shared.counters.dropped.fetch_add(1, Ordering::Relaxed);
+            return false;
+        }
+        shared.counters.queued.fetch_add(1, Ordering::Relaxed);
         self.dispatcher.unpark();
         true
+    }
+}
+
+impl Shared {
+    /// Takes `bytes` of the queue's byte bound, or refuses without taking
+    /// any.
+    fn reserve(&self, bytes: usize) -> bool {
+        let bytes = bytes as u64;
+        let queued = &self.counters.queued_bytes;
+        let mut now = queued.load(Ordering::Relaxed);
+        loop {
+            let Some(after) = now.checked_add(bytes).filter(|after| *after <= self.max_bytes) else { return false };
+            match queued.compare_exchange_weak(now, after, Ordering::Relaxed, Ordering::Relaxed) {
+                Ok(_) => {
+                    self.counters.queued_bytes_peak.fetch_max(after, Ordering::Relaxed);
+                    return true;
+                }
+                Err(actual) => now = actual,
+            }
+        }
+    }
+
+    /// Gives back what [`Shared::reserve`] took.
+    fn release(&self, bytes: usize) {
+        self.counters.queued_bytes.fetch_sub(bytes as u64, Ordering::Relaxed);
     }
 }
 
@@ -140,9 +237,9 @@ impl std::fmt::Debug for Pipeline {
 
 impl Pipeline {
     /// Starts a dispatcher thread running `policies` over `executor`, with a
-    /// queue of `capacity` events.
+    /// queue of `capacity` events (and [`DEFAULT_QUEUE_PAYLOAD_BYTES`]).
     pub fn start(executor: Arc<Executor>, policies: Vec<Box<dyn Policy>>, capacity: usize) -> std::io::Result<Self> {
-        Self::start_with(executor, policies, capacity, None)
+        Self::start_bounded(executor, policies, QueueBounds::events(capacity), None)
     }
 
     /// Like [`Self::start`], and when `resolve` is set, finds descriptors for
@@ -155,12 +252,23 @@ impl Pipeline {
         capacity: usize,
         resolve: Option<ResolverConfig>,
     ) -> std::io::Result<Self> {
+        Self::start_bounded(executor, policies, QueueBounds::events(capacity), resolve)
+    }
+
+    /// Like [`Self::start_with`], with both of the queue's bounds given.
+    pub fn start_bounded(
+        executor: Arc<Executor>,
+        policies: Vec<Box<dyn Policy>>,
+        bounds: QueueBounds,
+        resolve: Option<ResolverConfig>,
+    ) -> std::io::Result<Self> {
         // The accounting needs accesses (hits) and evictions (waste).
         let wanted = policies
             .iter()
             .fold(EventKinds::of(&[EventKind::PageAccess, EventKind::PageEvict]), |k, p| k.with(p.interests()));
         let shared = Arc::new(Shared {
-            queue: ArrayQueue::new(capacity.max(1)),
+            queue: ArrayQueue::new(bounds.events.max(1)),
+            max_bytes: bounds.payload_bytes as u64,
             wanted,
             counters: Counters::default(),
             stop: AtomicBool::new(false),
@@ -200,6 +308,9 @@ impl Pipeline {
         PipelineStats {
             queued: c.queued.load(Ordering::Relaxed),
             dropped: c.dropped.load(Ordering::Relaxed),
+            dropped_for_bytes: c.dropped_for_bytes.load(Ordering::Relaxed),
+            queued_bytes: c.queued_bytes.load(Ordering::Relaxed),
+            queued_bytes_peak: c.queued_bytes_peak.load(Ordering::Relaxed),
             dispatched: c.dispatched.load(Ordering::Relaxed),
             requests: c.requests.load(Ordering::Relaxed),
             refused: c.refused.load(Ordering::Relaxed),
@@ -364,6 +475,11 @@ fn dispatch_loop(shared: Arc<Shared>, mut runtime: Runtime, executor: Arc<Execut
                 }
             }
             runtime.dispatch(&incoming.event);
+            // Only now does the event stop holding memory: free it, then
+            // give back its bytes and its sender's charge.
+            drop(incoming.event);
+            drop(incoming.charge);
+            shared.release(incoming.bytes);
             shared.counters.dispatched.fetch_add(1, Ordering::SeqCst);
         }
         if any {
@@ -378,5 +494,71 @@ fn dispatch_loop(shared: Arc<Shared>, mut runtime: Runtime, executor: Arc<Execut
         if !any {
             thread::park_timeout(Duration::from_millis(50));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::file::FileId;
+    use crate::page::ByteRange;
+
+    /// A sender over a queue no dispatcher drains: what it takes is what a
+    /// stalled dispatcher would be left holding.
+    fn stalled(bounds: QueueBounds) -> EventSender {
+        let shared = Arc::new(Shared {
+            queue: ArrayQueue::new(bounds.events),
+            max_bytes: bounds.payload_bytes as u64,
+            wanted: EventKinds::ALL,
+            counters: Counters::default(),
+            stop: AtomicBool::new(false),
+        });
+        EventSender { shared, dispatcher: thread::current() }
+    }
+
+    fn layout(ranges: usize) -> Event {
+        let file = FileId { dev: 1, ino: 1 };
+        Event::TensorLayout { file, ranges: (0..ranges as u64).map(|i| ByteRange::new(i << 20, 1 << 20)).collect() }
+    }
+
+    /// A queue bounded only in events held whatever its events carried:
+    /// 65,536 full-datagram `TensorLayout`s are 4 GiB. The byte bound drops
+    /// (and counts) the event that would pass it, never blocks, and gives
+    /// the bytes back when an event leaves the queue.
+    #[test]
+    fn the_queue_is_bounded_in_payload_bytes_as_well_as_events() {
+        let big = layout(4095);
+        let each = big.payload_bytes() as u64;
+        let sender = stalled(QueueBounds { events: 1 << 16, payload_bytes: 1 << 20 });
+        let mut accepted = 0u64;
+        for _ in 0..1000 {
+            if sender.send(big.clone(), None) {
+                accepted += 1;
+            }
+        }
+        let c = &sender.shared.counters;
+        let queued = c.queued_bytes.load(Ordering::Relaxed);
+        assert_eq!(accepted, (1 << 20) / each, "as many as fit in 1 MiB");
+        assert_eq!(queued, accepted * each);
+        assert!(c.queued_bytes_peak.load(Ordering::Relaxed) <= 1 << 20);
+        assert_eq!(c.dropped_for_bytes.load(Ordering::Relaxed), 1000 - accepted);
+        assert_eq!(c.dropped.load(Ordering::Relaxed), 1000 - accepted);
+        // Events without payload still fit: the bound is on bytes only.
+        assert!(sender.send(Event::LayerStart { file: FileId { dev: 1, ino: 1 }, layer: 0 }, None));
+        // What leaves the queue gives its bytes back.
+        let first = sender.shared.queue.pop().expect("queued");
+        sender.shared.release(first.bytes);
+        assert_eq!(c.queued_bytes.load(Ordering::Relaxed), queued - each);
+        assert!(sender.send(big, None), "room again for one");
+    }
+
+    #[test]
+    fn a_refused_push_gives_its_bytes_back() {
+        let sender = stalled(QueueBounds { events: 1, payload_bytes: 1 << 20 });
+        assert!(sender.send(layout(1), None));
+        assert!(!sender.send(layout(1), None), "the one slot is taken");
+        let c = &sender.shared.counters;
+        assert_eq!(c.queued_bytes.load(Ordering::Relaxed), layout(1).payload_bytes() as u64);
+        assert_eq!(c.dropped_for_bytes.load(Ordering::Relaxed), 0, "dropped for the slot, not for bytes");
     }
 }

@@ -677,7 +677,9 @@ fn rate_volume_and_handle_limits_drop_and_count() {
         frames_per_sec: 1,
         frame_burst: 6,
         bytes_per_sec: 1,
-        byte_burst: 8 * 4096,
+        // Every frame costs its own bytes (3 registrations of 12), and a
+        // Pages frame (32 bytes) its pages too: room for 8 pages.
+        byte_burst: 3 * 12 + 32 + 8 * 4096,
         max_handles_per_client: 2,
         ..HintConfig::at(dir.path().join("hint.sock"))
     };
