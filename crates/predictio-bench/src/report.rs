@@ -355,7 +355,7 @@ impl Report {
         let _ = writeln!(out, "- revision: {}", code_span(if revision.is_empty() { "unknown" } else { revision }));
         if !self.provenance.env.is_empty() {
             let vars: Vec<String> = self.provenance.env.iter().map(|(k, v)| code_span(&format!("{k}={v}"))).collect();
-            let _ = writeln!(out, "- environment that filtered or changed cases: {}", vars.join(", "));
+            let _ = writeln!(out, "- environment (set variables that filter or change cases): {}", vars.join(", "));
         }
         let _ = writeln!(out, "- created: {}", md_inline(&self.created));
         let _ = writeln!(out, "- machine: {}", md_inline(&machine_line(&self.machine)));
@@ -1102,7 +1102,9 @@ mod tests {
             md.contains("```sh\npredictio bench sqlite-scan --pairs 5\n```\n\n- revision: `0123abc-dirty`\n"),
             "{md}"
         );
-        assert!(md.contains("- environment that filtered or changed cases: `PREDICTIO_BENCH_SQLITE_ONLY=scan-1000`\n"));
+        assert!(md.contains(
+            "- environment (set variables that filter or change cases): `PREDICTIO_BENCH_SQLITE_ONLY=scan-1000`\n"
+        ));
         assert!(md.contains("rand 4K 13.0 K IOPS at QD1, 99.0 K IOPS at QD64; seq (1 MiB O_DIRECT) 2800 MB/s"));
         assert!(md.contains("; read from the block device /dev/vda at random places"), "{md}");
         assert!(md.contains(r#"- settings: `{"pairs":5,"rows":1000}`"#), "{md}");
