@@ -239,3 +239,38 @@ fn durations_out_of_range_are_clear_errors() {
         }
     }
 }
+
+/// A service manager stops `predictio run -- CMD` with SIGTERM: the command
+/// gets it too (it used to be left running, orphaned), and `run` exits with
+/// the command's status.
+#[test]
+fn sigterm_to_run_is_passed_on_to_the_command() {
+    let dir = common::disk_dir("predictio-run-term");
+    let ready = dir.path().join("ready");
+    let script = format!("trap 'exit 7' TERM; touch {}; while :; do sleep 0.05; done", ready.display());
+    let mut child = Command::new(bin())
+        .args(["run", "--quiet", "--no-replay", "--", "sh", "-c", &script])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run predictio");
+    let start = std::time::Instant::now();
+    while !ready.exists() {
+        assert!(start.elapsed() < std::time::Duration::from_secs(30), "the command did not start");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let pid = rustix::process::Pid::from_raw(child.id() as i32).expect("pid");
+    rustix::process::kill_process(pid, rustix::process::Signal::TERM).expect("SIGTERM");
+    let stopped = std::time::Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
+        }
+        if stopped.elapsed() > std::time::Duration::from_secs(10) {
+            let _ = child.kill();
+            panic!("predictio run still running 10 s after SIGTERM: the command never got it");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    assert_eq!(status.code(), Some(7), "run exits with the command's status after its TERM trap");
+}

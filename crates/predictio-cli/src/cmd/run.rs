@@ -93,6 +93,7 @@ pub fn run(args: Args) -> Result<()> {
     let hints = HintSource::start_private(&socket, sender.clone())?;
 
     let (mut observer, note) = observer_or_note(false, FollowAllLookups::None);
+    let signals = Forwarded::install()?;
     let me = std::process::id();
     let start = Instant::now();
     let mut cmd = Command::new(&args.command[0]);
@@ -131,6 +132,7 @@ pub fn run(args: Args) -> Result<()> {
         }
     };
     let status = loop {
+        signals.forward_to(&child);
         match observer.as_mut() {
             Some(obs) => {
                 obs.poll(obs.poll_interval().max(Duration::from_millis(1)), &mut forward)?;
@@ -186,5 +188,53 @@ pub fn run(args: Args) -> Result<()> {
         Some(0) => Ok(()),
         Some(code) => std::process::exit(code),
         None => bail!("{} was killed ({status})", args.command[0]),
+    }
+}
+
+/// Signals `run` passes on to its command, as `env` or `timeout` would:
+/// a service manager's SIGTERM stops the command, and `run` stays to report
+/// and to exit with the command's status. SIGINT and SIGQUIT from a
+/// terminal reach the command's process group already; `run` only outlives
+/// them.
+struct Forwarded {
+    /// The last signal caught and not yet passed on (0: none).
+    pending: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl Forwarded {
+    /// Passed on to the command.
+    const FORWARDED: [i32; 3] =
+        [signal_hook::consts::SIGTERM, signal_hook::consts::SIGHUP, signal_hook::consts::SIGUSR1];
+    /// Caught, not passed on: the terminal sends them to the command itself.
+    const OUTLIVED: [i32; 2] = [signal_hook::consts::SIGINT, signal_hook::consts::SIGQUIT];
+
+    fn install() -> Result<Self> {
+        let pending = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        for signal in Self::FORWARDED {
+            signal_hook::flag::register_usize(signal, Arc::clone(&pending), signal as usize)
+                .context("installing signal handlers")?;
+        }
+        let outlived = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        for signal in Self::OUTLIVED {
+            signal_hook::flag::register(signal, Arc::clone(&outlived)).context("installing signal handlers")?;
+        }
+        Ok(Self { pending })
+    }
+
+    /// Sends `child` the signal caught since the last call, if any.
+    fn forward_to(&self, child: &std::process::Child) {
+        let signal = self.pending.swap(0, std::sync::atomic::Ordering::Relaxed);
+        if signal == 0 {
+            return;
+        }
+        let (Some(pid), Some(signal)) = (
+            rustix::process::Pid::from_raw(child.id() as i32),
+            rustix::process::Signal::from_named_raw(signal as i32),
+        ) else {
+            return;
+        };
+        if let Err(err) = rustix::process::kill_process(pid, signal) {
+            tracing::warn!(%err, "passing {signal:?} on to the command");
+        }
     }
 }
