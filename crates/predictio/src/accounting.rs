@@ -78,6 +78,10 @@ counters! {
     dropped_pages,
     /// Of `dropped_pages`, those shed because of memory pressure.
     pressure_dropped_pages,
+    /// Of `pressure_dropped_pages`, those cut off a speculative request
+    /// larger than its share of the memory headroom (the rest of it was
+    /// issued).
+    pressure_clamped_pages,
     /// Requests refused as nonsense by `submit`.
     rejected_requests,
     /// Failed syscalls or reads.

@@ -44,12 +44,32 @@ pub struct Request {
     /// program's own reads wait behind less (see
     /// [`crate::launch::ReplayPacing::window_pages`]).
     pub window_pages: u64,
+    /// The process the prediction is for, where known (a hint's sender, an
+    /// observed process): the memory-pressure guard weighs the memory cgroup
+    /// it runs in too ([`crate::pressure`]). `None`: only the executor's own
+    /// cgroup and the machine.
+    pub target_pid: Option<u32>,
 }
 
 impl Request {
     /// A speculative request.
     pub fn new(file: FileRef, ranges: Vec<PageRange>, origin: PolicyId) -> Self {
-        Self { file, ranges, origin, urgency: Urgency::Speculative, sequential: false, window_pages: 0 }
+        Self {
+            file,
+            ranges,
+            origin,
+            urgency: Urgency::Speculative,
+            sequential: false,
+            window_pages: 0,
+            target_pid: None,
+        }
+    }
+
+    /// The same request, for process `pid` (see [`Request::target_pid`]; 0,
+    /// a pid not visible here, names none).
+    pub fn for_process(mut self, pid: u32) -> Self {
+        self.target_pid = (pid != 0).then_some(pid);
+        self
     }
 
     /// The same request with a narrower pacing window (see
@@ -95,6 +115,19 @@ impl MetaDir {
         let path = path.as_ref();
         let dir = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_DIRECTORY).open(path)?;
         Ok(Self { dir: std::sync::Arc::new(dir), path: path.to_string_lossy().into() })
+    }
+
+    /// [`MetaDir::open`] for a path from a record or a profile: no
+    /// component may be a symbolic link (`openat2` with
+    /// `RESOLVE_NO_SYMLINKS`), so nobody who can write a directory on the
+    /// path can point the listing elsewhere.
+    pub fn open_no_follow(path: impl AsRef<std::path::Path>) -> std::io::Result<Self> {
+        use rustix::fs::{Mode, OFlags, ResolveFlags};
+        let path = path.as_ref();
+        let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
+        let resolve = ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS;
+        let fd = rustix::fs::openat2(rustix::fs::CWD, path, flags, Mode::empty(), resolve)?;
+        Ok(Self { dir: std::sync::Arc::new(std::fs::File::from(fd)), path: path.to_string_lossy().into() })
     }
 
     /// Whether the directory lives on a filesystem that keeps its data on

@@ -2,9 +2,9 @@
 //!
 //! [`Engine::execute`] applies the rules in order — bound, memory pressure,
 //! clamp to EOF, skip holes, skip resident pages, skip pages in flight,
-//! coalesce, issue — and records what each rule did. It is driven by the
-//! executor's worker thread; benchmarks and tests drive it directly with a
-//! fake [`PageCache`] or a counting [`Backend`].
+//! coalesce, cut to the memory headroom, issue — and records what each rule
+//! did. It is driven by the executor's worker thread; benchmarks and tests
+//! drive it directly with a fake [`PageCache`] or a counting [`Backend`].
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -19,7 +19,7 @@ use crate::accounting::{Accounting, Counters};
 use crate::file::{FileId, FileRef};
 use crate::page::{PAGE_SIZE, PageRange};
 use crate::policy::PolicyId;
-use crate::pressure::PressureGuard;
+use crate::pressure::{Admission, PressureGuard, clamp_runs};
 use crate::request::{Request, Urgency};
 use crate::sys::uring::Completion;
 
@@ -296,12 +296,20 @@ impl Engine {
         d.requested_pages = asked;
         let window = self.window(request.window_pages);
 
-        if request.urgency == Urgency::Speculative && self.pressure.under_pressure(now) {
-            d.dropped_requests = 1;
-            d.dropped_pages = asked;
-            d.pressure_dropped_pages = asked;
-            self.accounting.record(request.origin, Some(id), &d);
-            return d;
+        // Pages this request may issue (memory headroom; imminent requests
+        // are not bounded by it).
+        let mut allowance = u64::MAX;
+        if request.urgency == Urgency::Speculative {
+            match self.pressure.admit(now, request.target_pid) {
+                Admission::Shed(_) => {
+                    d.dropped_requests = 1;
+                    d.dropped_pages = asked;
+                    d.pressure_dropped_pages = asked;
+                    self.accounting.record(request.origin, Some(id), &d);
+                    return d;
+                }
+                Admission::Issue { max_pages } => allowance = max_pages,
+            }
         }
 
         let state = match self.file_state(&file, now) {
@@ -379,6 +387,10 @@ impl Engine {
         }
         self.segments = segments;
         coalescer.finish(&mut self.chunks);
+        let clamped = clamp_runs(&mut self.chunks, allowance);
+        d.dropped_pages += clamped;
+        d.pressure_dropped_pages += clamped;
+        d.pressure_clamped_pages += clamped;
 
         let chunks = std::mem::take(&mut self.chunks);
         if streamed && let Some(streamer) = &self.streamer {
@@ -393,6 +405,7 @@ impl Engine {
                 }
             }
             self.chunks = chunks;
+            self.pressure.note_issued(request.target_pid, d.issued_pages);
             self.accounting.record(request.origin, Some(id), &d);
             return d;
         }
@@ -441,6 +454,7 @@ impl Engine {
             tracing::debug!(%err, "backend flush failed");
             d.errors += 1;
         }
+        self.pressure.note_issued(request.target_pid, d.issued_pages);
         self.accounting.record(request.origin, Some(id), &d);
         d
     }

@@ -383,6 +383,28 @@ fn memory_pressure_sheds_speculative_not_imminent() {
 }
 
 #[test]
+fn a_speculative_request_issues_at_most_a_quarter_of_the_headroom() {
+    // 2 GiB available (of 4): a quarter is 512 MiB, 131,072 pages. The
+    // absent pages are cut in order of need; resident ones cost nothing.
+    let tight = || {
+        PressureGuard::with_source(PressureConfig::default(), || {
+            Ok(MemoryState { some_avg10: 0.0, available: 2 << 30, total: 4 << 30 })
+        })
+    };
+    let cache = cache_of(300_000, 0..50_000);
+    let backend = FakeBackend::default();
+    let mut e = engine(&cache, &backend, Limits::default(), tight());
+    let d = e.execute(req(&[(0, 250_000)]));
+    assert_eq!((d.skipped_resident_pages, d.issued_pages), (50_000, 131_072));
+    assert_eq!((d.pressure_clamped_pages, d.pressure_dropped_pages, d.dropped_pages), (68_928, 68_928, 68_928));
+    assert_eq!(backend.io.lock().unwrap().issued.last().map(|r| r.end), Some(50_000 + 131_072));
+    let backend = FakeBackend::default();
+    let d = engine(&cache, &backend, Limits::default(), tight())
+        .execute(req(&[(0, 250_000)]).with_urgency(Urgency::Imminent));
+    assert_eq!((d.issued_pages, d.pressure_clamped_pages), (200_000, 0), "imminent requests are not cut");
+}
+
+#[test]
 fn validation_rejects_nonsense() {
     let file = any_file();
     let r = |ranges: Vec<PageRange>| Request::new(file.clone(), ranges, PolicyId(0));
