@@ -356,6 +356,14 @@ pub struct PressureSection {
     pub min_available_fraction: f64,
     /// …or this many MiB, whichever is larger.
     pub min_available_mib: u64,
+    /// A memory cgroup's (v2) headroom, limit less usage, below which
+    /// speculative work for it stops, as a share of its limit…
+    pub min_cgroup_headroom_fraction: f64,
+    /// …or this many MiB, whichever is larger.
+    pub min_cgroup_headroom_mib: u64,
+    /// The largest share of the memory headroom one speculative request may
+    /// issue; the rest is dropped, counted. Above 0, at most 1.
+    pub max_request_headroom_fraction: f64,
 }
 
 impl Default for PressureSection {
@@ -365,6 +373,9 @@ impl Default for PressureSection {
             max_some_avg10: d.max_some_avg10,
             min_available_fraction: d.min_available_fraction,
             min_available_mib: d.min_available_bytes >> 20,
+            min_cgroup_headroom_fraction: d.min_cgroup_headroom_fraction,
+            min_cgroup_headroom_mib: d.min_cgroup_headroom_bytes >> 20,
+            max_request_headroom_fraction: d.max_request_headroom_fraction,
         }
     }
 }
@@ -712,6 +723,21 @@ impl Config {
         c.fraction("[pressure] max_some_avg10", p.max_some_avg10, 100.0, "percent of time stalled");
         c.fraction("[pressure] min_available_fraction", p.min_available_fraction, 1.0, "share of RAM");
         c.range("[pressure] min_available_mib", p.min_available_mib, 0..=16 << 20, "MiB, 16 TiB at most");
+        c.fraction(
+            "[pressure] min_cgroup_headroom_fraction",
+            p.min_cgroup_headroom_fraction,
+            1.0,
+            "share of the limit",
+        );
+        c.range("[pressure] min_cgroup_headroom_mib", p.min_cgroup_headroom_mib, 0..=16 << 20, "MiB, 16 TiB at most");
+        let share = p.max_request_headroom_fraction;
+        if !(share.is_finite() && share > 0.0 && share <= 1.0) {
+            c.fail(
+                "[pressure] max_request_headroom_fraction",
+                share,
+                "expected a number above 0, at most 1 (share of the headroom; 0 would drop every speculative request)",
+            );
+        }
     }
 
     fn check_hints(&self, c: &mut Checker) {
@@ -796,6 +822,9 @@ impl Config {
                 max_some_avg10: self.pressure.max_some_avg10,
                 min_available_fraction: self.pressure.min_available_fraction,
                 min_available_bytes: self.pressure.min_available_mib.saturating_mul(1 << 20),
+                min_cgroup_headroom_fraction: self.pressure.min_cgroup_headroom_fraction,
+                min_cgroup_headroom_bytes: self.pressure.min_cgroup_headroom_mib.saturating_mul(1 << 20),
+                max_request_headroom_fraction: self.pressure.max_request_headroom_fraction,
                 ..PressureConfig::default()
             },
             hit_timeout: Duration::from_secs(e.hit_timeout_secs),
@@ -1091,6 +1120,26 @@ mod tests {
         rejects("[pressure]\nmax_some_avg10 = -1.0\n", &["[pressure] max_some_avg10 = -1"]);
         rejects("[pressure]\nmax_some_avg10 = inf\n", &["[pressure] max_some_avg10 = inf"]);
         rejects("[pressure]\nmin_available_fraction = 1.5\n", &["[pressure] min_available_fraction = 1.5", "0 to 1"]);
+        rejects(
+            "[pressure]\nmin_cgroup_headroom_fraction = -0.1\n",
+            &["[pressure] min_cgroup_headroom_fraction = -0.1"],
+        );
+        rejects("[pressure]\nmin_cgroup_headroom_mib = 16777217\n", &["[pressure] min_cgroup_headroom_mib = 16777217"]);
+        for share in ["0.0", "1.5", "nan"] {
+            rejects(
+                &format!("[pressure]\nmax_request_headroom_fraction = {share}\n"),
+                &["[pressure] max_request_headroom_fraction", "above 0, at most 1"],
+            );
+        }
+        let c = Config::parse(
+            "[pressure]\nmin_cgroup_headroom_fraction = 0.1\nmin_cgroup_headroom_mib = 32\n\
+             max_request_headroom_fraction = 1.0\n",
+        )
+        .expect("parses");
+        c.validate().expect("valid");
+        let p = c.executor_config().pressure;
+        assert_eq!((p.min_cgroup_headroom_fraction, p.min_cgroup_headroom_bytes), (0.1, 32 << 20));
+        assert_eq!(p.max_request_headroom_fraction, 1.0);
     }
 
     #[test]
