@@ -16,24 +16,23 @@
 //! (`DIR/device-probe.dat`) after reading it once, and the result says so
 //! and why.
 
-use std::alloc::{Layout, alloc_zeroed, dealloc};
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
-use std::os::fd::AsRawFd;
+use std::os::fd::AsFd;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::ptr::NonNull;
 use std::time::{Duration, Instant};
 
-use io_uring::{IoUring, opcode, types};
+use io_uring::IoUring;
 
 use crate::machine::{DepthPoint, DeviceLimit, ProbeKind};
+use crate::sys::{AlignedBuf, DirectReads};
 
 /// Name of the probe's data file inside [`ProbeOptions::dir`].
 pub const PROBE_FILE: &str = "device-probe.dat";
 
 /// Alignment (and granularity) of O_DIRECT buffers, offsets and lengths.
-const ALIGN: usize = 4096;
+pub(crate) const ALIGN: usize = 4096;
 const SMALL: usize = 4096;
 const LARGE: usize = 1 << 20;
 /// Deepest queue depth accepted.
@@ -198,43 +197,6 @@ pub enum ProbeError {
     },
 }
 
-/// A zeroed heap buffer aligned for O_DIRECT, freed on drop.
-struct AlignedBuf {
-    ptr: NonNull<u8>,
-    layout: Layout,
-}
-
-impl AlignedBuf {
-    fn new(size: usize) -> Result<AlignedBuf, ProbeError> {
-        AlignedBuf::aligned(size, ALIGN)
-    }
-
-    /// A buffer aligned to `align` (a power of two).
-    fn aligned(size: usize, align: usize) -> Result<AlignedBuf, ProbeError> {
-        let layout = Layout::from_size_align(size.max(1), align).map_err(|_| ProbeError::Alloc { size })?;
-        // SAFETY: `layout` has a non-zero size (`size.max(1)`).
-        let raw = unsafe { alloc_zeroed(layout) };
-        let ptr = NonNull::new(raw).ok_or(ProbeError::Alloc { size })?;
-        Ok(AlignedBuf { ptr, layout })
-    }
-
-    fn as_mut_ptr(&self) -> *mut u8 {
-        self.ptr.as_ptr()
-    }
-
-    fn as_slice(&self) -> &[u8] {
-        // SAFETY: `ptr` points to `layout.size()` initialised bytes owned by
-        // this buffer; no read into it is in flight when this is called.
-        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.layout.size()) }
-    }
-
-    fn as_mut_slice(&mut self) -> &mut [u8] {
-        // SAFETY: `ptr` points to `layout.size()` initialised (zeroed) bytes
-        // owned by this buffer, and `&mut self` makes this the only borrow.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.layout.size()) }
-    }
-}
-
 /// Reads the file at `path` once, whole, 1 MiB at a time with O_DIRECT (so
 /// the guest's page cache is left as it was). On a virtual machine the host
 /// caches the disk's file: a block read again comes back faster than the
@@ -267,14 +229,6 @@ fn prime(file: &File, file_size: u64) -> Result<(), ProbeError> {
         offset += LARGE as u64;
     }
     Ok(())
-}
-
-impl Drop for AlignedBuf {
-    fn drop(&mut self) {
-        // SAFETY: `ptr` was returned by `alloc_zeroed` with exactly `layout`
-        // and is freed only here, once.
-        unsafe { dealloc(self.ptr.as_ptr(), self.layout) }
-    }
 }
 
 /// xorshift64* — small, fast, and good enough to spread offsets and fill
@@ -442,8 +396,7 @@ fn create_probe_file(path: &Path, size: u64) -> Result<(), ProbeError> {
     f.sync_all().map_err(|source| ProbeError::Fsync { path: tmp.clone(), source })?;
     // Don't leave a file's worth of page cache behind (it would evict the
     // benchmarks' own pages). Advisory; failure is harmless.
-    // SAFETY: plain syscall on a file descriptor owned by `f`, which is open.
-    let _ = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+    let _ = crate::sys::drop_cached(f.as_fd());
     drop(f);
     std::fs::rename(&tmp, path).map_err(|source| ProbeError::Rename { path: path.to_path_buf(), source })?;
     tracing::info!(
@@ -485,25 +438,20 @@ fn run_point(
     duration: Duration,
 ) -> Result<Point, ProbeError> {
     let entries = depth.next_power_of_two();
-    let mut ring = IoUring::new(entries).map_err(|source| ProbeError::RingSetup { entries, source })?;
+    let ring = IoUring::new(entries).map_err(|source| ProbeError::RingSetup { entries, source })?;
     let slots = depth as usize;
     let len = offsets.len as usize;
     let bufs = (0..slots).map(|_| AlignedBuf::aligned(len, offsets.align as usize)).collect::<Result<Vec<_>, _>>()?;
+    // The buffers belong to `reads` from here on: it lends one out only
+    // between reads, and leaks them if dropped with reads in flight.
+    let mut reads = DirectReads::new(ring, bufs, len as u32);
     let mut in_slot = vec![0u64; slots];
-    let fd = types::Fd(file.as_raw_fd());
 
     // Queues a read into `slot` at the next offset; false if the SQ is full.
-    let mut push = |ring: &mut IoUring, in_slot: &mut [u64], slot: usize| -> bool {
+    let mut push = |reads: &mut DirectReads, in_slot: &mut [u64], slot: usize| -> bool {
         let off = offsets.next();
         in_slot[slot] = off;
-        let entry =
-            opcode::Read::new(fd, bufs[slot].as_mut_ptr(), len as u32).offset(off).build().user_data(slot as u64);
-        // SAFETY: `bufs[slot]` is valid for `len` bytes and is not touched
-        // by us while the read is in flight; it is freed only after every
-        // queued read has completed (the drain loop below runs until
-        // nothing is in flight, and the buffers are leaked if that cannot
-        // be guaranteed). `file` outlives `ring`'s use of its descriptor.
-        unsafe { ring.submission().push(&entry) }.is_ok()
+        reads.push(file.as_fd(), slot, off)
     };
 
     let start = Instant::now();
@@ -511,7 +459,7 @@ fn run_point(
     let mut in_flight = 0usize;
     let mut error: Option<ProbeError> = None;
     for slot in 0..slots {
-        if push(&mut ring, &mut in_slot, slot) {
+        if push(&mut reads, &mut in_slot, slot) {
             in_flight += 1;
         } else {
             error = Some(ProbeError::QueueFull { depth });
@@ -521,17 +469,17 @@ fn run_point(
     let (mut ops, mut bytes, mut zero_reads) = (0u64, 0u64, 0u64);
     let mut done: Vec<(usize, i32)> = Vec::with_capacity(slots);
     while in_flight > 0 {
-        match ring.submit_and_wait(1) {
+        match reads.submit_and_wait(1) {
             Ok(_) => {}
             Err(e) if matches!(e.raw_os_error(), Some(libc::EINTR | libc::EAGAIN | libc::EBUSY)) => {}
             Err(source) => {
-                // Reads may still be in flight into our buffers: never free them.
-                std::mem::forget(bufs);
+                // Reads may still be in flight into the buffers: dropping
+                // `reads` leaks them.
                 return Err(ProbeError::Submit { depth, source });
             }
         }
         done.clear();
-        done.extend(ring.completion().map(|cqe| (cqe.user_data() as usize, cqe.result())));
+        reads.reap(&mut done);
         let keep_going = error.is_none() && Instant::now() < deadline;
         for &(slot, res) in &done {
             in_flight -= 1;
@@ -548,13 +496,13 @@ fn run_point(
             }
             ops += 1;
             bytes += res as u64;
-            if let Some(buf) = bufs.get(slot) {
+            if let Some(buf) = reads.buf(slot) {
                 // The read into it has completed and the next is not queued yet.
-                let head = &buf.as_slice()[..(res as usize).min(ZERO_CHECK)];
+                let head = &buf[..(res as usize).min(ZERO_CHECK)];
                 zero_reads += u64::from(head.iter().all(|&b| b == 0));
             }
             if keep_going && slot < slots {
-                if push(&mut ring, &mut in_slot, slot) {
+                if push(&mut reads, &mut in_slot, slot) {
                     in_flight += 1;
                 } else if error.is_none() {
                     error = Some(ProbeError::QueueFull { depth });
@@ -563,8 +511,7 @@ fn run_point(
         }
     }
     let secs = start.elapsed().as_secs_f64();
-    drop(ring);
-    drop(bufs);
+    drop(reads);
     match error {
         Some(e) => Err(e),
         None => Ok(Point { ops, bytes, secs, zero_reads }),

@@ -453,11 +453,9 @@ impl Service {
     /// after 10 s.
     pub fn stop(mut self) -> Result<(), BenchError> {
         let what = self.what;
-        let pid = self.child.id() as libc::pid_t;
-        // SAFETY: kill(2) on the pid of a child we spawned and have not yet
-        // reaped, so the pid cannot have been reused.
-        let rc = unsafe { libc::kill(pid, libc::SIGTERM) };
-        if rc != 0 {
+        // The pid of a child we spawned and have not yet reaped, so it
+        // cannot have been reused.
+        if crate::sys::terminate(self.child.id()).is_err() {
             let _ = self.child.kill();
         }
         let deadline = std::time::Instant::now() + Duration::from_secs(10);

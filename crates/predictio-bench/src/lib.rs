@@ -6,6 +6,12 @@
 //! beside every figure (warm time; bytes or I/Os over the device's measured
 //! best), and checks that answers are identical with and without prefetching.
 //! Results are written as JSON, Markdown and SVG.
+//!
+//! All `unsafe` code is in one private module, `sys`: io_uring queue pushes,
+//! aligned buffers for `O_DIRECT`, opening LMDB environments; system calls
+//! go through rustix there.
+
+#![deny(unsafe_code)]
 
 pub mod device;
 pub mod harness;
@@ -14,6 +20,8 @@ pub mod machine;
 pub mod oracle;
 pub mod report;
 pub mod summary;
+#[allow(unsafe_code)]
+mod sys;
 pub mod workloads;
 
 use std::fmt;

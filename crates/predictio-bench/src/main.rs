@@ -4,6 +4,8 @@
 //! the benchmark suite and its peers (RocksDB, LMDB). This is, with the
 //! `predictio` binary, the only place `anyhow` is used.
 
+#![deny(unsafe_code)]
+
 use std::path::PathBuf;
 use std::process::ExitCode;
 

@@ -378,8 +378,7 @@ fn prepare(profile: &Profile, exe: FileId, argv: &[String]) -> Result<Prepared, 
     // at the first launch it sees; here that launch is dispatched before
     // the profile is in the book, so it replays nothing.
     let start = ExecStart {
-        // SAFETY: getuid has no preconditions.
-        uid: unsafe { libc::getuid() },
+        uid: crate::sys::uid(),
         path: which(&argv[0]).map(|p| p.display().to_string()).unwrap_or_else(|| argv[0].clone()).into(),
         shape: predictio::launch::shape::of_args(argv).into(),
     };

@@ -128,10 +128,10 @@ fn lmdb_error(what: &str, err: heed::Error) -> BenchError {
 fn open_env(dir: &Path, flags: EnvFlags) -> Result<(Env, Database<Bytes, Bytes>), BenchError> {
     let mut options = EnvOpenOptions::new();
     options.map_size(4 << 30).max_readers(16);
-    // SAFETY: heed's contract for opening: the bench opens this environment
-    // once at a time (closed with `close_env` before it is opened again) and
-    // the flags are valid LMDB environment flags.
-    let env = unsafe { options.flags(flags).open(dir) }.map_err(|e| lmdb_error("opening the LMDB environment", e))?;
+    // Opened once at a time: closed with `close_env` before it is opened
+    // again.
+    let env = crate::sys::open_lmdb_env(&mut options, flags, dir)
+        .map_err(|e| lmdb_error("opening the LMDB environment", e))?;
     let mut wtxn = env.write_txn().map_err(|e| lmdb_error("write txn", e))?;
     let db = env.create_database(&mut wtxn, None).map_err(|e| lmdb_error("opening the main database", e))?;
     wtxn.commit().map_err(|e| lmdb_error("commit", e))?;
