@@ -64,10 +64,10 @@ fn header_declares_every_extern_function() {
     }
     // And the header declares nothing the library lacks.
     for word in header.split(|c: char| !(c.is_alphanumeric() || c == '_' || c == '(')) {
-        if let Some(name) = word.strip_suffix('(') {
-            if name.starts_with("predictio_") {
-                assert!(names.iter().any(|n| n == name), "predictio.h declares {name}, which lib does not export");
-            }
+        if let Some(name) = word.strip_suffix('(')
+            && name.starts_with("predictio_")
+        {
+            assert!(names.iter().any(|n| n == name), "predictio.h declares {name}, which lib does not export");
         }
     }
     // Limits quoted in the header.

@@ -199,10 +199,11 @@ impl Accounting {
         if let Some(file) = file {
             let tick = self.file_clock.fetch_add(1, Ordering::Relaxed);
             let mut files = self.files.lock().unwrap_or_else(|e| e.into_inner());
-            if files.len() >= MAX_TRACKED_FILES && !files.contains_key(&file) {
-                if let Some(oldest) = files.iter().min_by_key(|(_, (t, _))| *t).map(|(k, _)| *k) {
-                    files.remove(&oldest);
-                }
+            if files.len() >= MAX_TRACKED_FILES
+                && !files.contains_key(&file)
+                && let Some(oldest) = files.iter().min_by_key(|(_, (t, _))| *t).map(|(k, _)| *k)
+            {
+                files.remove(&oldest);
             }
             let entry = files.entry(file).or_default();
             entry.0 = tick;

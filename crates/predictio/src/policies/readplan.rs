@@ -420,13 +420,12 @@ impl ReadPlanPolicy {
     /// Releases `file`'s next chunks; queues it when the shared bound holds
     /// it back.
     fn release_or_wait(&mut self, file: FileId, ctx: &mut PolicyContext<'_>) {
-        if self.release(file, ctx) == Release::HeldGlobally {
-            if let Some(planned) = self.files.get_mut(&file) {
-                if !planned.waiting {
-                    planned.waiting = true;
-                    self.waiting.push_back(file);
-                }
-            }
+        if self.release(file, ctx) == Release::HeldGlobally
+            && let Some(planned) = self.files.get_mut(&file)
+            && !planned.waiting
+        {
+            planned.waiting = true;
+            self.waiting.push_back(file);
         }
     }
 

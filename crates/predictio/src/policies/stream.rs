@@ -484,10 +484,10 @@ fn classify(stream: &Stream, access: PageRange, max_stride: u64) -> Step {
     let delta = access.start - last.start;
     // A stride continues even when a record happens to touch its neighbour
     // (unaligned records cover one page more or less).
-    if let Some(Pattern::Strided { stride }) = stream.pattern {
-        if delta == stride {
-            return Step::Follows(Pattern::Strided { stride });
-        }
+    if let Some(Pattern::Strided { stride }) = stream.pattern
+        && delta == stride
+    {
+        return Step::Follows(Pattern::Strided { stride });
     }
     if access.start <= last.end {
         return Step::Follows(Pattern::Sequential);
