@@ -5,7 +5,7 @@
 //! the file holds (the observer only looks).
 
 use std::fs::File;
-use std::os::fd::AsRawFd;
+use std::os::fd::AsFd;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -68,8 +68,7 @@ fn a_cold_walk_through_the_observer_issues_prefetches() {
         Box::leak(Box::new(Prefetcher::new(ExecutorConfig::default()).expect("executor")));
     let mut observer = DbObserver::new(&db, prefetcher);
     let file = File::open(&db).expect("open db");
-    // SAFETY: a valid descriptor; DONTNEED only drops clean cached pages.
-    assert_eq!(unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) }, 0);
+    predictio::sys::fadvise(file.as_fd(), 0, 0, predictio::sys::Advice::DontNeed).expect("posix_fadvise(DONTNEED)");
     let mut buf = vec![0; PAGE];
     for (i, &page_no) in reads.iter().enumerate() {
         let offset = (u64::from(page_no) - 1) * PAGE as u64;

@@ -4,7 +4,7 @@
 #![cfg(feature = "extension")]
 
 use std::fs::File;
-use std::os::fd::AsRawFd;
+use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
@@ -61,9 +61,7 @@ fn run(args: &[&str], script: &str) -> Output {
 /// Evicts the file's clean pages so that the next scan is cold.
 fn drop_cache(path: &Path) {
     let file = File::open(path).expect("open db");
-    // SAFETY: a valid descriptor; fadvise only drops clean cached pages.
-    let rc = unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
-    assert_eq!(rc, 0, "posix_fadvise(DONTNEED)");
+    predictio::sys::fadvise(file.as_fd(), 0, 0, predictio::sys::Advice::DontNeed).expect("posix_fadvise(DONTNEED)");
 }
 
 /// A YCSB-like table inserted in random key order, so that leaves are
