@@ -14,7 +14,7 @@ use predictio_daemon::status::Status;
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// The daemon's control socket.
-    #[arg(long, default_value = "/run/predictio/control.sock")]
+    #[arg(long, default_value = predictio_daemon::config::DEFAULT_CONTROL_SOCKET)]
     control: PathBuf,
     /// Print the whole status document as JSON.
     #[arg(long)]

@@ -17,7 +17,7 @@ use predictio_daemon::status::Status;
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// The daemon's control socket.
-    #[arg(long, default_value = "/run/predictio/control.sock")]
+    #[arg(long, default_value = predictio_daemon::config::DEFAULT_CONTROL_SOCKET)]
     control: PathBuf,
     /// Seconds between refreshes.
     #[arg(long, default_value = "1", value_parser = crate::units::parse_seconds)]
