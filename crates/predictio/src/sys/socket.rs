@@ -363,6 +363,65 @@ mod tests {
         assert_eq!(got.sender.as_bytes(), dir.path().join("tx").as_os_str().as_bytes(), "no trailing NUL");
     }
 
+    /// Environment variable that turns the helper test below into the
+    /// receiver in a new pid namespace (its value: the socket path).
+    const PID_NS_HELPER: &str = "PREDICTIO_SOCKET_PID_NS_HELPER";
+
+    /// The receiving half of the next test, run by it under
+    /// `unshare --pid --fork`: does nothing otherwise.
+    #[test]
+    fn helper_receive_in_a_new_pid_namespace() {
+        let Ok(path) = std::env::var(PID_NS_HELPER) else { return };
+        let rx = UnixDatagram::unbound().expect("socket");
+        set_passcred(rx.as_fd()).expect("SO_PASSCRED");
+        let addr = rustix::net::SocketAddrUnix::new(path.as_str()).expect("address");
+        rustix::net::bind(&rx, &addr).expect("bind");
+        assert!(poll_readable(rx.as_fd(), Some(Duration::from_secs(10))).expect("poll"), "nothing sent");
+        let (mut buf, mut fds) = ([0u8; 8], Vec::new());
+        let got = recv_datagram(rx.as_fd(), &mut buf, &mut fds).expect("recvmsg").expect("queued");
+        let creds = got.credentials.expect("SCM_CREDENTIALS");
+        println!("received credentials {creds:?}");
+        assert_eq!((creds.pid, creds.uid), (0, 0));
+    }
+
+    /// The kernel reports pid 0 for a sender outside the receiver's pid
+    /// namespace (a daemon in a container, a client on the host). The
+    /// credentials must still arrive, with pid 0 as a value: the reason
+    /// `recv_datagram` parses `SCM_CREDENTIALS` itself (rustix's `UCred`
+    /// cannot hold pid 0).
+    #[test]
+    fn a_sender_outside_our_pid_namespace_has_pid_0() {
+        use crate::testing::{is_root, skip};
+        if !is_root() && skip("needs root to make a pid namespace") {
+            return;
+        }
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("rx.sock");
+        let exe = std::env::current_exe().expect("current_exe");
+        let child = std::process::Command::new("unshare")
+            .args(["--pid", "--fork", "--"])
+            .arg(&exe)
+            .args(["--exact", "sys::socket::tests::helper_receive_in_a_new_pid_namespace", "--nocapture"])
+            .env(PID_NS_HELPER, &path)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn();
+        let Ok(child) = child else {
+            skip("no unshare(1)");
+            return;
+        };
+        let start = std::time::Instant::now();
+        while !path.exists() {
+            assert!(start.elapsed() < Duration::from_secs(10), "the helper never bound its socket");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        UnixDatagram::unbound().expect("socket").send_to(b"x", &path).expect("send");
+        let out = child.wait_with_output().expect("helper");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "helper failed: {stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+        assert!(stdout.contains("received credentials"), "the helper did not run: {stdout}");
+    }
+
     #[test]
     fn poll_waits_for_a_datagram_or_the_timeout() {
         let (rx, tx) = pair();
