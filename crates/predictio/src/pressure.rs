@@ -398,6 +398,8 @@ impl<K, V> Recent<K, V> {
 #[derive(Debug)]
 struct Cgroups {
     fs: CgroupFs,
+    /// This process's id: a request for it is bounded by `own` alone.
+    pid: u32,
     /// This process's cgroup and when it was read.
     own: Option<(Option<PathBuf>, Instant)>,
     /// Other processes' cgroups (`None`: unreadable).
@@ -408,7 +410,7 @@ struct Cgroups {
 
 impl Cgroups {
     fn new(fs: CgroupFs, capacity: usize) -> Self {
-        Self { fs, own: None, targets: Recent::new(capacity), readings: Recent::new(capacity) }
+        Self { fs, pid: std::process::id(), own: None, targets: Recent::new(capacity), readings: Recent::new(capacity) }
     }
 
     /// Refreshes this process's cgroup path if stale.
@@ -424,7 +426,7 @@ impl Cgroups {
     /// leaves (the root's is the machine's, weighed apart).
     fn collect(&mut self, now: Instant, ttl: Duration, target: Option<u32>, out: &mut Vec<CgroupMemory>) -> f64 {
         self.refresh_own(now, ttl);
-        let Self { fs, own, targets, readings } = self;
+        let Self { fs, pid: own_pid, own, targets, readings } = self;
         let own = own.as_ref().and_then(|(path, _)| path.as_deref());
         let mut stall: f64 = 0.0;
         let mut chain = |leaf: &Path, shared: Option<&Path>, out: &mut Vec<CgroupMemory>| {
@@ -442,7 +444,7 @@ impl Cgroups {
         if let Some(own) = own {
             chain(own, None, out);
         }
-        if let Some(pid) = target.filter(|&pid| pid != std::process::id())
+        if let Some(pid) = target.filter(|pid| pid != own_pid)
             && let Some(path) = targets.fresh(&pid, now, ttl, |&pid| fs.cgroup_of(Some(pid))).as_deref()
             && Some(path) != own
         {
@@ -455,7 +457,7 @@ impl Cgroups {
     /// bounding a prefetch for `target` (until they are next read), so that
     /// requests between two readings do not each take the same headroom.
     fn charge(&mut self, target: Option<u32>, bytes: u64) {
-        let Self { own, targets, readings, .. } = self;
+        let Self { pid: own_pid, own, targets, readings, .. } = self;
         let own = own.as_ref().and_then(|(path, _)| path.as_deref());
         let mut charge = |leaf: &Path, shared: Option<&Path>| {
             for cgroup in leaf.ancestors().filter(|c| !c.as_os_str().is_empty()) {
@@ -470,7 +472,7 @@ impl Cgroups {
         if let Some(own) = own {
             charge(own, None);
         }
-        if let Some(pid) = target.filter(|&pid| pid != std::process::id())
+        if let Some(pid) = target.filter(|pid| pid != own_pid)
             && let Some(Some(path)) = targets.get_mut(&pid).map(|p| p.as_deref())
             && Some(path) != own
         {
