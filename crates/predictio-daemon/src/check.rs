@@ -85,10 +85,10 @@ pub fn check(config: &Config, path: Option<&Path>) -> Report {
     let mut errors = Vec::new();
 
     let executor = config.executor_config();
-    if predictio::sys::page_size() != predictio::PAGE_SIZE {
+    if predictio::os::page_size() != predictio::PAGE_SIZE {
         errors.push(format!(
             "the kernel's page size is {} bytes; predictio supports {}-byte pages only",
-            predictio::sys::page_size(),
+            predictio::os::page_size(),
             predictio::PAGE_SIZE
         ));
     }

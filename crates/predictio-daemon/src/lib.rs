@@ -35,5 +35,5 @@ pub mod status;
 /// accept loop sees its stop flag): an idle server sleeps in `poll(2)`
 /// rather than waking every few milliseconds.
 fn wait_for_connection(listener: impl std::os::fd::AsFd) {
-    let _ = predictio::sys::socket::poll_readable(listener.as_fd(), Some(std::time::Duration::from_millis(200)));
+    let _ = predictio::os::poll_readable(listener.as_fd(), Some(std::time::Duration::from_millis(200)));
 }

@@ -20,7 +20,7 @@
 //! All `unsafe` code is in one private module, `vfs`: the FFI edge with
 //! SQLite's C API (the VFS method table and the extension's entry points).
 //! It makes no system call of its own: file I/O is the real VFS's, and the
-//! prefetch goes through predictio's core (`predictio::sys`, its syscall
+//! prefetch goes through predictio's core (`predictio::os`, its syscall
 //! edge).
 //!
 //! [`Traversal`]: predictio::btree::Traversal

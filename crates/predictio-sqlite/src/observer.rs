@@ -451,11 +451,11 @@ pub fn warm_own_code(address: usize) {
     let Ok(file) = std::fs::File::open(ours) else { return };
     for (start, end, offset, path) in &mappings {
         if path == ours {
-            let _ = predictio::sys::fadvise(
+            let _ = predictio::os::fadvise(
                 std::os::fd::AsFd::as_fd(&file),
                 *offset,
                 (end - start) as u64,
-                predictio::sys::Advice::WillNeed,
+                predictio::os::Advice::WillNeed,
             );
         }
     }

@@ -68,7 +68,7 @@ fn a_cold_walk_through_the_observer_issues_prefetches() {
         Box::leak(Box::new(Prefetcher::new(ExecutorConfig::default()).expect("executor")));
     let mut observer = DbObserver::new(&db, prefetcher);
     let file = File::open(&db).expect("open db");
-    predictio::sys::fadvise(file.as_fd(), 0, 0, predictio::sys::Advice::DontNeed).expect("posix_fadvise(DONTNEED)");
+    predictio::os::fadvise(file.as_fd(), 0, 0, predictio::os::Advice::DontNeed).expect("posix_fadvise(DONTNEED)");
     let mut buf = vec![0; PAGE];
     for (i, &page_no) in reads.iter().enumerate() {
         let offset = (u64::from(page_no) - 1) * PAGE as u64;

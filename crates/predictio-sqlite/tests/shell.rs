@@ -61,7 +61,7 @@ fn run(args: &[&str], script: &str) -> Output {
 /// Evicts the file's clean pages so that the next scan is cold.
 fn drop_cache(path: &Path) {
     let file = File::open(path).expect("open db");
-    predictio::sys::fadvise(file.as_fd(), 0, 0, predictio::sys::Advice::DontNeed).expect("posix_fadvise(DONTNEED)");
+    predictio::os::fadvise(file.as_fd(), 0, 0, predictio::os::Advice::DontNeed).expect("posix_fadvise(DONTNEED)");
 }
 
 /// A YCSB-like table inserted in random key order, so that leaves are

@@ -18,7 +18,7 @@ pub mod btree;
 pub mod cache;
 pub mod embedded;
 pub mod event;
-pub mod exec_image;
+pub(crate) mod exec_image;
 pub mod executor;
 pub mod file;
 pub mod hints;
@@ -35,8 +35,20 @@ pub mod request;
 pub mod resolve;
 pub mod runtime;
 #[allow(unsafe_code)]
-pub mod sys;
+pub(crate) mod sys;
+#[doc(hidden)]
 pub mod testing;
+
+/// The few typed system calls the adapters and tools built on predictio
+/// share with it (advice to the kernel, page-cache state, thread
+/// priorities, readiness). Everything else at the syscall edge stays
+/// private to the core.
+pub mod os {
+    pub use crate::sys::socket::poll_readable;
+    pub use crate::sys::{
+        Advice, CacheStat, IoPriority, cachestat, fadvise, page_size, set_thread_nice, thread_io_priority,
+    };
+}
 
 pub use event::{Event, EventKind, EventKinds};
 pub use executor::{Executor, ExecutorConfig};

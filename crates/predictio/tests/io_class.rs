@@ -25,7 +25,7 @@ fn threads_named(name: &str) -> Vec<u32> {
 
 #[test]
 fn metadata_threads_read_in_the_realtime_class_as_root() {
-    use predictio::sys::{IoPriority, thread_io_priority};
+    use predictio::os::{IoPriority, thread_io_priority};
     if !is_root() && skip("needs root (CAP_SYS_ADMIN) for the real-time I/O class") {
         return;
     }

@@ -9,7 +9,7 @@ use std::os::fd::AsFd;
 use std::os::unix::fs::FileExt;
 
 use predictio::largeread::{LargeReadError, LargeReader, ReadBackend};
-use predictio::sys::Advice;
+use predictio::os::Advice;
 use proptest::prelude::*;
 
 fn file_of(len: usize, seed: u64) -> (File, Vec<u8>) {
@@ -88,7 +88,7 @@ fn cold_large_unaligned_read_is_exact() {
     let (file, data) = file_of(48 << 20, 42);
     file.sync_all().expect("fsync");
     for backend in backends() {
-        predictio::sys::fadvise(file.as_fd(), 0, 0, Advice::DontNeed).expect("fadvise");
+        predictio::os::fadvise(file.as_fd(), 0, 0, Advice::DontNeed).expect("fadvise");
         let reader = LargeReader::with_backend(16, 1 << 20, backend).expect("reader");
         let offset = 12_345;
         let mut buf = vec![0u8; (40 << 20) + 777];

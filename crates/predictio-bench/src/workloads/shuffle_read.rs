@@ -31,7 +31,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use predictio::reader::{PrefetchingReader, ReaderConfig, ReaderStats, Speculation};
-use predictio::sys::{Advice, fadvise};
+use predictio::os::{Advice, fadvise};
 
 use crate::BenchOptions;
 use crate::harness::{BenchError, Harness, IoContext, checksum, data_file, insert_reader_stats, median_u64};

@@ -72,11 +72,6 @@ impl ReadRing {
         Ok(Self { ring, depth, done: Vec::with_capacity(depth as usize) })
     }
 
-    /// Reads in flight at most.
-    pub fn depth(&self) -> u32 {
-        self.depth
-    }
-
     /// Reads `buf.len()` bytes of `fd` starting at `offset` into `buf`, in
     /// chunks of `chunk` bytes (clamped to 4 KiB..=1 GiB), `depth` at a time.
     /// Returns the bytes read: `buf.len()`, or fewer when the file ends

@@ -265,11 +265,6 @@ impl Mapping {
         self.len
     }
 
-    /// True for an empty mapping (never: `map` refuses length 0).
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
     /// The byte span of `range` inside the mapping, clamped to it.
     fn span(&self, range: PageRange) -> Option<(*mut c_void, usize)> {
         let start = usize::try_from(range.byte_offset()).ok()?;

@@ -50,11 +50,6 @@ pub mod uring {
             match self.never {}
         }
 
-        /// Largest read this ring accepts, in bytes.
-        pub fn max_read(&self) -> u32 {
-            match self.never {}
-        }
-
         /// Queues a buffered read.
         pub fn push_read(&mut self, _: BorrowedFd<'_>, _: u64, _: u32, _: u64) -> Result<(), RingFull> {
             match self.never {}
@@ -110,11 +105,6 @@ pub mod bigread {
         /// Always fails: this build has no io_uring.
         pub fn new(_depth: u32) -> io::Result<Self> {
             Err(super::unsupported())
-        }
-
-        /// Reads in flight at most.
-        pub fn depth(&self) -> u32 {
-            match self.never {}
         }
 
         /// Reads into `buf`.

@@ -68,7 +68,7 @@ impl ScratchRing {
     }
 
     /// Largest read this ring accepts, in bytes.
-    pub fn max_read(&self) -> u32 {
+    fn max_read(&self) -> u32 {
         self.scratch.len() as u32
     }
 
