@@ -34,6 +34,7 @@ pub mod reader;
 pub mod request;
 pub mod resolve;
 pub mod runtime;
+pub mod secure_dir;
 #[allow(unsafe_code)]
 pub(crate) mod sys;
 #[doc(hidden)]
