@@ -14,7 +14,20 @@
 //! [`Store::touch`] read and write a few bytes per profile, never a
 //! profile's JSON. The database file is locked while open, so holders
 //! keep it open only for one operation.
+//!
+//! Profiles name the files and paths other users' launches touched, so the
+//! store is root's alone: its directory must be the opener's and private
+//! ([`predictio::secure_dir`]; created 0700), the database file is created
+//! 0600 (an existing one is made so) and is never opened through a
+//! symbolic link, nor if it is not a regular file of the opener's. A new
+//! database is made under a temporary name and linked into place once it
+//! is complete, so a disk that fills while it is made leaves no store
+//! behind; a database file that is not a readable database (left broken by
+//! an older version, say) is moved aside (`launch.redb.broken-SECONDS`)
+//! with a warning, and a new one started.
 
+use std::fs::File;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -44,13 +57,18 @@ const USED: TableDefinition<&str, (u64, u64)> = TableDefinition::new("used");
 /// Store errors.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
-    /// The directory could not be created.
-    #[error("cannot create the store directory {path}: {source}")]
-    Dir {
-        /// The directory.
+    /// The directory could not be created, or is not safe to use (not the
+    /// opener's, or writable by others, or on a path others can redirect).
+    #[error("profile store directory {0}")]
+    Dir(#[from] predictio::secure_dir::UnsafeDir),
+    /// The database file is not one to open: a symbolic link, not a
+    /// regular file, not the opener's; or it could not be opened or made.
+    #[error("profile store {path}: {why}")]
+    File {
+        /// The database file.
         path: String,
         /// Why.
-        source: std::io::Error,
+        why: String,
     },
     /// The database failed.
     #[error("profile store {path}: {source}")]
@@ -76,6 +94,125 @@ pub enum StoreError {
         /// Why.
         reason: String,
     },
+}
+
+/// Opens the database file `path` in `dir` (a checked directory) for
+/// reading and writing: never through a symbolic link (`O_NOFOLLOW`),
+/// never blocking, only a regular file of the opener's, made 0600 if it
+/// was not. A missing one is made first ([`create_fresh`]).
+fn open_file(dir: &Path, path: &Path) -> Result<File, StoreError> {
+    let shown = || path.display().to_string();
+    let flags = libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC;
+    let open = || File::options().read(true).write(true).custom_flags(flags).open(path);
+    let file = match open() {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            create_fresh(dir, path)?;
+            open()
+        }
+        other => other,
+    }
+    .map_err(|e| StoreError::File {
+        path: shown(),
+        why: if e.raw_os_error() == Some(libc::ELOOP) {
+            "a symbolic link: the store is never opened through one".into()
+        } else {
+            format!("cannot be opened: {e}")
+        },
+    })?;
+    let meta = file.metadata().map_err(|e| StoreError::File { path: shown(), why: format!("cannot stat: {e}") })?;
+    if !meta.is_file() {
+        return Err(StoreError::File { path: shown(), why: "not a regular file".into() });
+    }
+    let euid = predictio::secure_dir::euid();
+    if meta.uid() != euid {
+        return Err(StoreError::File { path: shown(), why: format!("owned by uid {}, not uid {euid}", meta.uid()) });
+    }
+    if meta.permissions().mode() & 0o777 != 0o600 {
+        tracing::warn!(path = %shown(), mode = format!("{:04o}", meta.permissions().mode() & 0o7777), "profile store made private (0600)");
+        file.set_permissions(std::fs::Permissions::from_mode(0o600))
+            .map_err(|e| StoreError::File { path: shown(), why: format!("cannot make it private: {e}") })?;
+    }
+    Ok(file)
+}
+
+/// Makes a new, empty store at `path`: built under a temporary name in
+/// `dir` (mode 0600), committed (redb syncs a commit to storage), then
+/// linked to `path` (which never replaces a file another opener made in
+/// between) and the directory synced. Whatever fails on the way (a full
+/// disk), no file is left at `path` and the temporary one is removed.
+fn create_fresh(dir: &Path, path: &Path) -> Result<(), StoreError> {
+    let tmp = dir.join(format!(".{FILE_NAME}.new-{}", std::process::id()));
+    let failed = |what: &str, e: &dyn std::fmt::Display| StoreError::File {
+        path: path.display().to_string(),
+        why: format!("cannot be created ({what} {}): {e}", tmp.display()),
+    };
+    let _ = std::fs::remove_file(&tmp);
+    let made = (|| {
+        let file = File::options()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&tmp)
+            .map_err(|e| failed("opening", &e))?;
+        file.set_permissions(std::fs::Permissions::from_mode(0o600)).map_err(|e| failed("chmod of", &e))?;
+        let db = redb::Builder::new().create_file(file).map_err(|e| failed("making", &e))?;
+        let txn = db.begin_write().map_err(|e| failed("writing", &e))?;
+        {
+            let mut meta = txn.open_table(META).map_err(|e| failed("writing", &e))?;
+            meta.insert("version", STORE_VERSION).map_err(|e| failed("writing", &e))?;
+            txn.open_table(PROFILES).map_err(|e| failed("writing", &e))?;
+            txn.open_table(USED).map_err(|e| failed("writing", &e))?;
+        }
+        txn.commit().map_err(|e| failed("committing", &e))?;
+        drop(db);
+        match std::fs::hard_link(&tmp, path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(failed("linking", &e)),
+        }
+        File::open(dir).and_then(|d| d.sync_all()).map_err(|e| failed("syncing the directory of", &e))
+    })();
+    let _ = std::fs::remove_file(&tmp);
+    made
+}
+
+/// Whether `err`, opening a database file, says the file is not a readable
+/// database (as opposed to busy, or out of reach).
+fn is_broken(err: &redb::DatabaseError) -> bool {
+    use std::io::ErrorKind;
+    match err {
+        redb::DatabaseError::Storage(redb::StorageError::Corrupted(_)) => true,
+        redb::DatabaseError::Storage(redb::StorageError::Io(e)) => {
+            matches!(e.kind(), ErrorKind::InvalidData | ErrorKind::UnexpectedEof)
+        }
+        _ => false,
+    }
+}
+
+/// Moves the broken database file `path` aside, to
+/// `launch.redb.broken-SECONDS` beside it, saying so.
+fn set_aside_broken(path: &Path, why: &redb::DatabaseError) -> Result<(), StoreError> {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let mut aside = path.with_file_name(format!("{FILE_NAME}.broken-{now}"));
+    for n in 1.. {
+        if std::fs::symlink_metadata(&aside).is_err() {
+            break;
+        }
+        aside = path.with_file_name(format!("{FILE_NAME}.broken-{now}-{n}"));
+    }
+    std::fs::rename(path, &aside).map_err(|e| StoreError::File {
+        path: path.display().to_string(),
+        why: format!("not a readable database ({why}), and it cannot be moved aside: {e}"),
+    })?;
+    tracing::warn!(
+        store = %path.display(),
+        moved_to = %aside.display(),
+        %why,
+        "the profile store was not a readable database: moved aside, a new one is started"
+    );
+    Ok(())
 }
 
 /// The key of the profile of `exe`'s launches with command shape `shape`
@@ -127,25 +264,25 @@ impl std::fmt::Debug for Store {
 impl Store {
     /// Opens (creating if needed) the store in `dir`, capped at `cap_bytes`
     /// of profiles. Waits up to `wait` for another holder to let go.
-    /// Directories it creates are private to their owner (mode 0700):
-    /// profiles name the files and paths other users' launches touched.
+    /// The directory must be the opener's and private; missing directories
+    /// are created 0700 (see the module docs for the database file).
     pub fn open(dir: impl AsRef<Path>, cap_bytes: u64, wait: Duration) -> Result<Store, StoreError> {
-        use std::os::unix::fs::DirBuilderExt;
         let dir = dir.as_ref();
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(dir)
-            .map_err(|source| StoreError::Dir { path: dir.display().to_string(), source })?;
+        predictio::secure_dir::prepare(dir, 0o700)?;
         let path = dir.join(FILE_NAME);
         let shown = path.display().to_string();
         let err = |e: redb::Error| StoreError::Db { path: shown.clone(), source: Box::new(e) };
         let deadline = Instant::now() + wait;
+        let mut set_aside = false;
         let db = loop {
-            match Database::create(&path) {
+            match redb::Builder::new().create_file(open_file(dir, &path)?) {
                 Ok(db) => break db,
                 Err(redb::DatabaseError::DatabaseAlreadyOpen) if Instant::now() < deadline => {
                     std::thread::sleep(Duration::from_millis(20));
+                }
+                Err(e) if !set_aside && is_broken(&e) => {
+                    set_aside_broken(&path, &e)?;
+                    set_aside = true;
                 }
                 Err(e) => return Err(err(e.into())),
             }
@@ -483,6 +620,94 @@ mod tests {
         Store::open(&store_dir, 1 << 20, Duration::from_secs(1)).unwrap();
         let mode = std::fs::metadata(&store_dir).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o700);
+    }
+
+    fn mode(path: &Path) -> u32 {
+        std::fs::symlink_metadata(path).unwrap().permissions().mode() & 0o7777
+    }
+
+    /// Regression: the database file was created 0644 (by the umask) in a
+    /// directory the unit's StateDirectory= had made 0755, so every user
+    /// could read which files other users' launches touched.
+    #[test]
+    fn the_store_file_is_private_and_an_existing_one_is_made_so() {
+        let dir = tempfile::tempdir().unwrap();
+        drop(Store::open(dir.path(), DEFAULT_CAP_BYTES, Duration::ZERO).unwrap());
+        let path = dir.path().join(FILE_NAME);
+        assert_eq!(mode(&path), 0o600);
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        drop(Store::open(dir.path(), DEFAULT_CAP_BYTES, Duration::ZERO).unwrap());
+        assert_eq!(mode(&path), 0o600, "an existing readable store is made private");
+        let names: Vec<String> =
+            std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into()).collect();
+        assert_eq!(names, [FILE_NAME], "no temporary file is left behind");
+    }
+
+    /// Regression: the database was opened by its path, following a
+    /// symbolic link put there, and root overwrote the file it named.
+    #[test]
+    fn a_symbolic_link_or_a_fifo_as_the_store_file_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, b"root's file").unwrap();
+        std::os::unix::fs::symlink(&victim, dir.path().join(FILE_NAME)).unwrap();
+        let err = Store::open(dir.path(), DEFAULT_CAP_BYTES, Duration::ZERO).unwrap_err();
+        assert!(err.to_string().contains("symbolic link"), "{err}");
+        assert_eq!(std::fs::read(&victim).unwrap(), b"root's file", "the link's target is untouched");
+        std::fs::remove_file(dir.path().join(FILE_NAME)).unwrap();
+        assert!(std::process::Command::new("mkfifo").arg(dir.path().join(FILE_NAME)).status().unwrap().success());
+        let (tx, rx) = std::sync::mpsc::channel();
+        let at = dir.path().to_path_buf();
+        std::thread::spawn(move || {
+            let _ = tx.send(Store::open(&at, DEFAULT_CAP_BYTES, Duration::ZERO).map(drop).map_err(|e| e.to_string()));
+        });
+        let opened = rx.recv_timeout(Duration::from_secs(10)).expect("opening a FIFO must not wait");
+        assert!(opened.as_ref().is_err_and(|e| e.contains("not a regular file")), "{opened:?}");
+    }
+
+    #[test]
+    fn a_store_directory_others_can_write_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let store_dir = dir.path().join("store");
+        std::fs::create_dir(&store_dir).unwrap();
+        std::fs::set_permissions(&store_dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let err = Store::open(&store_dir, DEFAULT_CAP_BYTES, Duration::ZERO).unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains(&store_dir.display().to_string()) && text.contains("mode 0777"), "{text}");
+        assert!(!store_dir.join(FILE_NAME).exists(), "nothing is written there");
+    }
+
+    /// Regression: a disk that filled while the store was being made left a
+    /// database file that stayed unreadable ("invalid data") after space
+    /// was freed, and learning stayed off. Such a file (here: what that
+    /// left, a header cut short over zeros) is moved aside and a new store
+    /// started.
+    #[test]
+    fn a_broken_store_is_moved_aside_and_a_new_one_started() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(FILE_NAME);
+        let mut broken = vec![0u8; 1_589_248];
+        broken[..32].copy_from_slice(&[
+            0, 0, 0, 0, 0, 0, 0, 0, 0, 4, 0, 0, 0, 16, 0, 0, 0x82, 0, 0, 0, 0, 0, 16, 0, 0, 0, 0, 0, 1, 1, 0, 0,
+        ]);
+        broken[32] = 0;
+        broken[33] = 1;
+        broken[64] = 2;
+        std::fs::write(&path, &broken).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        assert!(Database::create(&path).is_err(), "redb itself cannot open it");
+        let store = Store::open(dir.path(), DEFAULT_CAP_BYTES, Duration::ZERO).expect("a new store");
+        store.put(&profile("/x/a", 10, 1)).unwrap();
+        drop(store);
+        let aside: Vec<PathBuf> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with("launch.redb.broken-"))
+            .collect();
+        assert_eq!(aside.len(), 1, "the broken file is kept aside");
+        assert_eq!(std::fs::read(&aside[0]).unwrap(), broken);
+        let store = Store::open(dir.path(), DEFAULT_CAP_BYTES, Duration::ZERO).unwrap();
+        assert!(store.get("/x/a", "").unwrap().is_some());
     }
 
     #[test]
