@@ -32,10 +32,25 @@ pub enum ServiceError {
     /// A configured policy has no implementation in the core.
     #[error("policy {0} is not in this build")]
     UnknownPolicy(crate::config::PolicyName),
-    /// A thread of the launch service (learner, use marker) could not start.
+    /// A directory the daemon would use (a socket's, the profile store's)
+    /// is not safe for root to use: not root's, or writable by others, or
+    /// on a path others can redirect.
+    #[error("{key}: {source}")]
+    Path {
+        /// The configuration key naming it.
+        key: &'static str,
+        /// Which directory and why.
+        source: predictio::secure_dir::UnsafeDir,
+    },
+    /// The profile store cannot be used (see
+    /// [`crate::launch::store::Store::open`]).
+    #[error("[launch] store: {0}")]
+    Store(#[from] crate::launch::store::StoreError),
+    /// A thread of the launch service (learner, use marker, replayer)
+    /// could not start.
     #[error("starting the launch {what} thread: {source}")]
     LaunchThread {
-        /// "learner" or "use marker".
+        /// "learner", "use marker" or "replayer".
         what: &'static str,
         /// Why.
         source: io::Error,
@@ -57,9 +72,13 @@ pub enum ServiceError {
 /// Runs the daemon with `config` until SIGTERM or SIGINT, or until
 /// `exit_after` has passed (tests, demos): the executor, the policies (the
 /// launch service among them), the event sources, the control socket and
-/// the metrics endpoint, in that order, and stops the sources on the way
-/// out. The configuration is validated first ([`Config::validate`]) and
-/// its warnings ([`Config::warnings`]) logged.
+/// the metrics endpoint, in that order, then the stored launch profiles;
+/// it stops the sources on the way out. The configuration is validated
+/// first ([`Config::validate`]) and its warnings ([`Config::warnings`])
+/// logged; then every directory it will use is checked (created if
+/// missing: the sockets' 0755, the store's 0700) and the store opened, and
+/// the start refused, naming the path and why, if one is not the daemon's
+/// alone ([`predictio::secure_dir`]) or the store cannot be used.
 pub fn run(config: &Config, exit_after: Option<Duration>) -> Result<(), ServiceError> {
     config.validate()?;
     for warning in config.warnings() {
@@ -68,6 +87,20 @@ pub fn run(config: &Config, exit_after: Option<Duration>) -> Result<(), ServiceE
     let stop = Arc::new(AtomicBool::new(false));
     for signal in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
         signal_hook::flag::register(signal, Arc::clone(&stop)).map_err(ServiceError::Signals)?;
+    }
+
+    let launch = config.launch.learn || config.launch.replay;
+    let dirs = [
+        (config.hints.enabled, "[hints] socket", config.hints.socket.parent()),
+        (true, "[control] socket", config.control.socket.parent()),
+    ];
+    for (key, dir) in dirs.into_iter().filter_map(|(used, key, dir)| used.then_some((key, dir?))) {
+        predictio::secure_dir::prepare(dir, 0o755).map_err(|source| ServiceError::Path { key, source })?;
+    }
+    if launch {
+        predictio::secure_dir::prepare(&config.launch.store, 0o700)
+            .map_err(|source| ServiceError::Path { key: "[launch] store", source })?;
+        crate::launch::check_store(&config.launch)?;
     }
 
     let executor = Arc::new(Executor::new(config.executor_config())?);
@@ -80,20 +113,26 @@ pub fn run(config: &Config, exit_after: Option<Duration>) -> Result<(), ServiceE
         .map(|&name| name.build().ok_or(ServiceError::UnknownPolicy(name)))
         .collect::<Result<Vec<_>, _>>()?;
     // Launch learning and replay: the policy in the dispatcher, the
-    // learner (naming, store, opening files) on its own thread.
+    // learner (naming, store, planning replays) and the replayer (opening
+    // a replay's files at its exec) on threads of their own. The stored
+    // profiles are booked once the sockets are bound.
     let mut _learner = None;
     let mut _marker = None;
-    if config.launch.learn || config.launch.replay {
-        let book = predictio::launch::ReplayBook::default();
+    let mut _replayer = None;
+    let mut book = None;
+    if launch {
+        let booked = predictio::launch::ReplayBook::default();
+        let (jobs, job_rx) = predictio::launch::replay_channel();
         // Learning alone (`replay = false`) books nothing: the learner
         // puts replays in the book only when replaying, and so does this.
-        let loaded = if config.launch.replay {
-            let marker = crate::launch::start_use_marker(config.launch.clone(), book.clone());
+        if config.launch.replay {
+            let marker = crate::launch::start_use_marker(config.launch.clone(), booked.clone());
             _marker = Some(marker.map_err(|source| ServiceError::LaunchThread { what: "use marker", source })?);
-            crate::launch::load_book(&config.launch, &book)
-        } else {
-            0
-        };
+            let sink: Arc<dyn predictio::executor::RequestSink> = executor.clone();
+            let replayer = crate::launch::replay::start_replayer(sink, job_rx);
+            _replayer = Some(replayer.map_err(|source| ServiceError::LaunchThread { what: "replayer", source })?);
+            book = Some(booked.clone());
+        }
         let policy = if config.launch.learn {
             let (tx, rx) = std::sync::mpsc::sync_channel(64);
             let limits = predictio::launch::WindowLimits {
@@ -101,14 +140,13 @@ pub fn run(config: &Config, exit_after: Option<Duration>) -> Result<(), ServiceE
                 cap_ms: config.launch.cap_ms,
                 ..Default::default()
             };
-            let learner = crate::launch::start_learner(config.launch.clone(), rx, book.clone());
+            let learner = crate::launch::start_learner(config.launch.clone(), rx, booked.clone());
             _learner = Some(learner.map_err(|source| ServiceError::LaunchThread { what: "learner", source })?);
-            predictio::launch::LaunchPolicy::learning(book, limits, config.launch.max_windows, tx)
+            predictio::launch::LaunchPolicy::learning(booked, limits, config.launch.max_windows, tx).replaying_to(jobs)
         } else {
-            predictio::launch::LaunchPolicy::new(book)
+            predictio::launch::LaunchPolicy::new(booked, jobs)
         };
         policies.push(Box::new(policy));
-        tracing::info!(loaded, learn = config.launch.learn, store = %config.launch.store.display(), "launch profiles");
     }
     // Observed files get descriptors through the processes that touch them,
     // so that policies can act on kernel observation alone.
@@ -153,6 +191,13 @@ pub fn run(config: &Config, exit_after: Option<Duration>) -> Result<(), ServiceE
         tracing::info!(addr = %server.addr, "metrics endpoint up");
         Some(server)
     };
+    if launch {
+        let loaded = match &book {
+            Some(book) => crate::launch::load_book(&config.launch, book)?,
+            None => 0,
+        };
+        tracing::info!(loaded, learn = config.launch.learn, store = %config.launch.store.display(), "launch profiles");
+    }
     {
         let s = sources.lock().unwrap_or_else(|e| e.into_inner());
         tracing::info!(

@@ -16,7 +16,7 @@ use predictio::launch::profile::{LaunchRun, RunFile};
 use predictio::launch::{FileIdentity, LaunchPolicy, LearnLimits, Profile, ReplayBook, ReplayPacing, WalkLimits};
 use predictio::page::PageRange;
 use predictio::{Request, Runtime};
-use predictio_daemon::launch::replay::open_replay;
+use predictio_daemon::launch::replay::{check_files, plan_replay, start_replayer};
 use predictio_daemon::launch::store::Store;
 
 const WRITER_ENV: &str = "PREDICTIO_TEST_STORE_WRITER";
@@ -121,24 +121,36 @@ fn changed_file_is_not_replayed() {
     std::fs::write(&b, vec![2u8; 64 * 4096]).unwrap();
     let profile = profile_of("/bin/app", &[(&a, vec![0, 5, 9]), (&b, vec![1, 2])], 0);
 
-    let fresh = open_replay(&profile, &WalkLimits::default(), &ReplayPacing::default());
+    let mut fresh = plan_replay(&profile, &WalkLimits::default(), &ReplayPacing::default());
+    check_files(&mut fresh);
     assert_eq!(fresh.at_exec.len(), 2);
     assert!(fresh.changed.is_empty());
 
-    // b changes after it was learned (same size, new contents and mtime).
+    // b changes after it was learned (same size, new contents and mtime):
+    // the replay, planned before, leaves it out when it opens it.
+    let replay = plan_replay(&profile, &WalkLimits::default(), &ReplayPacing::default());
     std::thread::sleep(Duration::from_millis(20));
     std::fs::write(&b, vec![3u8; 64 * 4096]).unwrap();
-    let replay = open_replay(&profile, &WalkLimits::default(), &ReplayPacing::default());
-    assert_eq!(replay.changed, vec![b.display().to_string()]);
-    assert_eq!(replay.at_exec.len(), 1);
+    let mut checked = replay.clone();
+    check_files(&mut checked);
+    assert_eq!(checked.changed, vec![b.display().to_string()]);
+    assert_eq!(checked.at_exec.len(), 1);
 
     let book = ReplayBook::default();
     let exe = predictio::FileId { dev: 1, ino: 1 };
     book.insert(predictio::launch::LaunchKey::new(exe, "app --flag"), replay);
     let sink = Arc::new(Collect::default());
+    let (jobs, job_rx) = predictio::launch::replay_channel();
+    let replayer = start_replayer(sink.clone(), job_rx).unwrap();
     let mut rt = Runtime::with_sink(sink.clone());
-    rt.add_policy(Box::new(LaunchPolicy::new(book)));
+    rt.add_policy(Box::new(LaunchPolicy::new(book, jobs)));
     rt.dispatch(&Event::Exec { pid: 7, exe, shape: "app --flag".into(), time_ns: 1 });
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while replayer.counts().jobs < 1 {
+        assert!(std::time::Instant::now() < deadline, "the replay never ran");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(replayer.counts().changed, 1);
     let requests = sink.0.lock().unwrap();
     assert_eq!(requests.len(), 1, "only the unchanged file is requested");
     let a_id = FileIdentity::of_path(&a).unwrap().id();
@@ -155,5 +167,7 @@ fn changed_file_is_not_replayed() {
         shape: "app --flag".into(),
         time_ns: 2,
     });
+    drop(rt);
+    drop(replayer);
     assert_eq!(sink.0.lock().unwrap().len(), 1);
 }

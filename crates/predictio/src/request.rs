@@ -117,6 +117,19 @@ impl MetaDir {
         Ok(Self { dir: std::sync::Arc::new(dir), path: path.to_string_lossy().into() })
     }
 
+    /// [`MetaDir::open`] for a path from a record or a profile: no
+    /// component may be a symbolic link (`openat2` with
+    /// `RESOLVE_NO_SYMLINKS`), so nobody who can write a directory on the
+    /// path can point the listing elsewhere.
+    pub fn open_no_follow(path: impl AsRef<std::path::Path>) -> std::io::Result<Self> {
+        use rustix::fs::{Mode, OFlags, ResolveFlags};
+        let path = path.as_ref();
+        let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
+        let resolve = ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS;
+        let fd = rustix::fs::openat2(rustix::fs::CWD, path, flags, Mode::empty(), resolve)?;
+        Ok(Self { dir: std::sync::Arc::new(std::fs::File::from(fd)), path: path.to_string_lossy().into() })
+    }
+
     /// Whether the directory lives on a filesystem that keeps its data on
     /// storage: listing one in `/proc`, `/sys` or a tmpfs reads nothing
     /// from a device ([`crate::sys::memory_only_fs`]).

@@ -43,7 +43,7 @@ use std::time::{Duration, Instant};
 
 use predictio::executor::ExecutorConfig;
 use predictio::launch::{LaunchKey, LaunchPolicy, Profile, ReplayBook, ReplayPacing, WalkLimits};
-use predictio_daemon::launch::replay::open_replay;
+use predictio_daemon::launch::replay::{Replayer, check_files, plan_replay, start_replayer};
 use predictio_daemon::launch::store::Store;
 use predictio::page::PageRange;
 use predictio::{Event, Executor, FileId, FileRef, Request, Runtime, Urgency};
@@ -284,6 +284,8 @@ struct Prepared {
     dirs: usize,
     /// Names the replay looks up again (`Replay::lookups`).
     lookups: usize,
+    /// Runs the replays the policy hands over, as the daemon's does.
+    _replayer: Replayer,
 }
 
 /// An exec starting, as the daemon sees it at `execve`'s entry (with
@@ -345,12 +347,13 @@ fn prepare(profile: &Profile, exe: FileId, argv: &[String]) -> Result<Prepared, 
     // The executor as `predictio run` and the daemon set it up for replays.
     let config = ExecutorConfig::replaying();
     let executor = Arc::new(Executor::new(config).map_err(BenchError::Executor)?);
-    let mut replay = open_replay(profile, &WalkLimits::default(), &ReplayPacing::default());
+    let mut replay = plan_replay(profile, &WalkLimits::default(), &ReplayPacing::default());
+    check_files(&mut replay);
     let mut replay_pages: HashMap<FileId, Vec<PageRange>> = HashMap::new();
     let mut files: Vec<FileRef> = Vec::new();
     for f in replay.at_exec.iter().chain(replay.on_trigger.iter().flat_map(|t| t.1.iter())) {
-        replay_pages.entry(f.file.id()).or_default().extend(f.ranges.iter().copied());
-        files.push(f.file.clone());
+        replay_pages.entry(f.identity.id()).or_default().extend(f.ranges.iter().copied());
+        files.push(FileRef::open_no_follow(&f.identity.path)?);
     }
     let origin = executor.register_origin("whole-file");
     let mut whole = Vec::new();
@@ -372,7 +375,10 @@ fn prepare(profile: &Profile, exe: FileId, argv: &[String]) -> Result<Prepared, 
     let book = ReplayBook::default();
     let key = LaunchKey::new(exe, &profile.shape);
     let mut runtime = Runtime::new(Arc::clone(&executor));
-    runtime.add_policy(Box::new(LaunchPolicy::new(book.clone())));
+    let (jobs, job_rx) = predictio::launch::replay_channel();
+    runtime.add_policy(Box::new(LaunchPolicy::new(book.clone(), jobs)));
+    let sink: Arc<dyn predictio::executor::RequestSink> = executor.clone();
+    let replayer = start_replayer(sink, job_rx).doing(|| "starting the replayer".into())?;
     // The exec as its caller asks for it: the path `execvp` runs and the
     // command line as passed. The daemon pairs it with the exec it led to
     // at the first launch it sees; here that launch is dispatched before
@@ -386,7 +392,20 @@ fn prepare(profile: &Profile, exe: FileId, argv: &[String]) -> Result<Prepared, 
     runtime.dispatch(&start.event(seed, 0));
     runtime.dispatch(&Event::Exec { pid: seed, exe, shape: Arc::clone(&key.shape), time_ns: 0 });
     book.insert(key.clone(), replay);
-    Ok(Prepared { key, start, runtime, executor, whole, replay_pages, whole_pages, files, changed, dirs, lookups })
+    Ok(Prepared {
+        key,
+        start,
+        runtime,
+        executor,
+        whole,
+        replay_pages,
+        whole_pages,
+        files,
+        changed,
+        dirs,
+        lookups,
+        _replayer: replayer,
+    })
 }
 
 fn pass(

@@ -69,8 +69,13 @@ pub fn run(args: Args) -> Result<()> {
         let (walk, pacing) = (settings.launch.walk_limits(), settings.launch.replay_pacing());
         predictio_daemon::launch::replay::prepare_replay(&args.store, &args.command, &walk, &pacing)
     };
+    // The policy hands its replay to a replayer thread, which opens the
+    // profile's files when the exec comes (started with the executor).
+    let mut replay_jobs = None;
     if let Some((key, book, replay_note)) = &replay {
-        policies.push(Box::new(predictio::launch::LaunchPolicy::new(book.clone())));
+        let (jobs, job_rx) = predictio::launch::replay_channel();
+        replay_jobs = Some(job_rx);
+        policies.push(Box::new(predictio::launch::LaunchPolicy::new(book.clone(), jobs)));
         if !args.quiet && !args.json {
             eprintln!("predictio run: {replay_note} ({}, shape \"{}\")", key.exe, key.shape);
         }
@@ -84,6 +89,13 @@ pub fn run(args: Args) -> Result<()> {
         config.limits.max_unsettled_pages = 0;
     }
     let executor = Arc::new(Executor::new(config).context("starting the executor")?);
+    let _replayer = match replay_jobs {
+        Some(jobs) => {
+            let sink: Arc<dyn predictio::executor::RequestSink> = executor.clone();
+            Some(predictio_daemon::launch::replay::start_replayer(sink, jobs).context("starting the replayer")?)
+        }
+        None => None,
+    };
     let resolve = Some(predictio::resolve::ResolverConfig::default());
     let pipeline = Pipeline::start_with(Arc::clone(&executor), policies, 1 << 16, resolve)?;
     let sender = pipeline.sender();

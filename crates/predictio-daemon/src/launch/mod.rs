@@ -11,9 +11,11 @@
 //! build's one-off commands are never written), and from its second such
 //! launch on merges the runs into the store (opened for that one write:
 //! other `predictio` commands can use the store in between), walks the
-//! updated profile and opens its files, and puts the replay in the book the
-//! policy replays from at the next exec. At start it loads the stored
-//! profiles. A launch of a stored profile is not judged by the floor: its
+//! updated profile into a replay that names its files ([`plan_replay`]:
+//! nothing is held open), and puts it in the book the policy replays from
+//! at the next exec. At start the stored profiles are booked the same way.
+//! The replays themselves run on a third thread, the [`Replayer`], which
+//! opens a replay's files when its exec comes. A launch of a stored profile is not judged by the floor: its
 //! replay may be what made it cheap.
 //! A launch that read (nearly) nothing from storage — warm, or filled by a
 //! replay; what it wrote does not count ([`Recorder::missed_pages`]) — is
@@ -39,7 +41,9 @@ use predictio::launch::{FirstRuns, LaunchKey, LearnLimits, Replay, ReplayBook};
 use predictio::launch::{LearnFloor, Recorder};
 
 use crate::config::LaunchSection;
-use replay::open_replay;
+#[cfg(doc)]
+use replay::Replayer;
+use replay::plan_replay;
 use store::{Store, StoreError};
 
 pub mod replay;
@@ -49,25 +53,28 @@ fn open_store(config: &LaunchSection) -> Result<Store, StoreError> {
     Store::open(&config.store, config.store_cap_mib << 20, Duration::from_secs(5))
 }
 
-/// Loads the stored profiles that are still valid into `book`.
-pub fn load_book(config: &LaunchSection, book: &ReplayBook) -> usize {
-    let profiles = match open_store(config).and_then(|s| s.all()) {
-        Ok((profiles, _)) => profiles,
-        Err(err) => {
-            tracing::warn!(%err, "launch profiles not loaded");
-            return 0;
-        }
-    };
+/// Opens the store as the launch service does (creating it, or setting a
+/// broken one aside): at start, so that a store that cannot be used is an
+/// error then, not a warning at every launch.
+pub fn check_store(config: &LaunchSection) -> Result<(), StoreError> {
+    open_store(config).map(drop)
+}
+
+/// Books the stored profiles whose executable is still the one learned:
+/// each walked into a replay that names its files ([`plan_replay`]), no
+/// file opened. Returns how many.
+pub fn load_book(config: &LaunchSection, book: &ReplayBook) -> Result<usize, StoreError> {
+    let (profiles, _) = open_store(config)?.all()?;
     let mut loaded = 0;
     let (walk, pacing) = (config.walk_limits(), config.replay_pacing());
     for profile in profiles.iter().take(predictio::launch::policy::MAX_REPLAYS) {
         if profile.exe.check() == predictio::launch::Freshness::Fresh {
             let key = LaunchKey::new(profile.exe.id(), &profile.shape);
-            book.insert(key, open_replay(profile, &walk, &pacing));
+            book.insert(key, plan_replay(profile, &walk, &pacing));
             loaded += 1;
         }
     }
-    loaded
+    Ok(loaded)
 }
 
 /// A background thread of this module: started at nice 19 (see
@@ -106,7 +113,7 @@ impl Drop for Background {
 /// Chromium under the daemon took 776 ms against 684 without it while the
 /// learner spent ~117 ms of CPU per launch at normal priority.
 fn background() {
-    if let Err(err) = predictio::sys::set_thread_nice(19) {
+    if let Err(err) = predictio::os::set_thread_nice(19) {
         tracing::debug!(%err, "cannot lower the learner's priority");
     }
 }
@@ -294,7 +301,7 @@ fn learn(
     drop(store);
     tracing::info!(exe = %exe.path, runs = profile.runs, files = profile.files.len(), "launch learned");
     if config.replay {
-        let replay = open_replay(&profile, &config.walk_limits(), &config.replay_pacing());
+        let replay = plan_replay(&profile, &config.walk_limits(), &config.replay_pacing());
         book.insert(LaunchKey::new(exe.id(), &done.shape), replay);
     }
     Ok(true)

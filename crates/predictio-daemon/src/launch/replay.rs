@@ -1,81 +1,312 @@
-//! Opening a profile for replay: the launch service's I/O, off the event
-//! path. The `launch` policy replays [`Replay`]s it is handed; this module
-//! is what makes them — it walks a profile into page lists, opens and
-//! checks each profiled file against its learned identity, and holds the
-//! directories the launch searched and looked up — and prepares the one
-//! replay of `predictio run`.
+//! Replays, the launch service's side: off the event path, and holding no
+//! descriptor longer than a replay needs it.
+//!
+//! [`plan_replay`] walks a profile into a [`Replay`] that names its files
+//! (their learned identities) and directories and holds nothing open: a
+//! booked profile costs memory, never a descriptor. At exec the `launch`
+//! policy hands a [`ReplayJob`] to the [`Replayer`] thread, which opens each
+//! file as its waves come up ([`FileRef::open_no_follow`]: no symbolic link
+//! followed, never blocking, regular files only), checks it against its
+//! learned identity (a file that changed is left out), submits its waves,
+//! and lets its descriptor go once the executor holds its requests; at most
+//! [`MAX_REPLAY_FILES`] files a job, [`MAX_DIRS`] directories. The
+//! directories are opened the same way, for the metadata request that goes
+//! first. [`prepare_replay`] makes the one replay of `predictio run`.
 
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::thread::JoinHandle;
+use std::time::Duration;
 
-use predictio::FileRef;
+use predictio::executor::RequestSink;
+use predictio::file::FileError;
+use predictio::launch::policy::{MAX_REPLAY_FILES, PathLookup, ReplayJob, ReplayPart, wave_order};
 use predictio::launch::profile::MAX_DIRS;
 use predictio::launch::{
-    Freshness, LaunchKey, Profile, Replay, ReplayBook, ReplayFile, ReplayPacing, WalkLimits, Walked,
+    FileIdentity, Freshness, LaunchKey, Profile, Replay, ReplayBook, ReplayFile, ReplayPacing, WalkLimits, Walked,
 };
-use predictio::request::{MetaDir, MetaLookup};
+use predictio::request::{MetaDir, MetaLookup, MetaRequest};
+use predictio::{FileRef, Request, Urgency};
 
 use super::store::{self, Store};
 
-/// Walks `profile` within `walk` and opens its files, leaving out (and
-/// listing) every file whose inode, size or mtime changed — a stale profile
-/// never replays pages of a different file; the replay asks for the window
-/// `pacing` gives its size. Does I/O (open, fstat): call it off the event
-/// path.
-pub fn open_replay(profile: &Profile, walk: &WalkLimits, pacing: &ReplayPacing) -> Replay {
+/// Walks `profile` within `walk` into a replay that asks for the window
+/// `pacing` gives its size. Opens none of its files: they are named by
+/// their learned identities and opened when the replay runs
+/// ([`run_job`]). Looks directories up (`lstat`, and a short-lived open
+/// of each looked-up directory to see whether it is on storage): call it
+/// off the event path.
+pub fn plan_replay(profile: &Profile, walk: &WalkLimits, pacing: &ReplayPacing) -> Replay {
     let plan = profile.plan(walk);
     let latest = profile.files.iter().map(|f| f.first_touch_ms).fold(0.0f64, f64::max);
     let window = profile.learned_ms / f64::from(profile.runs.max(1));
+    let file = |index: usize, walked: Walked| ReplayFile {
+        identity: profile.files[index].identity.clone(),
+        ranges: walked.ranges,
+        first_touch_ms: profile.files[index].first_touch_ms,
+        due_ms: walked.due_ms,
+    };
     let mut replay = Replay {
         exe: profile.exe.path.clone(),
         wave_pages: walk.wave_pages,
         span_ms: window.max(latest),
         ..Replay::default()
     };
-    let open_one = |index: usize, walked: Walked, replay: &mut Replay| -> Option<ReplayFile> {
-        let identity = &profile.files[index].identity;
-        let file = match FileRef::open(&identity.path) {
-            Ok(file) => file,
-            Err(_) => {
-                replay.missing.push(identity.path.clone());
-                return None;
-            }
-        };
-        match file.file().metadata().map(|m| identity.compare(&m)) {
-            Ok(Freshness::Fresh) => Some(ReplayFile {
-                file,
-                ranges: walked.ranges,
-                first_touch_ms: profile.files[index].first_touch_ms,
-                due_ms: walked.due_ms,
-            }),
-            Ok(_) => {
-                replay.changed.push(identity.path.clone());
-                None
-            }
-            Err(_) => {
-                replay.missing.push(identity.path.clone());
-                None
-            }
-        }
-    };
-    for (index, walked) in plan.at_exec {
-        if let Some(f) = open_one(index, walked, &mut replay) {
-            replay.at_exec.push(f);
-        }
+    replay.at_exec = plan.at_exec.into_iter().map(|(i, w)| file(i, w)).collect();
+    for (on, files) in plan.on_trigger {
+        let trigger = profile.files[on].identity.id();
+        replay.on_trigger.push((trigger, files.into_iter().map(|(i, w)| file(i, w)).collect()));
     }
-    replay.dirs = profile.dirs.iter().filter_map(|d| MetaDir::open(d).ok()).collect();
+    replay.dirs = profile.dirs.iter().take(MAX_DIRS).cloned().collect();
     let listed = looked_up_dirs(&profile.lookups, &replay.dirs);
     replay.dirs.extend(listed);
     replay.lookups = lookups_of(&profile.lookups, &replay.dirs);
-    for (on, files) in plan.on_trigger {
-        let trigger = profile.files[on].identity.id();
-        let opened: Vec<ReplayFile> = files.into_iter().filter_map(|(i, r)| open_one(i, r, &mut replay)).collect();
-        if !opened.is_empty() {
-            replay.on_trigger.push((trigger, opened));
-        }
-    }
     replay.window_pages = pacing.window_pages(replay.pages());
     replay
+}
+
+/// Leaves out of `replay` (listing them in [`Replay::changed`] and
+/// [`Replay::missing`]) the files whose path no longer names their learned
+/// identity (`lstat`: a symbolic link there now is a change). Opens
+/// nothing; a replay checks each file again when it opens it. For a note
+/// on what will be replayed.
+pub fn check_files(replay: &mut Replay) {
+    let keep = |files: &mut Vec<ReplayFile>, changed: &mut Vec<String>, missing: &mut Vec<String>| {
+        files.retain(|f| match std::fs::symlink_metadata(&f.identity.path) {
+            Ok(meta) if f.identity.compare(&meta) == Freshness::Fresh => true,
+            Ok(_) => {
+                changed.push(f.identity.path.clone());
+                false
+            }
+            Err(_) => {
+                missing.push(f.identity.path.clone());
+                false
+            }
+        })
+    };
+    let (mut changed, mut missing) = (Vec::new(), Vec::new());
+    keep(&mut replay.at_exec, &mut changed, &mut missing);
+    for (_, files) in &mut replay.on_trigger {
+        keep(files, &mut changed, &mut missing);
+    }
+    replay.on_trigger.retain(|t| !t.1.is_empty());
+    replay.changed.extend(changed);
+    replay.missing.extend(missing);
+}
+
+/// What running replay jobs did (one job's, or a [`Replayer`]'s sum).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct ReplayCounts {
+    /// Jobs run.
+    pub jobs: u64,
+    /// Files opened and found as learned.
+    pub opened: u64,
+    /// Files left out: not the learned file any more (another inode, size
+    /// or mtime; not a regular file; a symbolic link).
+    pub changed: u64,
+    /// Files left out: gone, or not to be opened (a symbolic link on the
+    /// way, no permission, no descriptor left).
+    pub missing: u64,
+    /// Files left out: past [`MAX_REPLAY_FILES`] of one job.
+    pub capped: u64,
+    /// Directories opened for the metadata request.
+    pub dirs: u64,
+    /// Requests submitted.
+    pub requests: u64,
+    /// Requests (and metadata requests) the executor refused.
+    pub refused: u64,
+}
+
+impl ReplayCounts {
+    fn add(&mut self, other: &ReplayCounts) {
+        self.jobs += other.jobs;
+        self.opened += other.opened;
+        self.changed += other.changed;
+        self.missing += other.missing;
+        self.capped += other.capped;
+        self.dirs += other.dirs;
+        self.requests += other.requests;
+        self.refused += other.refused;
+    }
+}
+
+/// Opens `identity`'s path as a record's path is opened
+/// ([`FileRef::open_no_follow`]) and checks that it is still that file.
+fn open_checked(identity: &FileIdentity, counts: &mut ReplayCounts) -> Option<FileRef> {
+    let file = match FileRef::open_no_follow(&identity.path) {
+        Ok(file) => file,
+        Err(FileError::NotRegular { .. }) => {
+            counts.changed += 1;
+            return None;
+        }
+        Err(_) => {
+            counts.missing += 1;
+            return None;
+        }
+    };
+    match file.file().metadata().map(|m| identity.compare(&m)) {
+        Ok(Freshness::Fresh) => {
+            counts.opened += 1;
+            Some(file)
+        }
+        Ok(_) => {
+            counts.changed += 1;
+            None
+        }
+        Err(_) => {
+            counts.missing += 1;
+            None
+        }
+    }
+}
+
+/// Runs one replay job: for [`ReplayPart::AtExec`] first the metadata
+/// request (the exec's path, then the lookups by directory, then the
+/// directories to list: each directory opened without following a
+/// symbolic link, at most [`MAX_DIRS`]); then one request per wave of its
+/// files in [`wave_order`], each file opened when its first wave comes up
+/// and checked against its identity, at most [`MAX_REPLAY_FILES`] files.
+/// Holds no descriptor when it returns: the executor holds what its queued
+/// requests need, and lets them go when they are done.
+pub fn run_job(job: &ReplayJob, sink: &dyn RequestSink) -> ReplayCounts {
+    let mut counts = ReplayCounts { jobs: 1, ..ReplayCounts::default() };
+    let replay = &job.replay;
+    if job.part == ReplayPart::AtExec {
+        let (lookups, dirs) = open_dirs(replay, &mut counts);
+        let execs: Vec<Arc<str>> = job.exec.iter().cloned().collect();
+        if !(execs.is_empty() && lookups.is_empty() && dirs.is_empty())
+            && sink.submit_meta(MetaRequest { execs, lookups, dirs, origin: job.origin }).is_err()
+        {
+            counts.refused += 1;
+        }
+    }
+    let files = job.files();
+    let order = wave_order(files, replay.wave_pages, replay.span_ms);
+    let mut last = vec![0; files.len()];
+    for (k, (f, _)) in order.iter().enumerate() {
+        last[*f] = k;
+    }
+    // Per file: not tried yet, or what its open gave.
+    let mut held: Vec<Option<Option<FileRef>>> = vec![None; files.len()];
+    let mut tried = 0;
+    for (k, (f, wave)) in order.into_iter().enumerate() {
+        let slot = held[f].get_or_insert_with(|| {
+            if tried >= MAX_REPLAY_FILES {
+                counts.capped += 1;
+                return None;
+            }
+            tried += 1;
+            open_checked(&files[f].identity, &mut counts)
+        });
+        if let Some(file) = slot.as_ref() {
+            let request = Request::new(file.clone(), wave.to_vec(), job.origin)
+                .with_urgency(Urgency::Imminent)
+                .paced(replay.window_pages);
+            counts.requests += 1;
+            if sink.submit(request).is_err() {
+                counts.refused += 1;
+            }
+        }
+        if last[f] == k {
+            // Its last wave is submitted: the queued requests hold it now.
+            *slot = None;
+        }
+    }
+    counts
+}
+
+/// The replay's lookups and directories, opened (see [`run_job`]).
+fn open_dirs(replay: &Replay, counts: &mut ReplayCounts) -> (Vec<MetaLookup>, Vec<MetaDir>) {
+    let mut opened: HashMap<String, Option<MetaDir>> = HashMap::new();
+    let mut open = |path: &str| -> Option<MetaDir> {
+        if let Some(dir) = opened.get(path) {
+            return dir.clone();
+        }
+        let dir = (opened.len() < MAX_DIRS).then(|| MetaDir::open_no_follow(path).ok()).flatten();
+        counts.dirs += u64::from(dir.is_some());
+        opened.insert(path.to_owned(), dir.clone());
+        dir
+    };
+    let lookups: Vec<MetaLookup> = replay
+        .lookups
+        .iter()
+        .filter_map(|l| open(&l.dir).map(|dir| MetaLookup { dir, names: Arc::clone(&l.names) }))
+        .collect();
+    let dirs: Vec<MetaDir> = replay.dirs.iter().filter_map(|d| open(d)).collect();
+    (lookups, dirs)
+}
+
+/// The launch service's replay thread (see the module docs): runs the jobs
+/// the `launch` policy hands it, in order, at the daemon's own priority (a
+/// replay is worth only what it fetches before the program needs it).
+/// Stopped and joined when dropped, or once every sender is gone.
+pub struct Replayer {
+    thread: Option<JoinHandle<()>>,
+    stop: Arc<AtomicBool>,
+    totals: Arc<[AtomicU64; 8]>,
+}
+
+impl Replayer {
+    /// What its jobs did so far.
+    pub fn counts(&self) -> ReplayCounts {
+        let t = |i: usize| self.totals[i].load(Ordering::Relaxed);
+        ReplayCounts {
+            jobs: t(0),
+            opened: t(1),
+            changed: t(2),
+            missing: t(3),
+            capped: t(4),
+            dirs: t(5),
+            requests: t(6),
+            refused: t(7),
+        }
+    }
+}
+
+impl Drop for Replayer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Starts the [`Replayer`]: the jobs of `jobs` go to `sink` (the executor).
+pub fn start_replayer(sink: Arc<dyn RequestSink>, jobs: Receiver<ReplayJob>) -> std::io::Result<Replayer> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let totals: Arc<[AtomicU64; 8]> = Arc::new(Default::default());
+    let (flag, sums) = (Arc::clone(&stop), Arc::clone(&totals));
+    let thread = std::thread::Builder::new().name("predictio-replay".into()).spawn(move || {
+        let mut total = ReplayCounts::default();
+        while !flag.load(Ordering::Relaxed) {
+            let job = match jobs.recv_timeout(Duration::from_millis(100)) {
+                Ok(job) => job,
+                Err(RecvTimeoutError::Timeout) => continue,
+                Err(RecvTimeoutError::Disconnected) => break,
+            };
+            let counts = run_job(&job, &*sink);
+            tracing::debug!(exe = %job.replay.exe, part = ?job.part, ?counts, "replayed");
+            total.add(&counts);
+            let values = [
+                total.jobs,
+                total.opened,
+                total.changed,
+                total.missing,
+                total.capped,
+                total.dirs,
+                total.requests,
+                total.refused,
+            ];
+            for (sum, value) in sums.iter().zip(values) {
+                sum.store(value, Ordering::Relaxed);
+            }
+        }
+    })?;
+    Ok(Replayer { thread: Some(thread), stop, totals })
 }
 
 /// Whether a recorded `path` can be used as it is: absolute, without `.`
@@ -86,23 +317,26 @@ fn is_plain_absolute(path: &std::path::Path) -> bool {
     path.is_absolute() && !path.components().any(|c| matches!(c, Component::CurDir | Component::ParentDir))
 }
 
+/// Whether `path` is a directory itself, not a symbolic link to one (a
+/// replay opens it without following links).
+fn is_real_dir(path: &Path) -> bool {
+    std::fs::symlink_metadata(path).is_ok_and(|m| m.is_dir())
+}
+
 /// The lookups of `paths` (absolute), by directory: each path's deepest
-/// directory that exists now, held open, and the name looked up in it — the
-/// path's last component, or for a path whose parent is gone the first
-/// component that is missing, where that lookup stopped. Directories keep
-/// the order of their first path, names theirs; a pair appears once. Paths
-/// with `.` or `..` components are left out, and lookups in more than
-/// [`MAX_DIRS`] directories beyond those of `held`, which are used as they
-/// are instead of being opened again. Does I/O (opens directories): call it
-/// off the event path.
-pub fn lookups_of(paths: &[String], held: &[MetaDir]) -> Vec<MetaLookup> {
-    use std::path::Path;
-    let mut opened: HashMap<&Path, Option<MetaDir>> =
-        held.iter().map(|d| (Path::new(d.path()), Some(d.clone()))).collect();
-    let mut newly_opened = 0;
-    let mut by_dir: Vec<(MetaDir, Vec<Box<str>>)> = Vec::new();
+/// directory that exists now, and the name looked up in it — the path's
+/// last component, or for a path whose parent is gone the first component
+/// that is missing, where that lookup stopped. Directories keep the order
+/// of their first path, names theirs; a pair appears once. Paths with `.`
+/// or `..` components are left out, and lookups in more than [`MAX_DIRS`]
+/// directories beyond those of `held` (taken to exist). Opens nothing
+/// (`lstat` only): call it off the event path.
+pub fn lookups_of(paths: &[String], held: &[String]) -> Vec<PathLookup> {
+    let mut exists: HashMap<&Path, bool> = held.iter().map(|d| (Path::new(d.as_str()), true)).collect();
+    let mut probed = 0;
+    let mut by_dir: Vec<(String, Vec<Box<str>>)> = Vec::new();
     let mut slot: HashMap<&Path, usize> = HashMap::new();
-    let mut seen: std::collections::HashSet<(usize, &str)> = std::collections::HashSet::new();
+    let mut seen: HashSet<(usize, &str)> = HashSet::new();
     for path in paths {
         let path = Path::new(path.as_str());
         if !is_plain_absolute(path) {
@@ -111,44 +345,44 @@ pub fn lookups_of(paths: &[String], held: &[MetaDir]) -> Vec<MetaLookup> {
         let mut name = path.file_name();
         let mut dir = path.parent();
         while let (Some(d), Some(_)) = (dir, name) {
-            if !opened.contains_key(d) {
-                if newly_opened >= MAX_DIRS {
+            if !exists.contains_key(d) {
+                if probed >= MAX_DIRS {
                     dir = None;
                     break;
                 }
-                newly_opened += 1;
+                probed += 1;
             }
-            if opened.entry(d).or_insert_with(|| MetaDir::open(d).ok()).is_some() {
+            if *exists.entry(d).or_insert_with(|| is_real_dir(d)) {
                 break;
             }
             name = d.file_name();
             dir = d.parent();
         }
         let (Some(dir), Some(name)) = (dir, name.and_then(|n| n.to_str())) else { continue };
-        let Some(Some(held)) = opened.get(dir) else { continue };
         let i = *slot.entry(dir).or_insert_with(|| {
-            by_dir.push((held.clone(), Vec::new()));
+            by_dir.push((dir.to_string_lossy().into_owned(), Vec::new()));
             by_dir.len() - 1
         });
         if seen.insert((i, name)) {
             by_dir[i].1.push(name.into());
         }
     }
-    by_dir.into_iter().map(|(dir, names)| MetaLookup { dir, names: names.into() }).collect()
+    by_dir.into_iter().map(|(dir, names)| PathLookup { dir, names: names.into() }).collect()
 }
 
-/// The directories among the lookups `paths` (absolute), held open, to be
-/// listed too: a launch that looks a directory up usually lists it (a
-/// browser its profile's component directories, an interpreter its search
-/// path), and a directory it opened nothing in is not among the profile's
+/// The directories among the lookups `paths` (absolute) to be listed too: a
+/// launch that looks a directory up usually lists it (a browser its
+/// profile's component directories, an interpreter its search path), and a
+/// directory it opened nothing in is not among the profile's
 /// [`Profile::dirs`]. Leaves out those of `held` (listed already), paths
-/// with `.` or `..`, directories of in-memory filesystems (`/proc`, a
-/// tmpfs: listing them reads nothing from storage), and any beyond
-/// [`MAX_DIRS`] in all. Opening with `O_DIRECTORY` refuses anything else
-/// before it is opened. Does I/O (opens): call it off the event path.
-pub fn looked_up_dirs(paths: &[String], held: &[MetaDir]) -> Vec<MetaDir> {
-    use std::path::{Path, PathBuf};
-    let mut seen: HashSet<PathBuf> = held.iter().map(|d| PathBuf::from(d.path())).collect();
+/// with `.` or `..`, symbolic links, directories of in-memory filesystems
+/// (`/proc`, a tmpfs: listing them reads nothing from storage), and any
+/// beyond [`MAX_DIRS`] in all. Each is opened for as long as it takes to
+/// see its filesystem (`O_DIRECTORY`, no symbolic link followed: anything
+/// else is refused before it is opened). Call it off the event path.
+pub fn looked_up_dirs(paths: &[String], held: &[String]) -> Vec<String> {
+    use std::path::PathBuf;
+    let mut seen: HashSet<PathBuf> = held.iter().map(|d| Path::new(d.as_str()).components().collect()).collect();
     let mut dirs = Vec::new();
     for path in paths {
         if held.len() + dirs.len() >= MAX_DIRS {
@@ -159,13 +393,12 @@ pub fn looked_up_dirs(paths: &[String], held: &[MetaDir]) -> Vec<MetaDir> {
             continue;
         }
         // `a/b/` and `a/b` are one directory.
-        if !seen.insert(path.components().collect()) {
+        let normal: PathBuf = path.components().collect();
+        if !seen.insert(normal.clone()) {
             continue;
         }
-        if let Ok(dir) = MetaDir::open(path)
-            && dir.on_storage()
-        {
-            dirs.push(dir);
+        if MetaDir::open_no_follow(&normal).is_ok_and(|dir| dir.on_storage()) {
+            dirs.push(normal.to_string_lossy().into_owned());
         }
     }
     dirs
@@ -173,10 +406,11 @@ pub fn looked_up_dirs(paths: &[String], held: &[MetaDir]) -> Vec<MetaDir> {
 
 /// The replay of the profile of `command` (the program and its arguments:
 /// its executable and command shape) in the store at `dir`, if there is
-/// one, walked and paced as [`open_replay`] does: the key the policy
-/// replays on, the book, and a line saying what will be replayed. Problems
-/// (no store, no profile) mean no replay, never an error: the command runs
-/// as it would without us.
+/// one, walked and paced as [`plan_replay`] does and its files checked
+/// ([`check_files`]): the key the policy replays on, the book, and a line
+/// saying what will be replayed. The caller runs a [`Replayer`] for the
+/// policy's jobs. Problems (no store, no profile) mean no replay, never an
+/// error: the command runs as it would without us.
 pub fn prepare_replay(
     dir: &Path,
     command: &[String],
@@ -196,7 +430,8 @@ pub fn prepare_replay(
     }
     let _ = store.touch(&exe.path, &shape);
     drop(store);
-    let replay = open_replay(&profile, walk, pacing);
+    let mut replay = plan_replay(&profile, walk, pacing);
+    check_files(&mut replay);
     let note = format!(
         "replaying {:.1} MiB of {} files learned over {} run(s){}",
         replay.pages() as f64 * 4096.0 / (1 << 20) as f64,
@@ -217,12 +452,15 @@ pub fn prepare_replay(
 mod tests {
     use super::*;
     use predictio::PageRange;
+    use predictio::policy::PolicyId;
+    use std::sync::Mutex;
 
     #[test]
     fn lookups_are_grouped_by_the_deepest_directory_that_exists() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir(dir.path().join("sub")).unwrap();
         std::fs::write(dir.path().join("sub/f"), b"x").unwrap();
+        std::os::unix::fs::symlink(dir.path().join("sub"), dir.path().join("link")).unwrap();
         let root = dir.path().to_str().unwrap();
         let paths: Vec<String> = [
             format!("{root}/sub/f"),
@@ -231,29 +469,22 @@ mod tests {
             format!("{root}/gone/deeper/name"), // stops at "gone"
             format!("{root}/sub/f"),            // again
             format!("{root}/sub/../sub/f"),     // not normal
+            format!("{root}/link/f"),           // a link is looked up, not followed
             "relative/path".to_string(),
         ]
         .into();
-        let held = vec![MetaDir::open(dir.path()).unwrap()];
-        let lookups = lookups_of(&paths, &held);
-        use std::os::fd::AsRawFd;
-        assert_eq!(
-            lookups[1].dir.as_fd().as_raw_fd(),
-            held[0].as_fd().as_raw_fd(),
-            "a held directory is used, not opened again"
-        );
-        let got: Vec<(String, Vec<String>)> = lookups
-            .iter()
-            .map(|l| (l.dir.path().to_string(), l.names.iter().map(|n| n.to_string()).collect()))
-            .collect();
+        let lookups = lookups_of(&paths, &[root.to_string()]);
+        let got: Vec<(String, Vec<String>)> =
+            lookups.iter().map(|l| (l.dir.clone(), l.names.iter().map(|n| n.to_string()).collect())).collect();
         assert_eq!(
             got,
             vec![
                 (format!("{root}/sub"), vec!["f".to_string(), "missing".to_string()]),
-                (root.to_string(), vec!["top-missing".to_string(), "gone".to_string()]),
+                (root.to_string(), vec!["top-missing".to_string(), "gone".to_string(), "link".to_string()]),
             ]
         );
     }
+
     #[test]
     fn looked_up_directories_on_storage_are_listed_once() {
         let dir = tempfile::tempdir_in("/var/tmp").unwrap();
@@ -261,7 +492,8 @@ mod tests {
         std::fs::create_dir(dir.path().join("comp")).unwrap();
         std::fs::create_dir(dir.path().join("held")).unwrap();
         std::fs::write(dir.path().join("f"), b"x").unwrap();
-        let held = vec![MetaDir::open(dir.path().join("held")).unwrap()];
+        std::os::unix::fs::symlink(dir.path().join("comp"), dir.path().join("link")).unwrap();
+        let held = vec![format!("{root}/held")];
         let paths: Vec<String> = [
             "comp",      // a directory: listed
             "comp/",     // the same one again
@@ -269,13 +501,14 @@ mod tests {
             "f",         // a file
             "missing",   // gone
             "comp/../f", // not resolved
+            "link",      // a symbolic link: not followed
         ]
         .iter()
         .map(|p| format!("{root}/{p}"))
         .chain(["/proc".to_string(), "/dev".to_string(), "relative".to_string()])
         .collect();
         let listed = looked_up_dirs(&paths, &held);
-        assert_eq!(listed.iter().map(MetaDir::path).collect::<Vec<_>>(), vec![format!("{root}/comp")]);
+        assert_eq!(listed, vec![format!("{root}/comp")]);
         assert!(MetaDir::open("/proc").is_ok_and(|d| !d.on_storage()), "procfs reads nothing from storage");
         assert!(MetaDir::open("/dev").is_ok_and(|d| !d.on_storage()), "nor does devtmpfs");
         assert!(MetaDir::open(dir.path()).is_ok_and(|d| d.on_storage()));
@@ -287,40 +520,213 @@ mod tests {
         std::fs::create_dir(dir.path().join("comp")).unwrap();
         let mut profile = Profile::new(predictio::launch::FileIdentity::of_path("/bin/sh").unwrap(), "sh");
         profile.lookups = vec![dir.path().join("comp").to_string_lossy().into_owned()];
-        let replay = open_replay(&profile, &WalkLimits::default(), &ReplayPacing::default());
-        let listed: Vec<&str> = replay.dirs.iter().map(MetaDir::path).collect();
-        assert!(listed.contains(&dir.path().join("comp").to_str().unwrap()), "{listed:?}");
+        let replay = plan_replay(&profile, &WalkLimits::default(), &ReplayPacing::default());
+        assert!(replay.dirs.contains(&dir.path().join("comp").to_string_lossy().into_owned()), "{:?}", replay.dirs);
     }
 
-    #[test]
-    fn replay_open_holds_the_profile_directories_that_exist() {
-        let dir = tempfile::tempdir().unwrap();
-        let lib = dir.path().join("lib");
-        std::fs::create_dir(&lib).unwrap();
-        let file = lib.join("a.so");
-        std::fs::write(&file, vec![1u8; 8192]).unwrap();
-        let ident = predictio::launch::FileIdentity::of_path(&file).unwrap();
-        let mut profile = Profile::new(ident.clone(), "prog");
+    /// A profile of `files` (each `pages` pages, every page read) of `exe`.
+    fn profile_of(exe: &Path, files: &[std::path::PathBuf], pages: u64) -> Profile {
+        let ident = |p: &Path| predictio::launch::FileIdentity::of_path(p).unwrap();
+        let mut profile = Profile::new(ident(exe), "prog");
         let run = predictio::launch::LaunchRun {
-            files: vec![predictio::launch::profile::RunFile {
-                identity: ident,
-                first_touch_ms: 0.0,
-                accesses: vec![PageRange::page(0)],
-                access_ms: Vec::new(),
-            }],
-            window_ms: 1.0,
+            files: files
+                .iter()
+                .enumerate()
+                .map(|(i, f)| predictio::launch::profile::RunFile {
+                    identity: ident(f),
+                    first_touch_ms: i as f64,
+                    accesses: vec![PageRange::new(0, pages)],
+                    access_ms: Vec::new(),
+                })
+                .collect(),
+            window_ms: 10.0,
             lookups: Vec::new(),
         };
         profile.merge(&run, &predictio::launch::LearnLimits::default());
+        profile
+    }
+
+    /// `n` files of one page each in `dir`.
+    fn page_files(dir: &Path, n: usize) -> Vec<std::path::PathBuf> {
+        (0..n)
+            .map(|i| {
+                let path = dir.join(format!("lib{i}.so"));
+                std::fs::write(&path, vec![1u8; 4096]).unwrap();
+                path
+            })
+            .collect()
+    }
+
+    /// Descriptors this process has open.
+    fn open_fds() -> usize {
+        std::fs::read_dir("/proc/self/fd").unwrap().count()
+    }
+
+    #[test]
+    fn a_plan_holds_the_profile_directories_by_name_and_no_descriptor() {
+        let dir = tempfile::tempdir().unwrap();
+        let lib = dir.path().join("lib");
+        std::fs::create_dir(&lib).unwrap();
+        let files = page_files(&lib, 2);
+        let mut profile = profile_of(&files[0], &files, 2);
         profile.dirs.push("/nonexistent-predictio-dir".into());
         let pacing = ReplayPacing::default();
-        let replay = open_replay(&profile, &WalkLimits::default(), &pacing);
-        assert_eq!(replay.window_pages, pacing.small_window_pages, "one page: a small replay");
+        let replay = plan_replay(&profile, &WalkLimits::default(), &pacing);
+        assert_eq!(replay.window_pages, pacing.small_window_pages, "a few pages: a small replay");
         let none_small = ReplayPacing { small_pages: 0, ..pacing };
-        let replay = open_replay(&profile, &WalkLimits::default(), &none_small);
+        let replay = plan_replay(&profile, &WalkLimits::default(), &none_small);
         assert_eq!(replay.window_pages, 0, "the pacing is the caller's: the executor's window");
-        let held: Vec<&str> = replay.dirs.iter().map(MetaDir::path).collect();
-        assert!(held.contains(&lib.to_str().unwrap()) && held.contains(&"/"), "{held:?}");
-        assert!(!held.contains(&"/nonexistent-predictio-dir"));
+        assert!(replay.dirs.contains(&lib.to_string_lossy().into_owned()) && replay.dirs.contains(&"/".into()));
+        assert_eq!(replay.at_exec.len(), 2);
+    }
+
+    /// A sink that keeps what it is handed (its requests hold descriptors
+    /// as the executor's queue would).
+    #[derive(Default)]
+    struct Collect {
+        requests: Mutex<Vec<Request>>,
+        meta: Mutex<Vec<MetaRequest>>,
+    }
+
+    impl RequestSink for Collect {
+        fn submit(&self, request: Request) -> Result<(), predictio::executor::SubmitError> {
+            self.requests.lock().unwrap().push(request);
+            Ok(())
+        }
+        fn submit_meta(&self, request: MetaRequest) -> Result<(), predictio::executor::SubmitError> {
+            self.meta.lock().unwrap().push(request);
+            Ok(())
+        }
+    }
+
+    fn job(replay: Replay, exec: Option<&str>) -> ReplayJob {
+        ReplayJob {
+            replay: Arc::new(replay),
+            part: ReplayPart::AtExec,
+            exec: exec.map(Into::into),
+            origin: PolicyId(4),
+        }
+    }
+
+    /// Regression: every profile in the book held a descriptor per file
+    /// (up to 4,096 a profile), so five scripts reading 4,096 of their own
+    /// files took the daemon to its descriptor limit. Planning opens
+    /// nothing; a replay opens its files when it runs, and once the
+    /// executor is done with its requests nothing is left open.
+    #[test]
+    fn descriptors_are_opened_by_the_replay_and_let_go_with_its_requests() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = page_files(dir.path(), 300);
+        let profile = profile_of(&files[0], &files, 1);
+        let before = open_fds();
+        let replay = plan_replay(&profile, &WalkLimits::default(), &ReplayPacing::default());
+        assert_eq!(replay.at_exec.len(), 300);
+        assert_eq!(open_fds(), before, "a planned replay holds no descriptor");
+        let sink = Collect::default();
+        let counts = run_job(&job(replay, Some("/bin/sh")), &sink);
+        assert_eq!((counts.opened, counts.changed, counts.missing, counts.requests), (300, 0, 0, 300));
+        let requests = std::mem::take(&mut *sink.requests.lock().unwrap());
+        assert_eq!(requests.iter().map(|r| r.origin).collect::<HashSet<_>>(), HashSet::from([PolicyId(4)]));
+        assert!(requests.iter().all(|r| r.urgency == Urgency::Imminent));
+        let meta = std::mem::take(&mut *sink.meta.lock().unwrap());
+        assert_eq!(meta.len(), 1, "the exec and the directories: one metadata request, first");
+        assert_eq!(meta[0].execs, vec![Arc::<str>::from("/bin/sh")]);
+        assert!(!meta[0].dirs.is_empty());
+        assert_eq!(open_fds(), before + 300 + meta[0].dirs.len(), "only the queued requests hold descriptors");
+        drop((requests, meta));
+        assert_eq!(open_fds(), before, "and once they are done, nothing is left open");
+    }
+
+    #[test]
+    fn a_replay_opens_at_most_its_cap_of_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = page_files(dir.path(), 4);
+        let one = ReplayFile {
+            identity: predictio::launch::FileIdentity::of_path(&files[0]).unwrap(),
+            ranges: vec![PageRange::page(0)],
+            first_touch_ms: 0.0,
+            due_ms: Vec::new(),
+        };
+        let replay = Replay { at_exec: vec![one; MAX_REPLAY_FILES + 5], ..Replay::default() };
+        let sink = Collect::default();
+        let counts = run_job(&job(replay, None), &sink);
+        assert_eq!((counts.opened, counts.capped), (MAX_REPLAY_FILES as u64, 5));
+        assert!(sink.meta.lock().unwrap().is_empty(), "nothing to look up: no metadata request");
+    }
+
+    /// A user who can write a directory of a profiled file swaps in, after
+    /// it was learned, a FIFO (an open for reading would wait for a writer
+    /// forever), a symbolic link to a device, and a symbolic link to the
+    /// very file learned (moved aside: the same inode, size and mtime, so
+    /// an identity check alone would pass). The replay neither waits nor
+    /// follows a link: it requests only the file left as it was, in bounded
+    /// time.
+    #[test]
+    fn a_fifo_or_a_symbolic_link_swapped_in_is_left_out_without_waiting() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = page_files(dir.path(), 4);
+        let profile = profile_of(&files[0], &files, 1);
+        let replay = plan_replay(&profile, &WalkLimits::default(), &ReplayPacing::default());
+        std::fs::remove_file(&files[1]).unwrap();
+        assert!(std::process::Command::new("mkfifo").arg(&files[1]).status().unwrap().success());
+        std::fs::remove_file(&files[2]).unwrap();
+        std::os::unix::fs::symlink("/dev/zero", &files[2]).unwrap();
+        let moved = dir.path().join("moved.so");
+        std::fs::rename(&files[3], &moved).unwrap();
+        std::os::unix::fs::symlink(&moved, &files[3]).unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let sink = Collect::default();
+            let counts = run_job(&job(replay, None), &sink);
+            let paths: Vec<FileIdentity> = sink
+                .requests
+                .lock()
+                .unwrap()
+                .iter()
+                .map(|r| FileIdentity::from_metadata("", &r.file.file().metadata().unwrap()))
+                .collect();
+            let _ = tx.send((counts, paths));
+        });
+        let (counts, requested) = rx.recv_timeout(Duration::from_secs(10)).expect("the replay must not wait on a FIFO");
+        assert_eq!((counts.opened, counts.changed + counts.missing), (1, 3), "{counts:?}");
+        let first = FileIdentity::of_path(&files[0]).unwrap();
+        assert_eq!(requested.iter().map(|i| (i.dev, i.ino)).collect::<Vec<_>>(), vec![(first.dev, first.ino)]);
+    }
+
+    #[test]
+    fn a_file_changed_since_it_was_learned_is_checked_out_ahead_and_at_replay() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = page_files(dir.path(), 2);
+        let profile = profile_of(&files[0], &files, 1);
+        let mut replay = plan_replay(&profile, &WalkLimits::default(), &ReplayPacing::default());
+        std::thread::sleep(Duration::from_millis(20));
+        std::fs::write(&files[1], vec![2u8; 8192]).unwrap();
+        let sink = Collect::default();
+        let counts = run_job(&job(replay.clone(), None), &sink);
+        assert_eq!((counts.opened, counts.changed), (1, 1));
+        check_files(&mut replay);
+        assert_eq!(replay.changed, vec![files[1].to_string_lossy().into_owned()]);
+        assert_eq!(replay.at_exec.len(), 1);
+    }
+
+    #[test]
+    fn the_replayer_runs_jobs_until_its_senders_are_gone() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = page_files(dir.path(), 3);
+        let profile = profile_of(&files[0], &files, 1);
+        let replay = plan_replay(&profile, &WalkLimits::default(), &ReplayPacing::default());
+        let sink = Arc::new(Collect::default());
+        let (jobs, rx) = predictio::launch::policy::replay_channel();
+        let replayer = start_replayer(sink.clone(), rx).unwrap();
+        jobs.send(job(replay, None)).unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while replayer.counts().jobs < 1 {
+            assert!(std::time::Instant::now() < deadline, "the job never ran");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(replayer.counts().opened, 3);
+        assert_eq!(sink.requests.lock().unwrap().len(), 3);
+        drop(jobs);
+        drop(replayer);
     }
 }

@@ -12,8 +12,10 @@
 //! - [`policy`]: the `launch` policy that turns an exec into requests.
 //!
 //! All of it is pure: nothing here opens a file. The daemon's launch
-//! service (crate `predictio-daemon`) keeps the profile store and opens a
-//! profile's files into a [`Replay`], off the event path.
+//! service (crate `predictio-daemon`) keeps the profile store, walks
+//! profiles into [`Replay`]s that name their files, and runs the
+//! [`ReplayJob`]s the policy hands it: it opens a replay's files when the
+//! exec comes, off the event path.
 
 pub mod command;
 pub mod model;
@@ -26,6 +28,8 @@ pub mod shape;
 
 pub use model::{ModelLimits, PageModel, WalkLimits, Walked};
 pub use pacing::ReplayPacing;
-pub use policy::{LaunchKey, LaunchPolicy, Replay, ReplayBook, ReplayFile};
+pub use policy::{
+    LaunchKey, LaunchPolicy, PathLookup, Replay, ReplayBook, ReplayFile, ReplayJob, ReplayPart, replay_channel,
+};
 pub use profile::{FileIdentity, FirstRuns, Freshness, LaunchRun, LearnLimits, Profile};
 pub use recorder::{AccessSource, LearnFloor, Recorder, WindowLimits};

@@ -1,28 +1,36 @@
 //! The `launch` policy: on the exec of a known executable, the page lists of
-//! its profile go to the executor at once; later phases go when their
-//! trigger file is first touched.
+//! its profile are replayed at once; later phases when their trigger file is
+//! first touched.
 //!
-//! The policy is handed [`Replay`]s — profiles already walked into page lists
-//! over descriptors its owner opened and checked (the daemon's launch
-//! service, off the event path) — through a shared [`ReplayBook`]. On the event path it only looks up and emits: no I/O, no
-//! blocking beyond a short uncontended lock.
+//! The policy is handed [`Replay`]s — profiles already walked into page
+//! lists, each file named by its learned identity (path, device, inode,
+//! size, mtime), no descriptor held — through a shared [`ReplayBook`]. On the
+//! event path it only looks up and hands a [`ReplayJob`] over a bounded
+//! channel to whoever replays ([`replay_channel`]: the daemon's launch
+//! service, `predictio run`), which opens and checks the files and submits
+//! their requests off the event path. No I/O, no descriptor, no blocking
+//! beyond a short uncontended lock; a full channel drops the replay,
+//! counted ([`LaunchPolicy::dropped_replays`]).
 
 use std::collections::{HashMap, HashSet};
+use std::sync::mpsc::{Receiver, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex};
 
 use super::model::next_wave;
+use super::profile::FileIdentity;
 use super::recorder::{Recorder, WindowLimits};
 use crate::event::{Event, EventKind, EventKinds};
-use crate::file::{FileId, FileRef};
+use crate::file::FileId;
 use crate::page::PageRange;
-use crate::policy::{Policy, PolicyContext};
-use crate::request::{MetaDir, MetaLookup, Urgency};
+use crate::policy::{Policy, PolicyContext, PolicyId};
 
 /// One file's share of a replay.
 #[derive(Clone, Debug)]
 pub struct ReplayFile {
-    /// The held descriptor.
-    pub file: FileRef,
+    /// The file as it was learned. Whoever replays opens the path without
+    /// following a symbolic link and checks it against this identity before
+    /// any page is requested.
+    pub identity: FileIdentity,
     /// Pages in order of expected first use: waves of about
     /// [`Replay::wave_pages`] pages, each wave sorted.
     pub ranges: Vec<PageRange>,
@@ -35,7 +43,17 @@ pub struct ReplayFile {
     pub due_ms: Vec<f64>,
 }
 
-/// A profile ready to replay: descriptors opened, files checked.
+/// Names a launch looked up in one directory, to look up again at exec.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PathLookup {
+    /// The directory (absolute), opened when the replay runs.
+    pub dir: String,
+    /// Single path components, in the order they were looked up.
+    pub names: Arc<[Box<str>]>,
+}
+
+/// A profile ready to replay: walked into page lists, its files and
+/// directories named, nothing held open.
 #[derive(Clone, Debug, Default)]
 pub struct Replay {
     /// The executable's path, as its profile is stored (with the shape in
@@ -45,19 +63,19 @@ pub struct Replay {
     pub at_exec: Vec<ReplayFile>,
     /// Files to fetch when a trigger file is first touched.
     pub on_trigger: Vec<(FileId, Vec<ReplayFile>)>,
-    /// Files of the profile left out because they changed since learned.
+    /// Files of the profile left out because they changed since learned
+    /// (when whoever prepared it looked; the replay checks every file again).
     pub changed: Vec<String>,
     /// Files of the profile left out because they are gone or unreadable.
     pub missing: Vec<String>,
-    /// The directories the launch searched and those it looked up
-    /// ([`looked_up_dirs`]), held open, listed by the executor's metadata
-    /// threads at exec.
-    pub dirs: Vec<MetaDir>,
-    /// The launch's lookups, by held directory ([`lookups_of`]), looked up
-    /// again by the executor's metadata threads at exec.
-    pub lookups: Vec<MetaLookup>,
-    /// Pages per request ([`WalkLimits::wave_pages`]; 0: one request per
-    /// file).
+    /// The directories the launch searched and those it looked up, listed
+    /// by the executor's metadata threads at exec (opened then).
+    pub dirs: Vec<String>,
+    /// The launch's lookups, by directory, looked up again by the
+    /// executor's metadata threads at exec.
+    pub lookups: Vec<PathLookup>,
+    /// Pages per request ([`crate::launch::WalkLimits::wave_pages`]; 0: one
+    /// request per file).
     pub wave_pages: u64,
     /// How long the launch lasts, ms: its average learned window, or its
     /// latest first touch if that is later. Spreads the waves over time
@@ -68,10 +86,64 @@ pub struct Replay {
     pub window_pages: u64,
 }
 
+/// Which files of a [`Replay`] a [`ReplayJob`] replays.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReplayPart {
+    /// Its files of the exec ([`Replay::at_exec`]), its lookups and its
+    /// directories.
+    AtExec,
+    /// The files of its `n`th trigger ([`Replay::on_trigger`]).
+    Trigger(usize),
+}
+
+/// A replay to run now, handed by the policy to whoever replays (over
+/// [`replay_channel`]): open the files of `part` (no symbolic link
+/// followed, checked against their identity), submit their waves in
+/// [`wave_order`] under `origin`, and for [`ReplayPart::AtExec`] the
+/// metadata request (`exec` first, then the lookups and directories).
+#[derive(Clone, Debug)]
+pub struct ReplayJob {
+    /// The replay.
+    pub replay: Arc<Replay>,
+    /// Which of its files.
+    pub part: ReplayPart,
+    /// The path of an exec that has not happened yet (a replay at its
+    /// start): resolved first, as the exec will
+    /// ([`crate::request::MetaRequest::execs`]).
+    pub exec: Option<Arc<str>>,
+    /// The policy the requests are accounted under.
+    pub origin: PolicyId,
+}
+
+impl ReplayJob {
+    /// The files it replays.
+    pub fn files(&self) -> &[ReplayFile] {
+        match self.part {
+            ReplayPart::AtExec => &self.replay.at_exec,
+            ReplayPart::Trigger(n) => self.replay.on_trigger.get(n).map_or(&[], |t| t.1.as_slice()),
+        }
+    }
+}
+
+/// Replay jobs waiting for whoever replays, at most: past it a replay is
+/// dropped, counted. A job holds no descriptor (its files are opened when it
+/// runs), so the bound is of work, not of descriptors.
+pub const MAX_QUEUED_REPLAYS: usize = 8;
+
+/// Files one replay job opens at most; the rest of a larger profile is left
+/// out, counted. Descriptors are opened as the job submits its waves and
+/// let go by the job once the executor holds its requests.
+pub const MAX_REPLAY_FILES: usize = 1024;
+
+/// The bounded channel from the policy to whoever replays.
+pub fn replay_channel() -> (SyncSender<ReplayJob>, Receiver<ReplayJob>) {
+    std::sync::mpsc::sync_channel(MAX_QUEUED_REPLAYS)
+}
+
 impl Replay {
     /// The files it replays (at exec and on triggers).
     pub fn files(&self) -> impl Iterator<Item = FileId> + '_ {
-        self.at_exec.iter().chain(self.on_trigger.iter().flat_map(|t| t.1.iter())).map(|f| f.file.id())
+        self.at_exec.iter().chain(self.on_trigger.iter().flat_map(|t| t.1.iter())).map(|f| f.identity.id())
     }
 
     /// Pages the replay would request.
@@ -252,15 +324,26 @@ pub struct LaunchPolicy {
     /// the same user, path and shape replays that launch at once, without
     /// waiting for the exec.
     started: HashMap<StartKey, LaunchKey>,
+    /// Where replay jobs go ([`replay_channel`]); none: nothing replays.
+    jobs: Option<SyncSender<ReplayJob>>,
     replays: u64,
     early_replays: u64,
+    dropped_replays: u64,
     learning: Option<Learning>,
 }
 
 impl LaunchPolicy {
-    /// A policy replaying from `book`.
-    pub fn new(book: ReplayBook) -> Self {
-        Self { book, ..Self::default() }
+    /// A policy replaying from `book`: each replay is a [`ReplayJob`] sent
+    /// to `jobs` (never blocking: a full channel drops it, counted).
+    pub fn new(book: ReplayBook, jobs: SyncSender<ReplayJob>) -> Self {
+        Self { book, jobs: Some(jobs), ..Self::default() }
+    }
+
+    /// The same policy, its replays sent to `jobs` (a learning policy
+    /// replays nothing without).
+    pub fn replaying_to(mut self, jobs: SyncSender<ReplayJob>) -> Self {
+        self.jobs = Some(jobs);
+        self
     }
 
     /// A policy that also learns: each exec opens a launch window (at most
@@ -318,6 +401,12 @@ impl LaunchPolicy {
         self.replays
     }
 
+    /// Replays not started because whoever replays was behind (the job
+    /// channel full) or gone.
+    pub fn dropped_replays(&self) -> u64 {
+        self.dropped_replays
+    }
+
     /// Replays started at an exec start ([`Event::ExecStart`]), before the
     /// exec; counted in [`LaunchPolicy::replays`] too.
     pub fn early_replays(&self) -> u64 {
@@ -339,9 +428,16 @@ impl LaunchPolicy {
         }
         self.book.mark_replayed(&key);
         self.last_exec.insert(key, time_ns);
+        let job = ReplayJob {
+            replay: Arc::clone(&replay),
+            part: ReplayPart::AtExec,
+            exec: exec.cloned(),
+            origin: ctx.origin(),
+        };
+        if !self.send(job) {
+            return false;
+        }
         self.replays += 1;
-        ctx.request_metadata(exec.into_iter().cloned().collect(), replay.lookups.clone(), replay.dirs.clone());
-        Self::emit(&replay.at_exec, &replay, ctx);
         self.pending.retain(|_, (at, _)| time_ns.saturating_sub(*at) < TRIGGER_TTL_NS);
         for (trigger, _) in &replay.on_trigger {
             if self.pending.len() < MAX_PENDING {
@@ -367,21 +463,31 @@ impl LaunchPolicy {
         self.started.insert(start, key.clone());
     }
 
-    /// One request per wave of each file (about `wave_pages` pages, in the
-    /// file's order of first use), all waves in order of when they are
-    /// expected to be needed (see [`wave_order`]). The executor runs
-    /// requests in order, and a file's whole list ahead of the next file's
-    /// kept the loader's read of a small library's header waiting behind
-    /// tens of MiB of a large one's pages (clang: libclang-cpp's 18 and
-    /// libLLVM's 33 MiB ahead of libstdc++'s first page).
-    fn emit(files: &[ReplayFile], replay: &Replay, ctx: &mut PolicyContext<'_>) {
-        for (f, wave) in wave_order(files, replay.wave_pages, replay.span_ms) {
-            ctx.request_file_paced(&files[f].file, wave.to_vec(), Urgency::Imminent, replay.window_pages);
+    /// Hands `job` to whoever replays, never blocking; false (counted) when
+    /// the channel is full or gone.
+    fn send(&mut self, job: ReplayJob) -> bool {
+        let sent = match &self.jobs {
+            Some(jobs) => match jobs.try_send(job) {
+                Ok(()) => true,
+                Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => false,
+            },
+            None => false,
+        };
+        if !sent {
+            self.dropped_replays += 1;
         }
+        sent
     }
 }
 
-/// The waves of `files` (`(file index, ranges)`), in order of expected need.
+/// The waves of `files` (`(file index, ranges)`), in order of expected need:
+/// whoever replays submits one request per wave (about `wave_pages` pages,
+/// in the file's order of first use). The executor runs requests in order,
+/// and a file's whole list ahead of the next file's kept the loader's read
+/// of a small library's header waiting behind tens of MiB of a large one's
+/// pages (clang: libclang-cpp's 18 and libLLVM's 33 MiB ahead of
+/// libstdc++'s first page).
+///
 /// A file whose profile knows when each range is first needed
 /// ([`ReplayFile::due_ms`]) has each wave due then. Otherwise the launch is
 /// taken to read its pages at an even rate over its span (`span_ms`, at
@@ -469,9 +575,10 @@ impl Policy for LaunchPolicy {
             }
             Event::PageAccess { file, .. } if !self.pending.is_empty() => {
                 if let Some((_, replay)) = self.pending.remove(file)
-                    && let Some((_, files)) = replay.on_trigger.iter().find(|(t, _)| t == file)
+                    && let Some(n) = replay.on_trigger.iter().position(|(t, _)| t == file)
                 {
-                    Self::emit(files, &replay, ctx);
+                    let origin = ctx.origin();
+                    self.send(ReplayJob { replay, part: ReplayPart::Trigger(n), exec: None, origin });
                 }
             }
             _ => {}
@@ -549,54 +656,137 @@ mod tests {
             }
         }
         let mut rt = crate::runtime::Runtime::with_sink(Arc::new(Null));
-        rt.add_policy(Box::new(LaunchPolicy::new(ReplayBook::default())));
+        rt.add_policy(Box::new(LaunchPolicy::new(ReplayBook::default(), replay_channel().0)));
         assert!(rt.wants(EventKind::PageAccess));
         assert!(!rt.wants_files_of(EventKind::PageAccess), "launch requests only files it was handed");
         rt.add_policy(crate::policies::by_name("stream").expect("stream policy"));
         assert!(rt.wants_files_of(EventKind::PageAccess), "stream requests the files it observes");
     }
 
+    /// Regression: every booked replay held a descriptor per profiled file
+    /// and directory for as long as it was booked, so a user's profiles of
+    /// thousands of their own files took the daemon to its descriptor limit.
+    /// A replay names its files and directories; the exec hands the policy's
+    /// owner a job naming them, and the policy opens nothing, requests
+    /// nothing itself and emits no metadata request.
     #[test]
-    fn exec_hands_the_held_directories_over_as_one_metadata_request() {
+    fn exec_hands_a_job_naming_the_files_and_directories_and_holds_nothing() {
         let book = ReplayBook::default();
         let exe = FileId { dev: 1, ino: 1 };
-        let dir = tempfile::tempdir().unwrap();
-        let dirs = vec![MetaDir::open(dir.path()).unwrap(), MetaDir::open("/").unwrap()];
-        book.insert(LaunchKey::new(exe, "prog"), Replay { dirs, ..Replay::default() });
-        let mut policy = LaunchPolicy::new(book);
+        let lookups = vec![PathLookup { dir: "/usr/lib".into(), names: vec!["a.so".into()].into() }];
+        let replay = Replay {
+            at_exec: vec![page_file("/nonexistent/lib.so", 2)],
+            dirs: vec!["/usr/lib".into(), "/".into()],
+            lookups: lookups.clone(),
+            ..Replay::default()
+        };
+        book.insert(LaunchKey::new(exe, "prog"), replay);
+        let (jobs, rx) = replay_channel();
+        let mut policy = LaunchPolicy::new(book, jobs);
         let files = crate::policy::FileTable::default();
         let mut out = Vec::new();
         let mut ctx = PolicyContext::new(&files, &mut out, crate::policy::PolicyId(3));
         policy.on_event(&Event::Exec { pid: 5, exe, shape: "prog".into(), time_ns: 0 }, &mut ctx);
-        let meta = ctx.take_metadata();
-        assert_eq!(meta.len(), 1);
-        assert_eq!(meta[0].origin, crate::policy::PolicyId(3));
-        assert_eq!(meta[0].dirs.iter().map(MetaDir::path).collect::<Vec<_>>(), vec![dir.path().to_str().unwrap(), "/"]);
-        assert!(out.is_empty(), "no page lists in this replay");
+        assert!(ctx.take_metadata().is_empty(), "the metadata request is the replayer's");
+        drop(ctx);
+        assert!(out.is_empty(), "the page requests are the replayer's");
+        let job = rx.try_recv().expect("one job");
+        assert_eq!((job.part, job.origin, job.exec.is_none()), (ReplayPart::AtExec, crate::policy::PolicyId(3), true));
+        assert_eq!(job.replay.dirs, ["/usr/lib", "/"]);
+        assert_eq!(job.replay.lookups, lookups);
+        assert_eq!(job.files().iter().map(|f| f.identity.path.as_str()).collect::<Vec<_>>(), ["/nonexistent/lib.so"]);
+        assert!(rx.try_recv().is_err(), "one job per replay");
     }
 
-    /// A one-page file `name` in `dir`, held open.
-    fn page_file(dir: &std::path::Path, name: &str) -> FileRef {
-        let path = dir.join(name);
-        std::fs::write(&path, vec![0u8; 4096]).unwrap();
-        FileRef::open(&path).unwrap()
+    /// Whoever replays is behind: the channel's bound holds, the replays past
+    /// it are dropped and counted, and the event path never waits.
+    #[test]
+    fn a_full_job_channel_drops_replays_and_counts_them() {
+        let book = ReplayBook::default();
+        for ino in 1..=MAX_QUEUED_REPLAYS as u64 + 3 {
+            book.insert(LaunchKey::new(FileId { dev: 1, ino }, "prog"), Replay::default());
+        }
+        let (jobs, rx) = replay_channel();
+        let mut policy = LaunchPolicy::new(book, jobs);
+        let files = crate::policy::FileTable::default();
+        let mut out = Vec::new();
+        let mut ctx = PolicyContext::new(&files, &mut out, crate::policy::PolicyId(1));
+        for ino in 1..=MAX_QUEUED_REPLAYS as u64 + 3 {
+            let exe = FileId { dev: 1, ino };
+            policy.on_event(&Event::Exec { pid: ino as u32, exe, shape: "prog".into(), time_ns: 0 }, &mut ctx);
+        }
+        assert_eq!(policy.replays(), MAX_QUEUED_REPLAYS as u64);
+        assert_eq!(policy.dropped_replays(), 3);
+        assert_eq!(rx.try_iter().count(), MAX_QUEUED_REPLAYS);
+        // Gone: every replay is dropped, none blocks.
+        drop(rx);
+        let exe = FileId { dev: 1, ino: 1 };
+        policy.on_event(&Event::Exec { pid: 99, exe, shape: "prog".into(), time_ns: 10_000_000_000 }, &mut ctx);
+        assert_eq!(policy.dropped_replays(), 4);
+    }
+
+    #[test]
+    fn a_trigger_hands_over_its_own_files_once() {
+        let book = ReplayBook::default();
+        let exe = FileId { dev: 1, ino: 1 };
+        let trigger = page_file("/t/trigger", 10);
+        let later = page_file("/t/later", 11);
+        let replay = Replay {
+            at_exec: vec![trigger.clone()],
+            on_trigger: vec![(trigger.identity.id(), vec![later])],
+            ..Replay::default()
+        };
+        book.insert(LaunchKey::new(exe, "prog"), replay);
+        let (jobs, rx) = replay_channel();
+        let mut policy = LaunchPolicy::new(book, jobs);
+        let files = crate::policy::FileTable::default();
+        let mut out = Vec::new();
+        let mut ctx = PolicyContext::new(&files, &mut out, crate::policy::PolicyId(1));
+        policy.on_event(&Event::Exec { pid: 5, exe, shape: "prog".into(), time_ns: 0 }, &mut ctx);
+        let access = Event::PageAccess {
+            pid: 5,
+            file: trigger.identity.id(),
+            pages: PageRange::page(0),
+            kind: crate::event::AccessKind::Read,
+            time_ns: 1,
+        };
+        policy.on_event(&access, &mut ctx);
+        policy.on_event(&access, &mut ctx);
+        let parts: Vec<ReplayPart> = rx.try_iter().map(|j| j.part).collect();
+        assert_eq!(parts, [ReplayPart::AtExec, ReplayPart::Trigger(0)]);
+    }
+
+    /// A one-page file named `path` with inode `ino` (nothing on disk: a
+    /// replay names its files, it does not hold them).
+    fn page_file(path: &str, ino: u64) -> ReplayFile {
+        ReplayFile {
+            identity: FileIdentity { path: path.into(), dev: 1, ino, size: 4096, mtime_ns: 0 },
+            ranges: vec![PageRange::page(0)],
+            first_touch_ms: 0.0,
+            due_ms: Vec::new(),
+        }
+    }
+
+    /// A file `name` (inode `ino`) to replay `ranges` of, first touched at
+    /// `first_touch_ms`.
+    fn named(name: &str, ino: u64, ranges: Vec<PageRange>, first_touch_ms: f64) -> ReplayFile {
+        ReplayFile { ranges, first_touch_ms, ..page_file(name, ino) }
     }
 
     #[test]
     fn waves_are_ordered_by_when_they_are_needed() {
-        let dir = tempfile::tempdir().unwrap();
-        let open = |name: &str| page_file(dir.path(), name);
+        let open = |name: &str| page_file(name, 0).identity;
         // A large library touched first (20 waves of one page) and a small
         // one touched 1 ms later, in a launch of 100 ms: the small one's
         // page comes after the large one's first waves, not after all 20.
         let big = ReplayFile {
-            file: open("big"),
+            identity: open("big"),
             ranges: (0..20).map(|i| PageRange::page(i * 2)).collect(),
             first_touch_ms: 0.0,
             due_ms: Vec::new(),
         };
         let small = ReplayFile {
-            file: open("small"),
+            identity: open("small"),
             ranges: vec![PageRange::page(0)],
             first_touch_ms: 1.0,
             due_ms: Vec::new(),
@@ -612,7 +802,7 @@ mod tests {
         // Waves are due by their pages, not their number: 40 small files of
         // one page each do not shorten the big file's 4-page waves.
         let big4 = ReplayFile {
-            file: open("big4"),
+            identity: open("big4"),
             ranges: (0..80).map(|i| PageRange::page(i * 2)).collect(),
             first_touch_ms: 0.0,
             due_ms: Vec::new(),
@@ -620,14 +810,14 @@ mod tests {
         let mut many = vec![big4];
         for i in 0..40 {
             many.push(ReplayFile {
-                file: open(&format!("early{i}")),
+                identity: open(&format!("early{i}")),
                 ranges: vec![PageRange::page(0)],
                 first_touch_ms: 2.0,
                 due_ms: Vec::new(),
             });
         }
         many.push(ReplayFile {
-            file: open("late"),
+            identity: open("late"),
             ranges: vec![PageRange::page(0)],
             first_touch_ms: 48.0,
             due_ms: Vec::new(),
@@ -645,21 +835,20 @@ mod tests {
 
     #[test]
     fn waves_with_known_times_are_due_then() {
-        let dir = tempfile::tempdir().unwrap();
-        let open = |name: &str| page_file(dir.path(), name);
+        let open = |name: &str| page_file(name, 0).identity;
         // A binary of two one-page waves touched first, and a library
         // without times touched at `lib_ms`, in a launch of 100 ms. Without
         // times the binary's second wave would be due at 33 ms (3 pages
         // over 100 ms); with them it is due when the profile says.
         let order = |binary_due: Vec<f64>, lib_ms: f64| -> Vec<(usize, u64)> {
             let binary = ReplayFile {
-                file: open("binary"),
+                identity: open("binary"),
                 ranges: vec![PageRange::page(0), PageRange::page(8)],
                 first_touch_ms: 0.0,
                 due_ms: binary_due,
             };
             let lib = ReplayFile {
-                file: open("lib"),
+                identity: open("lib"),
                 ranges: vec![PageRange::page(0)],
                 first_touch_ms: lib_ms,
                 due_ms: Vec::new(),
@@ -674,24 +863,13 @@ mod tests {
     }
 
     /// A book holding, for `rustc --version` of `exe` (stored as
-    /// `/x/rustc`), a replay of one page of a file made in `dir`.
-    fn book_of_one_page(dir: &tempfile::TempDir, exe: FileId) -> ReplayBook {
-        let path = dir.path().join("f");
-        std::fs::write(&path, vec![0u8; 8192]).unwrap();
-        let file = FileRef::open(&path).unwrap();
+    /// `/x/rustc`), a replay of one page of a file.
+    fn book_of_one_page(exe: FileId) -> ReplayBook {
         let book = ReplayBook::default();
+        let at_exec = vec![named("/x/f", 2, vec![PageRange::page(1)], 0.0)];
         book.insert(
             LaunchKey::new(exe, "rustc --version"),
-            Replay {
-                exe: "/x/rustc".into(),
-                at_exec: vec![ReplayFile {
-                    file,
-                    ranges: vec![PageRange::page(1)],
-                    first_touch_ms: 0.0,
-                    due_ms: Vec::new(),
-                }],
-                ..Replay::default()
-            },
+            Replay { exe: "/x/rustc".into(), at_exec, ..Replay::default() },
         );
         book
     }
@@ -699,10 +877,10 @@ mod tests {
     #[test]
     fn repeated_exec_replays_once() {
         let exe = FileId { dev: 1, ino: 1 };
-        let dir = tempfile::tempdir().unwrap();
-        let book = book_of_one_page(&dir, exe);
+        let book = book_of_one_page(exe);
         assert!(book.take_replayed().is_empty(), "nothing replayed yet");
-        let mut policy = LaunchPolicy::new(book.clone());
+        let (jobs, rx) = replay_channel();
+        let mut policy = LaunchPolicy::new(book.clone(), jobs);
         let files = crate::policy::FileTable::default();
         let mut out = Vec::new();
         let mut ctx = PolicyContext::new(&files, &mut out, crate::policy::PolicyId(1));
@@ -716,16 +894,15 @@ mod tests {
         assert_eq!(book.take_replayed(), replayed);
         policy.on_event(&exec(8, "rustc -V", 4_000_000_000), &mut ctx);
         assert!(book.take_replayed().is_empty(), "an exec with no profile marks nothing");
-        drop(ctx);
-        assert_eq!(out.len(), 2);
+        assert_eq!(rx.try_iter().count(), 2);
         assert_eq!(policy.replays(), 2);
     }
 
     #[test]
     fn an_exec_start_replays_the_launch_its_last_start_led_to() {
         let exe = FileId { dev: 1, ino: 1 };
-        let dir = tempfile::tempdir().unwrap();
-        let mut policy = LaunchPolicy::new(book_of_one_page(&dir, exe));
+        let (jobs, rx) = replay_channel();
+        let mut policy = LaunchPolicy::new(book_of_one_page(exe), jobs);
         let files = crate::policy::FileTable::default();
         let mut out = Vec::new();
         let mut ctx = PolicyContext::new(&files, &mut out, crate::policy::PolicyId(1));
@@ -744,14 +921,12 @@ mod tests {
         assert_eq!((policy.replays(), policy.early_replays()), (0, 0));
         policy.on_event(&exec(5, 1000), &mut ctx);
         assert_eq!((policy.replays(), policy.early_replays()), (1, 0));
-        assert!(ctx.take_metadata().is_empty(), "an exec done has nothing to resolve, this replay no directories");
+        assert_eq!(rx.try_recv().expect("a job").exec, None, "an exec done has nothing to resolve");
         // The same start later replays at once, and its exec does not again;
         // the exec's path is resolved first.
         policy.on_event(&start(6, 0, "/bin/rustc", 10 * s), &mut ctx);
         assert_eq!((policy.replays(), policy.early_replays()), (2, 1));
-        let meta = ctx.take_metadata();
-        assert_eq!(meta.len(), 1);
-        assert_eq!(meta[0].execs, vec![std::sync::Arc::<str>::from("/bin/rustc")]);
+        assert_eq!(rx.try_recv().expect("a job").exec, Some(Arc::<str>::from("/bin/rustc")));
         policy.on_event(&exec(6, 10 * s + 1000), &mut ctx);
         assert_eq!(policy.replays(), 2, "the exec right after its start is not replayed twice");
         // Another user's start of the same path, or another path, waits
@@ -764,30 +939,22 @@ mod tests {
         policy.on_event(&exec(9, 45 * s), &mut ctx);
         policy.on_event(&start(10, 0, "/opt/rustc", 50 * s), &mut ctx);
         assert_eq!(policy.early_replays(), 1);
+        assert!(ctx.take_metadata().is_empty());
         drop(ctx);
-        assert_eq!(out.len(), policy.replays() as usize);
+        assert!(out.is_empty());
+        assert_eq!(rx.try_iter().count() + 2, policy.replays() as usize);
     }
 
     #[test]
     fn only_the_launches_of_its_command_shape_replay_a_profile() {
         let book = ReplayBook::default();
         let exe = FileId { dev: 1, ino: 1 };
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("f");
-        std::fs::write(&path, vec![0u8; 8192]).unwrap();
-        let replay = || Replay {
-            at_exec: vec![ReplayFile {
-                file: FileRef::open(&path).unwrap(),
-                ranges: vec![PageRange::page(1)],
-                first_touch_ms: 0.0,
-                due_ms: Vec::new(),
-            }],
-            ..Replay::default()
-        };
+        let replay = || Replay { at_exec: vec![named("/x/f", 2, vec![PageRange::page(1)], 0.0)], ..Replay::default() };
         book.insert(LaunchKey::new(exe, "rustc --version"), replay());
         book.insert(LaunchKey::new(exe, ""), replay());
         assert_eq!(book.len(), 1, "an unshaped profile is never booked");
-        let mut policy = LaunchPolicy::new(book);
+        let (jobs, rx) = replay_channel();
+        let mut policy = LaunchPolicy::new(book, jobs);
         let files = crate::policy::FileTable::default();
         let mut out = Vec::new();
         let mut ctx = PolicyContext::new(&files, &mut out, crate::policy::PolicyId(1));
@@ -796,6 +963,6 @@ mod tests {
         }
         assert_eq!(policy.replays(), 0, "other shapes of the executable replay nothing");
         policy.on_event(&Event::Exec { pid: 8, exe, shape: "rustc --version".into(), time_ns: 0 }, &mut ctx);
-        assert_eq!((out.len(), policy.replays()), (1, 1));
+        assert_eq!((rx.try_iter().count(), policy.replays()), (1, 1));
     }
 }
