@@ -9,6 +9,14 @@
 //! only runs in the daemon or `predictio run`, which observe with the
 //! privileges that eBPF needs anyway.
 //!
+//! Nothing it opens can make it wait or open a device: an entry is a magic
+//! link that must be followed, so it is opened as [`FileRef::open`] opens a
+//! path — `O_PATH` first (no FIFO waited on, no driver's open called), a
+//! regular-file check on that descriptor, then a non-blocking reopen of
+//! the inode checked — and `maps` is opened non-blocking, without following
+//! a link, and read only if it is a regular file. The dispatcher calls it
+//! on the event path.
+//!
 //! Scanning `/proc` is not free, so the resolver is bounded: a negative cache
 //! per file, at most one scan per process per [`ResolverConfig::rescan`], and
 //! at most [`ResolverConfig::max_scans_per_sec`] scans overall. Identities
@@ -159,6 +167,8 @@ impl Resolver {
             Seen::Fd(path) => path.clone(),
             Seen::Mapped { pid, start, end } => self.proc_root.join(format!("{pid}/map_files/{start:x}-{end:x}")),
         };
+        // A magic link: followed, but opened `O_PATH` first and checked to
+        // be a regular file before the non-blocking reopen for reading.
         match FileRef::open(&path) {
             Ok(found) if found.id() == file => {
                 self.stats.resolved += 1;
@@ -195,7 +205,7 @@ impl Resolver {
                 }
             }
         }
-        let Ok(maps) = std::fs::File::open(base.join("maps")) else { return };
+        let Some(maps) = open_regular_nonblocking(&base.join("maps")) else { return };
         self.mappings.clear();
         use std::os::fd::AsFd;
         match crate::sys::file_mappings(maps.as_fd(), MAX_MAPPINGS, &mut self.mappings) {
@@ -211,6 +221,16 @@ impl Resolver {
             self.seen.entry(FileId { dev: m.dev, ino: m.ino }).or_insert((seen, now));
         }
     }
+}
+
+/// `path` opened for reading without blocking (`O_NONBLOCK`: a FIFO there
+/// does not wait for a writer) or following a final symbolic link, if it is
+/// a regular file (procfs's `maps` is one).
+fn open_regular_nonblocking(path: &std::path::Path) -> Option<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let flags = libc::O_NONBLOCK | libc::O_NOFOLLOW | libc::O_NOCTTY | libc::O_CLOEXEC;
+    let file = std::fs::File::options().read(true).custom_flags(flags).open(path).ok()?;
+    file.metadata().is_ok_and(|m| m.is_file()).then_some(file)
 }
 
 /// Mappings of one process looked at in a scan, at most (a process has a
@@ -347,6 +367,40 @@ mod tests {
         let mut r = Resolver::with_proc(ResolverConfig::default(), root.path());
         let found = r.resolve(42, id).expect("found through the maps text and map_files");
         assert_eq!(found.id(), id);
+    }
+
+    /// A procfs-shaped tree whose `maps` is a FIFO and whose `fd` entry
+    /// turns into a FIFO between the scan and the open: resolving neither
+    /// waits for a writer nor reads it, on the event path.
+    #[test]
+    fn fifos_in_place_of_proc_entries_never_make_it_wait() {
+        let root = tempfile::tempdir().expect("tempdir");
+        let dir = tempfile::tempdir().expect("tempdir");
+        let target = dir.path().join("lib");
+        std::fs::write(&target, b"x").expect("write");
+        let meta = std::fs::metadata(&target).expect("stat");
+        let id = FileId { dev: meta.dev(), ino: meta.ino() };
+        let fifo = dir.path().join("fifo");
+        assert!(std::process::Command::new("mkfifo").arg(&fifo).status().expect("mkfifo").success());
+        let pid_dir = root.path().join("42");
+        std::fs::create_dir_all(pid_dir.join("fd")).expect("mkdir");
+        assert!(std::process::Command::new("mkfifo").arg(pid_dir.join("maps")).status().expect("mkfifo").success());
+        std::os::unix::fs::symlink(&target, pid_dir.join("fd/3")).expect("symlink");
+        let proc_root = root.path().to_path_buf();
+        let swap = pid_dir.join("fd/3");
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut r = Resolver::with_proc(ResolverConfig::default(), proc_root);
+            let first = r.resolve(42, id).map(|f| f.id());
+            // The entry now leads to a FIFO: the remembered path is tried
+            // again without a scan.
+            std::fs::remove_file(&swap).expect("rm");
+            std::os::unix::fs::symlink(&fifo, &swap).expect("symlink");
+            let second = r.resolve(42, id).map(|f| f.id());
+            let _ = tx.send((first, second));
+        });
+        let got = rx.recv_timeout(std::time::Duration::from_secs(10)).expect("resolving must never wait on a FIFO");
+        assert_eq!(got, (Some(id), None));
     }
 
     #[test]
