@@ -367,21 +367,22 @@ const MAX_CHECKED_FILES: usize = 1 << 16;
 /// Recognises model files among the files the runtime comes to hold and
 /// describes their layout to the policies: the runtime reads a model's
 /// *header* once per file, and only once the file's first page is already in
-/// the page cache (the program read it) — so looking never causes I/O of its
-/// own and never makes a page resident that the program did not ask for. It
-/// never reads tensor data on anyone's behalf.
+/// the page cache (the program read it). On the dispatcher it copies only
+/// cached bytes, within a budget; a header not cached yet is read by a
+/// bounded background reader ([`crate::model::header`]), so the event path
+/// never waits on storage. It never reads tensor data on anyone's behalf.
 #[derive(Default)]
 struct ModelDetector {
     checked: std::collections::HashSet<crate::file::FileId>,
     /// Files whose first page was not resident yet, and when to look again.
     later: HashMap<crate::file::FileId, std::time::Instant>,
+    reader: crate::model::header::HeaderReader,
 }
 
 impl ModelDetector {
     /// A `TensorLayout` event for `file` if it is a model file not seen
     /// before.
     fn detect(&mut self, file: &crate::file::FileRef) -> Option<Event> {
-        use std::os::unix::fs::FileExt;
         if self.checked.len() + self.later.len() >= MAX_CHECKED_FILES {
             self.checked.clear();
             self.later.clear();
@@ -404,27 +405,13 @@ impl ModelDetector {
         }
         self.later.remove(&id);
         self.checked.insert(id);
-        let mut first = [0u8; 16];
-        let n = file.file().read_at(&mut first, 0).ok()?;
-        crate::model::detect(&first[..n])?;
-        let layout = match crate::model::ModelLayout::read(file.file()) {
-            Ok(layout) => layout,
-            Err(err) => {
-                tracing::debug!(file = %file.id(), %err, "model header not parsed");
-                return None;
-            }
-        };
-        // GGUF is llama.cpp's format: with or without mmap it walks tensors
-        // in the order it creates them (embeddings, output, then layers;
-        // `--no-mmap` reads them, mmap copies the repacked ones), and the
-        // first token's compute then follows layers in that same order.
-        let order = match layout.format {
-            crate::model::ModelFormat::Gguf { .. } => crate::model::LoadOrder::LlamaCppRead,
-            _ => crate::model::LoadOrder::Compute,
-        };
-        let ranges: Vec<crate::page::ByteRange> =
-            layout.plan(order).iter().map(|r| crate::page::ByteRange::new(r.offset, r.len)).collect();
-        Some(Event::TensorLayout { file: file.id(), ranges: ranges.into() })
+        let layout = self.reader.read(file, now)?;
+        Some(crate::model::header::layout_event(id, &layout))
+    }
+
+    /// `TensorLayout` events of the headers the background reader finished.
+    fn finished(&mut self) -> Vec<Event> {
+        self.reader.finished().iter().map(|(file, layout)| crate::model::header::layout_event(*file, layout)).collect()
     }
 }
 
@@ -481,6 +468,10 @@ fn dispatch_loop(shared: Arc<Shared>, mut runtime: Runtime, executor: Arc<Execut
             drop(incoming.charge);
             shared.release(incoming.bytes);
             shared.counters.dispatched.fetch_add(1, Ordering::SeqCst);
+        }
+        for layout in models.finished() {
+            shared.counters.models_detected.fetch_add(1, Ordering::Relaxed);
+            runtime.dispatch(&layout);
         }
         if any {
             let now = runtime.stats();

@@ -23,6 +23,7 @@
 //! ```
 
 pub mod gguf;
+pub mod header;
 pub mod safetensors;
 pub mod writer;
 
@@ -145,6 +146,21 @@ pub enum ModelError {
     /// The safetensors JSON is valid but not a safetensors header.
     #[error("safetensors header: {0}")]
     BadHeader(String),
+    /// Reading only what the page cache holds
+    /// ([`ModelLayout::read_resident`]), the header's bytes from `offset`
+    /// on are not cached.
+    #[error("the model header is not in the page cache from byte {offset} on")]
+    NotResident {
+        /// The first byte not cached.
+        offset: u64,
+    },
+    /// Reading only what the page cache holds, the header needs more than
+    /// the bytes the caller allowed.
+    #[error("the model header needs more than the {limit} bytes allowed")]
+    OverBudget {
+        /// The bytes allowed.
+        limit: u64,
+    },
     /// Reading the file failed.
     #[error("{call} of the model header failed: {source}")]
     Io {
@@ -397,12 +413,39 @@ impl ModelLayout {
     }
 
     /// Reads just the header region of `file` (growing bounded reads, never
-    /// more than [`MAX_HEADER_BYTES`]) and parses it.
+    /// more than [`MAX_HEADER_BYTES`]) and parses it. The reads wait for
+    /// storage: for tools and background threads, never an event path
+    /// ([`ModelLayout::read_resident`]).
     pub fn read(file: &File) -> Result<Self, ModelError> {
+        Self::read_with(file, u64::MAX, &mut |file, buf| read_prefix_into(file, buf)).map(|(layout, _)| layout)
+    }
+
+    /// [`ModelLayout::read`] of the bytes already in the page cache alone
+    /// ([`crate::sys::pread_resident`]: `cachestat`, then
+    /// `preadv2(RWF_NOWAIT)`), reading at most `max_bytes` in all: it never
+    /// waits on storage and never makes a page resident. Fails with
+    /// [`ModelError::NotResident`] when a byte the parse needs is not
+    /// cached (the loader has not read it yet) and
+    /// [`ModelError::OverBudget`] past `max_bytes`. Returns the layout and
+    /// the bytes it read.
+    pub fn read_resident(file: &File, max_bytes: u64) -> Result<(Self, u64), ModelError> {
+        Self::read_with(file, max_bytes, &mut read_resident_into)
+    }
+
+    /// The header read with `read` (which fills a buffer from the start of
+    /// the file, short only at its end), at most `max_bytes` read in all.
+    fn read_with(file: &File, max_bytes: u64, read: ReadPrefix<'_>) -> Result<(Self, u64), ModelError> {
         let file_len = file.metadata().map_err(|source| ModelError::Io { call: "fstat", source })?.len();
         let cap = file_len.min(MAX_HEADER_BYTES);
+        let mut spent = 0u64;
+        let charge = |spent: &mut u64, bytes: usize| {
+            *spent = spent.saturating_add(bytes as u64);
+            if *spent > max_bytes { Err(ModelError::OverBudget { limit: max_bytes }) } else { Ok(()) }
+        };
         let mut first = [0u8; 16];
-        let got = read_prefix_into(file, &mut first)?;
+        let head = first.len().min(usize::try_from(file_len).unwrap_or(usize::MAX));
+        charge(&mut spent, head)?;
+        let got = read(file, &mut first[..head])?;
         let mut want = match detect(&first[..got]) {
             Some(Detected::Safetensors) => {
                 let n = u64::from_le_bytes(first[..8].try_into().unwrap_or([0; 8]));
@@ -415,10 +458,11 @@ impl ModelLayout {
         }
         .min(cap);
         loop {
+            charge(&mut spent, want as usize)?;
             let mut buf = vec![0u8; want as usize];
-            let got = read_prefix_into(file, &mut buf)?;
+            let got = read(file, &mut buf)?;
             buf.truncate(got);
-            match Self::parse(&buf, file_len) {
+            match Self::parse(&buf, file_len).map(|layout| (layout, spent)) {
                 Err(ModelError::Truncated { .. }) if want < cap && got as u64 == want => {
                     want = want.saturating_mul(4).min(cap);
                 }
@@ -542,6 +586,27 @@ fn read_prefix_into(file: &File, buf: &mut [u8]) -> Result<usize, ModelError> {
             Ok(n) => done += n,
             Err(err) if err.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(source) => return Err(ModelError::Io { call: "pread", source }),
+        }
+    }
+    Ok(done)
+}
+
+/// Fills a buffer from the start of a file (short only at its end).
+type ReadPrefix<'a> = &'a mut dyn FnMut(&File, &mut [u8]) -> Result<usize, ModelError>;
+
+/// Fills `buf` from the start of `file` with bytes the page cache holds
+/// (fewer only at the end of the file); [`ModelError::NotResident`] at the
+/// first byte it does not.
+fn read_resident_into(file: &File, buf: &mut [u8]) -> Result<usize, ModelError> {
+    use std::os::fd::AsFd;
+    let mut done = 0;
+    while done < buf.len() {
+        match crate::sys::pread_resident(file.as_fd(), &mut buf[done..], done as u64) {
+            Ok(Some(0)) => break,
+            Ok(Some(n)) => done += n,
+            Ok(None) => return Err(ModelError::NotResident { offset: done as u64 }),
+            Err(err) if err.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(source) => return Err(ModelError::Io { call: "preadv2", source }),
         }
     }
     Ok(done)

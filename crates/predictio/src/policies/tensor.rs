@@ -337,15 +337,17 @@ impl TensorPlan {
     fn pages_of(&self, piece: &Piece, first: u64, len: u64, requested: u64) -> PageRange {
         let mut pages = ByteRange::new(first, len).pages();
         let neighbour = |rank: Option<usize>| rank.and_then(|r| self.by_offset.get(r)).map(|&i| &self.pieces[i]);
-        if let Some(before) = neighbour(piece.rank.checked_sub(1)) {
-            if before.start < requested && (before.end() - 1) / PAGE_SIZE == pages.start {
-                pages.start = (pages.start + 1).min(pages.end);
-            }
+        if let Some(before) = neighbour(piece.rank.checked_sub(1))
+            && before.start < requested
+            && (before.end() - 1) / PAGE_SIZE == pages.start
+        {
+            pages.start = (pages.start + 1).min(pages.end);
         }
-        if let Some(after) = neighbour(piece.rank.checked_add(1)) {
-            if after.start < requested && after.offset / PAGE_SIZE + 1 == pages.end {
-                pages.end = (pages.end - 1).max(pages.start);
-            }
+        if let Some(after) = neighbour(piece.rank.checked_add(1))
+            && after.start < requested
+            && after.offset / PAGE_SIZE + 1 == pages.end
+        {
+            pages.end = (pages.end - 1).max(pages.start);
         }
         pages
     }
@@ -1188,6 +1190,77 @@ mod tests {
             bench.ids.insert(0, held.id());
             bench.held.files.insert(held);
             (bench, layout, file)
+        }
+
+        /// Storage bytes the threads named `name` (15 bytes at most) of
+        /// this process read (`/proc/self/task/*/io`: `read_bytes`, I/O the
+        /// thread submitted), summed.
+        fn thread_read_bytes(name: &str) -> u64 {
+            let mut sum = 0;
+            for task in std::fs::read_dir("/proc/self/task").expect("tasks").flatten() {
+                let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+                if comm.trim_end() != name {
+                    continue;
+                }
+                let io = std::fs::read_to_string(task.path().join("io")).unwrap_or_default();
+                sum += io
+                    .lines()
+                    .find_map(|l| l.strip_prefix("read_bytes:"))
+                    .and_then(|v| v.trim().parse::<u64>().ok())
+                    .unwrap_or(0);
+            }
+            sum
+        }
+
+        /// Regression: the dispatcher read a model's header with blocking
+        /// `pread`s (up to 64 MiB) as soon as its first page was cached, so
+        /// a header on slow storage (or one a user made huge) stalled every
+        /// event behind it. A 2 MiB header of which only the first page is
+        /// cached: the dispatcher thread reads nothing from storage, the
+        /// background reader does, and the layout still reaches the policy.
+        #[test]
+        fn the_dispatcher_never_reads_an_uncached_header_itself() {
+            use std::os::fd::AsFd;
+            let vocab: &'static str = Box::leak("t".repeat(2 << 20).into_boxed_str());
+            let kvs = [
+                ("general.architecture", Val::Str("llama")),
+                ("general.alignment", Val::U32(32)),
+                ("llama.block_count", Val::U32(1)),
+                ("tokenizer.ggml.blob", Val::Str(vocab)),
+            ];
+            let tensors = vec![t("token_embd.weight", &[256, 64], 8), t("blk.0.attn_q.weight", &[256, 256], 2)];
+            let dir = tempfile::tempdir_in("/var/tmp").expect("temp dir on disk");
+            let path = dir.path().join("model.gguf");
+            let mut out = std::fs::File::create(&path).expect("create");
+            out.write_all(&gguf(&kvs, &tensors, 32)).expect("write");
+            out.sync_all().expect("sync");
+            drop(out);
+            let file = FileRef::open(&path).expect("open"); // no readahead on its reads
+            let len = file.file().metadata().expect("stat").len();
+            crate::sys::fadvise(file.as_fd(), 0, 0, crate::sys::Advice::DontNeed).expect("evict");
+            if crate::sys::cachestat(file.as_fd(), 0, len).expect("cachestat").nr_cache > 0 {
+                crate::testing::skip("the model's pages cannot be evicted here (not on a block device?)");
+                return;
+            }
+            use std::os::unix::fs::FileExt;
+            file.file().read_at(&mut [0u8; 16], 0).expect("the loader reads the first bytes");
+            let before = thread_read_bytes("predictio-dispa");
+            let executor =
+                std::sync::Arc::new(crate::Executor::new(crate::ExecutorConfig::default()).expect("executor"));
+            let policy = TensorPolicy::new(TensorConfig::default()).expect("policy");
+            let pipeline = crate::pipeline::Pipeline::start(executor, vec![Box::new(policy)], 64).expect("pipeline");
+            let id = file.id();
+            let access =
+                Event::PageAccess { pid: 0, file: id, pages: PageRange::page(0), kind: AccessKind::Read, time_ns: 0 };
+            pipeline.sender().send(access, Some(file.clone()));
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+            while pipeline.stats().models_detected == 0 {
+                assert!(std::time::Instant::now() < deadline, "the layout never came");
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            let read = thread_read_bytes("predictio-dispa").saturating_sub(before);
+            assert!(read < 64 << 10, "the dispatcher read {read} bytes of the header from storage");
+            assert!(thread_read_bytes("predictio-model") > 1 << 20, "the background reader read the header");
         }
 
         /// 2-page pieces, 16 pages ahead, 24 in all.
