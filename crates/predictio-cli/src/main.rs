@@ -5,6 +5,8 @@
 //! runs the separate `predictio-bench` binary. This is the only place
 //! `anyhow` is used.
 
+#![deny(unsafe_code)]
+
 mod cmd;
 mod units;
 
