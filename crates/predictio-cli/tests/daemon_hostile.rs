@@ -359,6 +359,14 @@ fn directories_others_own_or_can_write_are_refused() {
     chown_nobody(&store);
     let (success, stderr) = exit_of(spawn(&config_path, None), Duration::from_secs(20)).expect("the start ends");
     assert!(!success && stderr.contains("uid 65534"), "{stderr}");
+    // `daemon --check` says so too.
+    let check = Command::new(bin())
+        .args(["daemon", "--check", "--json", "--config", config_path.to_str().expect("utf8")])
+        .output()
+        .expect("check runs");
+    let report: serde_json::Value = serde_json::from_str(&ok(&check)).expect("JSON");
+    assert_eq!(report["would_start"], false, "{report}");
+    assert!(report["errors"].to_string().contains("[launch] store") && report["errors"].to_string().contains("65534"));
 
     std::os::unix::fs::chown(&store, Some(0), Some(0)).expect("chown");
     let _ = std::fs::create_dir(&run); // the sockets' directory is made first

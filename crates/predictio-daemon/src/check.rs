@@ -127,6 +127,9 @@ pub fn check(config: &Config, path: Option<&Path>) -> Report {
     for p in &paths {
         warnings.extend(p.warnings.iter().map(|w| format!("{} {}: {w}", p.key, p.path.display())));
     }
+    if root {
+        errors.extend(refused_paths(config).into_iter().map(|e| format!("the daemon would not start: {e}")));
+    }
 
     let metrics = Some(config.metrics.listen.trim().to_owned()).filter(|l| !l.is_empty());
     Report {
@@ -233,6 +236,36 @@ fn parent(dir: &Path, state: String, warnings: &mut Vec<String>) -> String {
             },
         }
     }
+}
+
+/// What the daemon refuses at start (see [`crate::service::run`]): an
+/// existing socket or store directory that is not root's alone
+/// ([`predictio::secure_dir::check`]), a store file that is a symbolic link
+/// or not a regular file.
+fn refused_paths(config: &Config) -> Vec<String> {
+    let launch = config.launch.learn || config.launch.replay;
+    let dirs = [
+        (config.hints.enabled, "[hints] socket", config.hints.socket.parent()),
+        (true, "[control] socket", config.control.socket.parent()),
+        (launch, "[launch] store", Some(config.launch.store.as_path())),
+    ];
+    let mut refused = Vec::new();
+    for (key, dir) in dirs.into_iter().filter_map(|(used, key, dir)| used.then_some((key, dir?))) {
+        if dir.exists()
+            && let Err(err) = predictio::secure_dir::check(dir)
+        {
+            refused.push(format!("{key}: {err}"));
+        }
+    }
+    let store = config.launch.store.join(crate::launch::store::FILE_NAME);
+    if launch && let Ok(meta) = std::fs::symlink_metadata(&store) {
+        if meta.file_type().is_symlink() {
+            refused.push(format!("[launch] store: {} is a symbolic link", store.display()));
+        } else if !meta.is_file() {
+            refused.push(format!("[launch] store: {} is not a regular file", store.display()));
+        }
+    }
+    refused
 }
 
 /// Why a directory the daemon uses as root could be tampered with.
