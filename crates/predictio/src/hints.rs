@@ -235,9 +235,10 @@ pub struct HintConfig {
     /// kind: a `TensorLayout`'s ranges, a `ReadPlan`'s segments, a `Pages`
     /// list take memory whatever they describe) plus the prefetch it asks
     /// for directly: `Pages` and `ReadPlan` bytes, `StreamRead`'s length,
-    /// `TreeChildEnter`'s children × 4 KiB. A `TensorLayout` describes a
-    /// whole model; the tensor policy's window (256 MiB ahead per file)
-    /// bounds what is read from it, so its described bytes are not charged.
+    /// `TreeChildEnter`'s children × 4 KiB, and for a `TensorLayout` its
+    /// ranges' bytes up to [`TENSOR_LAYOUT_CHARGE`] (a layout describes a
+    /// whole model; the tensor policy asks at once for the first window of
+    /// it, 256 MiB ahead, and follows the loader from there).
     pub bytes_per_sec: u64,
     /// Bytes a client may use at once (token-bucket depth). A frame
     /// costing more than this is always dropped.
@@ -1051,6 +1052,13 @@ fn register(
     Ok(())
 }
 
+/// The most a `TensorLayout` frame is charged for the bytes it describes:
+/// what the tensor policy requests at once when it takes a layout (its
+/// default window, `TensorConfig::ahead_bytes`). Taking a 4,095-tensor
+/// layout costs the dispatcher ~1 ms, so a flood of layouts charged only
+/// their list's bytes would buy a user a whole dispatcher thread.
+pub const TENSOR_LAYOUT_CHARGE: u64 = 256 << 20;
+
 /// Bytes of prefetch a frame asks for directly (see
 /// [`HintConfig::bytes_per_sec`]).
 fn prefetch_bytes(frame: &Frame<'_>) -> u64 {
@@ -1061,7 +1069,10 @@ fn prefetch_bytes(frame: &Frame<'_>) -> u64 {
         Frame::ReadPlan { segments, .. } => segments.iter().fold(0u64, |sum, (_, len)| sum.saturating_add(len)),
         Frame::StreamRead { len, .. } => *len,
         Frame::TreeChildEnter { children, .. } => (children.len() as u64).saturating_mul(PAGE_SIZE),
-        Frame::TensorLayout { .. } | Frame::LayerStart { .. } | Frame::Register { .. } | Frame::Unregister { .. } => 0,
+        Frame::TensorLayout { ranges, .. } => {
+            ranges.iter().fold(0u64, |sum, (_, len)| sum.saturating_add(len)).min(TENSOR_LAYOUT_CHARGE)
+        }
+        Frame::LayerStart { .. } | Frame::Register { .. } | Frame::Unregister { .. } => 0,
     }
 }
 
@@ -1254,7 +1265,11 @@ mod tests {
             assert!(volume_cost(frame) >= protocol::HEADER_LEN as u64, "{frame:?}");
         }
         let layout = Frame::TensorLayout { handle: h, ranges: RangeList::from_pairs(&big) };
-        assert_eq!(volume_cost(&layout), 16 + 3 * 16, "a layout pays for its list, not for the model");
+        assert_eq!(volume_cost(&layout), 16 + 3 * 16 + TENSOR_LAYOUT_CHARGE, "its list and the policy's first window");
+        assert_eq!(TENSOR_LAYOUT_CHARGE, crate::policies::tensor::TensorConfig::default().ahead_bytes);
+        let small = [(0u64, 4096u64)];
+        let layout = Frame::TensorLayout { handle: h, ranges: RangeList::from_pairs(&small) };
+        assert_eq!(volume_cost(&layout), 16 + 16 + 4096);
         let pages = [(0u64, 8u64)];
         let asked = Frame::Pages { handle: h, ranges: RangeList::from_pairs(&pages) };
         assert_eq!(volume_cost(&asked), 32 + 8 * PAGE_SIZE);
