@@ -68,9 +68,9 @@ fn record_then_profile_commands_and_bad_input() {
     let file = dir.path().join("a-file");
     std::fs::write(&file, "x").expect("write");
     let out = Command::new(bin()).args(["profile", "list", "--store"]).arg(&file).output().expect("runs");
-    fails_with(&out, &format!("cannot create the store directory {}", file.display()));
+    fails_with(&out, &format!("profile store directory {}: not a directory", file.display()));
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(stderr.matches("File exists").count(), 1, "the cause once: {stderr}");
+    assert_eq!(stderr.matches("not a directory").count(), 1, "the cause once: {stderr}");
 
     if !needs_root_and_ebpf() {
         return;
