@@ -396,6 +396,21 @@ pub struct HintsSection {
     pub frames_per_sec: u64,
     /// Bytes of prefetch one client may ask for per second, MiB.
     pub mib_per_sec: u64,
+    /// Clients one user (uid) may have at once.
+    pub max_clients_per_uid: usize,
+    /// Files one user may register over all its clients.
+    pub max_handles_per_uid: usize,
+    /// Files registered over all clients (at most 3/4 of RLIMIT_NOFILE).
+    pub max_handles: usize,
+    /// Frames per second one user may send over all its clients.
+    pub frames_per_sec_per_uid: u64,
+    /// Bytes one user may send and ask for per second over all its
+    /// clients, MiB.
+    pub mib_per_sec_per_uid: u64,
+    /// One user's accepted hints waiting for the pipeline, KiB.
+    pub max_queued_kib_per_uid: u64,
+    /// All users' accepted hints waiting for the pipeline, KiB.
+    pub max_queued_kib: u64,
 }
 
 impl Default for HintsSection {
@@ -408,6 +423,13 @@ impl Default for HintsSection {
             max_handles_per_client: d.max_handles_per_client,
             frames_per_sec: d.frames_per_sec,
             mib_per_sec: d.bytes_per_sec >> 20,
+            max_clients_per_uid: d.max_clients_per_uid,
+            max_handles_per_uid: d.max_handles_per_uid,
+            max_handles: d.max_handles,
+            frames_per_sec_per_uid: d.frames_per_sec_per_uid,
+            mib_per_sec_per_uid: d.bytes_per_sec_per_uid >> 20,
+            max_queued_kib_per_uid: d.max_queued_bytes_per_uid >> 10,
+            max_queued_kib: d.max_queued_bytes >> 10,
         }
     }
 }
@@ -419,6 +441,7 @@ impl HintsSection {
     pub fn hint_config(&self) -> HintConfig {
         let d = HintConfig::default();
         let bytes_per_sec = self.mib_per_sec.saturating_mul(1 << 20);
+        let bytes_per_sec_per_uid = self.mib_per_sec_per_uid.saturating_mul(1 << 20);
         HintConfig {
             max_clients: self.max_clients,
             max_handles_per_client: self.max_handles_per_client,
@@ -426,6 +449,18 @@ impl HintsSection {
             frame_burst: self.frames_per_sec.saturating_mul(d.frame_burst / d.frames_per_sec.max(1)),
             bytes_per_sec,
             byte_burst: bytes_per_sec.saturating_mul(d.byte_burst / d.bytes_per_sec.max(1)),
+            max_clients_per_uid: self.max_clients_per_uid,
+            max_handles_per_uid: self.max_handles_per_uid,
+            max_handles: self.max_handles,
+            frames_per_sec_per_uid: self.frames_per_sec_per_uid,
+            frame_burst_per_uid: self
+                .frames_per_sec_per_uid
+                .saturating_mul(d.frame_burst_per_uid / d.frames_per_sec_per_uid.max(1)),
+            bytes_per_sec_per_uid,
+            byte_burst_per_uid: bytes_per_sec_per_uid
+                .saturating_mul(d.byte_burst_per_uid / d.bytes_per_sec_per_uid.max(1)),
+            max_queued_bytes_per_uid: self.max_queued_kib_per_uid.saturating_mul(1 << 10),
+            max_queued_bytes: self.max_queued_kib.saturating_mul(1 << 10),
             ..HintConfig::at(&self.socket)
         }
     }
@@ -748,6 +783,14 @@ impl Config {
         c.budget("[hints] max_handles_per_client", h.max_handles_per_client as u64, 1..=1 << 20, "files", nothing);
         c.budget("[hints] frames_per_sec", h.frames_per_sec, 1..=100_000_000, "frames per second per client", nothing);
         c.budget("[hints] mib_per_sec", h.mib_per_sec, 1..=16 << 20, "MiB per second per client", nothing);
+        c.budget("[hints] max_clients_per_uid", h.max_clients_per_uid as u64, 1..=1 << 16, "clients per user", nothing);
+        c.budget("[hints] max_handles_per_uid", h.max_handles_per_uid as u64, 1..=1 << 20, "files per user", nothing);
+        c.budget("[hints] max_handles", h.max_handles as u64, 1..=1 << 20, "files in all", nothing);
+        let per_uid = "frames per second per user";
+        c.budget("[hints] frames_per_sec_per_uid", h.frames_per_sec_per_uid, 1..=100_000_000, per_uid, nothing);
+        c.budget("[hints] mib_per_sec_per_uid", h.mib_per_sec_per_uid, 1..=16 << 20, "MiB/s per user", nothing);
+        c.budget("[hints] max_queued_kib_per_uid", h.max_queued_kib_per_uid, 1..=1 << 20, "KiB per user", nothing);
+        c.budget("[hints] max_queued_kib", h.max_queued_kib, 1..=16 << 20, "KiB in all", nothing);
     }
 
     fn check_observe(&self, c: &mut Checker) {
@@ -1102,7 +1145,19 @@ mod tests {
 
     #[test]
     fn zero_budgets_are_rejected_as_doing_nothing() {
-        for key in ["frames_per_sec", "mib_per_sec", "max_clients", "max_handles_per_client"] {
+        for key in [
+            "frames_per_sec",
+            "mib_per_sec",
+            "max_clients",
+            "max_handles_per_client",
+            "max_clients_per_uid",
+            "max_handles_per_uid",
+            "max_handles",
+            "frames_per_sec_per_uid",
+            "mib_per_sec_per_uid",
+            "max_queued_kib_per_uid",
+            "max_queued_kib",
+        ] {
             rejects(&format!("[hints]\n{key} = 0\n"), &[&format!("[hints] {key} = 0"), "hints would do nothing"]);
         }
         rejects("[launch]\nmax_windows = 0\n", &["[launch] max_windows = 0"]);
@@ -1212,6 +1267,10 @@ mod tests {
         assert_eq!(h.frame_burst, d.frame_burst);
         assert_eq!(h.bytes_per_sec, d.bytes_per_sec);
         assert_eq!(h.byte_burst, d.byte_burst);
+        assert_eq!((h.frames_per_sec_per_uid, h.frame_burst_per_uid), (200_000, d.frame_burst_per_uid));
+        assert_eq!((h.bytes_per_sec_per_uid, h.byte_burst_per_uid), (d.bytes_per_sec_per_uid, d.byte_burst_per_uid));
+        assert_eq!((h.max_clients_per_uid, h.max_handles_per_uid, h.max_handles), (128, 4096, 16384));
+        assert_eq!((h.max_queued_bytes_per_uid, h.max_queued_bytes), (d.max_queued_bytes_per_uid, d.max_queued_bytes));
         assert_eq!(h.path, d.path);
         let e = Config::default().executor_config();
         let core = ExecutorConfig::default();
