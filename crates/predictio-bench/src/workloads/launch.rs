@@ -321,7 +321,7 @@ fn make_cold(h: &Harness, p: &Prepared) -> Result<f64, BenchError> {
     let (mut resident, mut total) = (0u64, 0u64);
     for f in &p.files {
         for r in p.replay_pages.get(&f.id()).into_iter().flatten() {
-            let stat = predictio::sys::cachestat(f.as_fd(), r.byte_offset(), r.byte_len())
+            let stat = predictio::os::cachestat(f.as_fd(), r.byte_offset(), r.byte_len())
                 .doing(|| format!("cachestat of {}", f.id()))?;
             resident += stat.nr_cache;
             total += r.len();
