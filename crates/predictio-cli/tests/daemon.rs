@@ -321,3 +321,38 @@ fn the_daemon_runs_on_perf_tracepoints_when_asked_and_sees_reads() {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+/// Under systemd's `Type=notify` the daemon says READY=1 on
+/// `$NOTIFY_SOCKET` once its sockets are bound (so that what is ordered
+/// after it finds them), and STOPPING=1 on its way out.
+#[test]
+fn the_daemon_notifies_readiness_once_its_sockets_exist() {
+    let dir = common::disk_dir("predictio-notify");
+    let d = dir.path().display();
+    let config = dir.path().join("predictio.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[hints]\nsocket = \"{d}/hint.sock\"\n[control]\nsocket = \"{d}/control.sock\"\n[observe]\nsource = \"none\"\n[launch]\nlearn = false\nreplay = false\nstore = \"{d}/store\"\n"
+        ),
+    )
+    .expect("config");
+    let notify = dir.path().join("notify.sock");
+    let listener = std::os::unix::net::UnixDatagram::bind(&notify).expect("bind the notify socket");
+    listener.set_read_timeout(Some(Duration::from_secs(20))).expect("timeout");
+    let mut child = Command::new(bin())
+        .args(["daemon", "--config", config.to_str().expect("utf8"), "--exit-after", "2"])
+        .env("NOTIFY_SOCKET", &notify)
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("daemon starts");
+    let mut buf = [0u8; 256];
+    let n = listener.recv(&mut buf).expect("READY=1 within 20 s");
+    let ready = String::from_utf8_lossy(&buf[..n]).into_owned();
+    assert!(ready.lines().any(|l| l == "READY=1"), "{ready:?}");
+    assert!(dir.path().join("hint.sock").exists() && dir.path().join("control.sock").exists(), "ready before bound");
+    let n = listener.recv(&mut buf).expect("STOPPING=1 when it stops");
+    assert!(String::from_utf8_lossy(&buf[..n]).lines().any(|l| l == "STOPPING=1"));
+    let status = child.wait().expect("wait");
+    assert!(status.success(), "{status}");
+}

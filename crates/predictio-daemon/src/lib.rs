@@ -8,7 +8,8 @@
 //!   files into a replay — all off the event path.
 //! - [`control`], [`metrics`], [`status`]: `predictio stat`/`top` over the
 //!   control socket, and the Prometheus text endpoint.
-//! - [`service`]: all of it wired together.
+//! - [`service`]: all of it wired together; [`notify`] tells systemd
+//!   (`Type=notify`) once the sockets are bound.
 //! - [`check`]: what a configuration would run on this machine, found
 //!   without starting the service (`predictio daemon --check`).
 //!
@@ -27,6 +28,7 @@ pub mod config;
 pub mod control;
 pub mod launch;
 pub mod metrics;
+pub mod notify;
 pub mod service;
 pub mod sources;
 pub mod status;

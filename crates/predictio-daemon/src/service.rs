@@ -209,11 +209,14 @@ pub fn run(config: &Config, exit_after: Option<Duration>) -> Result<(), ServiceE
             "predictio daemon running"
         );
     }
+    // Sockets bound, sources started: what is ordered after us may start.
+    crate::notify::ready();
     let deadline = exit_after.map(|d| started + d);
     while !stop.load(Ordering::Relaxed) && deadline.is_none_or(|d| Instant::now() < d) {
         std::thread::sleep(Duration::from_millis(100));
     }
     stop.store(true, Ordering::Relaxed);
+    crate::notify::stopping();
     tracing::info!("predictio daemon stopping");
     sources.lock().unwrap_or_else(|e| e.into_inner()).stop();
     Ok(())
