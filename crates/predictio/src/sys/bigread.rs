@@ -25,23 +25,7 @@ use std::os::fd::{AsRawFd, BorrowedFd};
 
 use io_uring::{IoUring, opcode, types};
 
-/// Why [`ReadRing::read_into`] failed.
-#[derive(Debug, thiserror::Error)]
-pub enum RingReadError {
-    /// `io_uring_enter` failed before any read was in flight.
-    #[error("io_uring_enter failed: {0}")]
-    Enter(#[source] io::Error),
-    /// A read completed with an error.
-    #[error("io_uring read of {len} bytes at offset {offset} failed: {source}")]
-    Read {
-        /// File offset of the failed read.
-        offset: u64,
-        /// Its length.
-        len: usize,
-        /// The error from the completion.
-        source: io::Error,
-    },
-}
+pub use super::ring::RingReadError;
 
 /// An io_uring instance for large reads into caller buffers.
 pub struct ReadRing {

@@ -17,6 +17,7 @@
 pub mod bigread;
 #[cfg(not(feature = "uring"))]
 mod no_uring;
+mod ring;
 pub mod socket;
 #[cfg(feature = "uring")]
 pub mod uring;

@@ -14,19 +14,7 @@ pub mod uring {
     use std::io;
     use std::os::fd::BorrowedFd;
 
-    /// The ring has `depth` reads in flight already.
-    #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-    #[error("io_uring has {0} reads in flight, its depth")]
-    pub struct RingFull(pub u32);
-
-    /// One finished read.
-    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-    pub struct Completion {
-        /// What the caller passed to [`ScratchRing::push_read`].
-        pub user_data: u64,
-        /// Bytes read, or the error.
-        pub result: Result<u32, i32>,
-    }
+    pub use crate::sys::ring::{Completion, RingFull};
 
     /// A ring of buffered reads that discard their data: none in this build.
     #[derive(Debug)]
@@ -77,23 +65,7 @@ pub mod bigread {
     use std::io;
     use std::os::fd::BorrowedFd;
 
-    /// Why [`ReadRing::read_into`] failed.
-    #[derive(Debug, thiserror::Error)]
-    pub enum RingReadError {
-        /// `io_uring_enter` failed before any read was in flight.
-        #[error("io_uring_enter failed: {0}")]
-        Enter(#[source] io::Error),
-        /// A read completed with an error.
-        #[error("io_uring read of {len} bytes at offset {offset} failed: {source}")]
-        Read {
-            /// File offset of the failed read.
-            offset: u64,
-            /// Its length.
-            len: usize,
-            /// The error from the completion.
-            source: io::Error,
-        },
-    }
+    pub use crate::sys::ring::RingReadError;
 
     /// An io_uring instance for large reads: none in this build.
     #[derive(Debug)]

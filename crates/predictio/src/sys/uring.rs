@@ -13,19 +13,7 @@ use std::os::fd::{AsRawFd, BorrowedFd};
 
 use io_uring::{IoUring, opcode, types};
 
-/// The ring has `depth` reads in flight already.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[error("io_uring has {0} reads in flight, its depth")]
-pub struct RingFull(pub u32);
-
-/// One finished read.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Completion {
-    /// What the caller passed to [`ScratchRing::push_read`].
-    pub user_data: u64,
-    /// Bytes read, or the error.
-    pub result: Result<u32, i32>,
-}
+pub use super::ring::{Completion, RingFull};
 
 /// A ring of buffered reads that discard their data.
 pub struct ScratchRing {
