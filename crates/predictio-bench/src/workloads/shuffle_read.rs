@@ -30,8 +30,8 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use predictio::reader::{PrefetchingReader, ReaderConfig, ReaderStats, Speculation};
 use predictio::os::{Advice, fadvise};
+use predictio::reader::{PrefetchingReader, ReaderConfig, ReaderStats, Speculation};
 
 use crate::BenchOptions;
 use crate::harness::{BenchError, Harness, IoContext, checksum, data_file, insert_reader_stats, median_u64};

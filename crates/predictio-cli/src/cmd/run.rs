@@ -239,10 +239,9 @@ impl Forwarded {
         if signal == 0 {
             return;
         }
-        let (Some(pid), Some(signal)) = (
-            rustix::process::Pid::from_raw(child.id() as i32),
-            rustix::process::Signal::from_named_raw(signal as i32),
-        ) else {
+        let (Some(pid), Some(signal)) =
+            (rustix::process::Pid::from_raw(child.id() as i32), rustix::process::Signal::from_named_raw(signal as i32))
+        else {
             return;
         };
         if let Err(err) = rustix::process::kill_process(pid, signal) {
