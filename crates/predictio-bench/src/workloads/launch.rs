@@ -43,10 +43,10 @@ use std::time::{Duration, Instant};
 
 use predictio::executor::ExecutorConfig;
 use predictio::launch::{LaunchKey, LaunchPolicy, Profile, ReplayBook, ReplayPacing, WalkLimits};
-use predictio_daemon::launch::replay::{Replayer, check_files, plan_replay, start_replayer};
-use predictio_daemon::launch::store::Store;
 use predictio::page::PageRange;
 use predictio::{Event, Executor, FileId, FileRef, Request, Runtime, Urgency};
+use predictio_daemon::launch::replay::{Replayer, check_files, plan_replay, start_replayer};
+use predictio_daemon::launch::store::Store;
 
 use super::launch_preload::{Learned, PREDICT_WAIT, Preload, TRAIN_BUDGET};
 use crate::BenchOptions;
