@@ -27,17 +27,26 @@
 extern "C" {
 #endif
 
-/* Status codes. Negative values are mistakes in the call; PREDICTIO_DROPPED
- * is the expected, harmless outcome when no daemon listens or it is busy. */
+/* Status codes. Negative values are mistakes in the call or failures that
+ * had no effect; PREDICTIO_DROPPED is the expected, harmless outcome when no
+ * daemon listens or it is busy. New codes are only ever appended. */
 typedef enum predictio_status {
-    PREDICTIO_OK = 0,                /* sent */
-    PREDICTIO_DROPPED = 1,           /* valid but dropped (no daemon / busy); counted */
-    PREDICTIO_NULL_ARGUMENT = -1,    /* a required pointer was NULL */
-    PREDICTIO_INVALID_ARGUMENT = -2, /* inverted range, bad position, too many elements, bad fd */
-    PREDICTIO_UNKNOWN_HANDLE = -3,   /* handle never registered with this client */
-    PREDICTIO_PANIC = -4,            /* internal bug; the call had no effect */
-    PREDICTIO_SYSTEM_ERROR = -5      /* a system call failed */
+    PREDICTIO_OK = 0,                 /* sent */
+    PREDICTIO_DROPPED = 1,            /* valid but dropped (no daemon / busy); counted */
+    PREDICTIO_NULL_ARGUMENT = -1,     /* a required pointer was NULL */
+    PREDICTIO_INVALID_ARGUMENT = -2,  /* inverted range, bad position, too many elements, bad fd */
+    PREDICTIO_UNKNOWN_HANDLE = -3,    /* handle never registered with this client, or unregistered */
+    PREDICTIO_PANIC = -4,             /* internal bug; the call had no effect */
+    PREDICTIO_SYSTEM_ERROR = -5,      /* a system call failed */
+    PREDICTIO_TOO_MANY_HANDLES = -6,  /* register: the client holds 4096 files already */
+    PREDICTIO_OUT_OF_DESCRIPTORS = -7 /* register: EMFILE/ENFILE, no duplicate could be kept */
 } predictio_status;
+
+/* The handle predictio_register writes when it fails; no handle is 0. */
+#define PREDICTIO_NO_HANDLE 0u
+
+/* Most files one client keeps registered. */
+#define PREDICTIO_MAX_REGISTERED 4096
 
 /* An opaque client. */
 typedef struct predictio_client predictio_client;
@@ -51,9 +60,11 @@ typedef struct predictio_stats {
 } predictio_stats;
 
 /* Creates a client of the daemon socket at `path` (NULL: the default,
- * $PREDICTIO_HINT_SOCK if set, else /run/predictio/hint.sock). A missing daemon is not an error: the client
- * drops hints and tries again at most every 2 seconds. Returns NULL only when
- * the client's own socket cannot be created. */
+ * $PREDICTIO_HINT_SOCK if set, else /run/predictio/hint.sock; the variable is
+ * ignored in set-user-ID and set-group-ID programs, as secure_getenv(3) would).
+ * A missing daemon is not an error: the client drops hints and tries again at
+ * most every 2 seconds. Returns NULL only when the client's own socket cannot
+ * be created. */
 predictio_client *predictio_client_new(const char *path);
 
 /* Frees a client (NULL is ignored). */
@@ -61,10 +72,15 @@ void predictio_client_free(predictio_client *client);
 
 /* Registers the open, readable, regular-file descriptor `fd`; writes the
  * handle that names it to `*handle_out`. The descriptor stays the caller's;
- * the library keeps a close-on-exec duplicate until predictio_unregister. */
+ * the library keeps a close-on-exec duplicate until predictio_unregister, at
+ * most PREDICTIO_MAX_REGISTERED of them (PREDICTIO_TOO_MANY_HANDLES past it).
+ * Out of descriptors: PREDICTIO_OUT_OF_DESCRIPTORS. On any failure
+ * `*handle_out` is PREDICTIO_NO_HANDLE. */
 int predictio_register(const predictio_client *client, int fd, uint32_t *handle_out);
 
-/* Forgets `handle` here and at the daemon. */
+/* Forgets `handle` here and at the daemon. The hint functions below return
+ * PREDICTIO_UNKNOWN_HANDLE, and send nothing, for a handle this client never
+ * issued or has unregistered. */
 int predictio_unregister(const predictio_client *client, uint32_t handle);
 
 /* Asks for the half-open page ranges [starts[i], ends[i]), i < n

@@ -9,8 +9,11 @@
 //!
 //! The client keeps a duplicate of every registered descriptor so that a
 //! daemon that restarts (and so forgot every handle) is told about the files
-//! again on reconnection. Registrations that could not be sent are kept
-//! pending and retried before the next frame.
+//! again on reconnection, at most [`MAX_REGISTERED`] of them (the daemon
+//! holds no more per client either). Registrations that could not be sent
+//! are kept pending and retried before the next frame. The client knows
+//! its handles: a hint naming one it never issued, or one unregistered, is
+//! refused here ([`SendError::UnknownHandle`]) and never sent.
 //!
 //! The daemon keys handles by (socket address, pid). After `fork(2)` the
 //! child shares the socket but not the pid, so the client notices the fork
@@ -34,6 +37,10 @@ use crate::sys;
 
 /// How long a client waits between attempts to reach an absent daemon.
 pub const DEFAULT_RETRY_INTERVAL: Duration = Duration::from_secs(2);
+
+/// Most files one client keeps registered (each a descriptor it holds a
+/// duplicate of); the daemon's default per-client handle budget.
+pub const MAX_REGISTERED: usize = 4096;
 
 const CONNECTED: u8 = 0;
 const ABSENT: u8 = 1;
@@ -79,6 +86,16 @@ pub enum SendError {
     Encode(EncodeError),
     /// The handle was never registered with this client (or was unregistered).
     UnknownHandle(Handle),
+    /// The client holds [`MAX_REGISTERED`] files already; nothing was
+    /// registered.
+    TooManyHandles {
+        /// The bound.
+        max: usize,
+    },
+    /// The descriptor could not be duplicated (`EMFILE`/`ENFILE`: the
+    /// process or system is out of descriptors; `EBADF`: not an open
+    /// descriptor); nothing was registered.
+    Duplicate(io::Error),
     /// The descriptor cannot be registered: not a regular file, or not open
     /// for reading (the daemon would refuse it too).
     BadDescriptor {
@@ -109,6 +126,8 @@ impl fmt::Display for SendError {
             SendError::Busy => write!(f, "send: daemon busy (hint dropped)"),
             SendError::Encode(err) => write!(f, "{err}"),
             SendError::UnknownHandle(handle) => write!(f, "send: handle {} is not registered", handle.0),
+            SendError::TooManyHandles { max } => write!(f, "register: this client holds {max} files already"),
+            SendError::Duplicate(err) => write!(f, "register: cannot duplicate the descriptor: {err}"),
             SendError::BadDescriptor { reason } => write!(f, "register: descriptor is {reason}"),
             SendError::Syscall { call, source } => write!(f, "{call} failed: {source} (hint dropped)"),
         }
@@ -119,7 +138,7 @@ impl std::error::Error for SendError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             SendError::Encode(err) => Some(err),
-            SendError::Syscall { source, .. } => Some(source),
+            SendError::Syscall { source, .. } | SendError::Duplicate(source) => Some(source),
             _ => None,
         }
     }
@@ -477,9 +496,27 @@ impl Client {
         result
     }
 
+    /// Refuses (and counts) a frame naming a handle this client did not
+    /// issue or has unregistered: the daemon would refuse it too, and a
+    /// program should hear of its mistake.
+    fn check_handle(&self, frame: &Frame<'_>) -> Result<(), SendError> {
+        let handle = frame.handle();
+        if self.registered().contains_key(&handle.0) {
+            Ok(())
+        } else {
+            self.invalid.fetch_add(1, Ordering::Relaxed);
+            Err(SendError::UnknownHandle(handle))
+        }
+    }
+
     /// Encodes `frame` into a per-thread buffer and sends it (or appends it
-    /// to the buffer while buffering).
+    /// to the buffer while buffering). `Unregister` frames come from
+    /// [`Client::unregister`], which has already forgotten the handle; any
+    /// other frame must name a registered handle.
     fn send_frame(&self, frame: &Frame<'_>) -> Result<(), SendError> {
+        if !matches!(frame, Frame::Unregister { .. }) {
+            self.check_handle(frame)?;
+        }
         if self.buffering.load(Ordering::Relaxed) {
             let mut buffer = self.buffer();
             return match buffer.push(frame) {
@@ -532,21 +569,26 @@ impl Client {
     ///
     /// The client keeps a close-on-exec duplicate of `fd` until
     /// [`Client::unregister`], so that a daemon that appears or restarts later
-    /// is told about the file again. An error means the descriptor could not
-    /// be duplicated or is not a regular file open for reading (which the
-    /// daemon would refuse); a missing daemon is not an error.
+    /// is told about the file again. An error means nothing was registered:
+    /// the client holds [`MAX_REGISTERED`] files already, the descriptor
+    /// could not be duplicated (out of descriptors), or it is not a regular
+    /// file open for reading (which the daemon would refuse); a missing
+    /// daemon is not an error.
     pub fn register(&self, fd: &impl AsFd) -> Result<Handle, SendError> {
-        let dup = sys::dup_cloexec(fd.as_fd()).map_err(|source| {
+        let refuse = |err: SendError| {
             self.invalid.fetch_add(1, Ordering::Relaxed);
-            SendError::Syscall { call: "fcntl(F_DUPFD_CLOEXEC)", source }
-        })?;
-        if let Err(reason) = sys::check_registrable(dup.as_fd()) {
-            self.invalid.fetch_add(1, Ordering::Relaxed);
-            return Err(SendError::BadDescriptor { reason });
+            Err(err)
+        };
+        if self.registered().len() >= MAX_REGISTERED {
+            return refuse(SendError::TooManyHandles { max: MAX_REGISTERED });
         }
-        let handle = self.next_handle.fetch_add(1, Ordering::Relaxed);
-        let mut frame = Vec::with_capacity(protocol::HEADER_LEN);
-        protocol::encode(&Frame::Register { handle: Handle(handle) }, &mut frame)?;
+        let dup = match sys::dup_cloexec(fd.as_fd()) {
+            Ok(dup) => dup,
+            Err(err) => return refuse(SendError::Duplicate(err)),
+        };
+        if let Err(reason) = sys::check_registrable(dup.as_fd()) {
+            return refuse(SendError::BadDescriptor { reason });
+        }
         self.check_fork();
         if !self.is_connected() && self.try_reconnect(false) && self.any_pending.load(Ordering::Acquire) {
             self.flush_pending();
@@ -554,6 +596,20 @@ impl Client {
         // Send with the map locked, so that the duplicate cannot be closed
         // (by a concurrent unregister) between taking its number and sending.
         let mut registered = self.registered();
+        if registered.len() >= MAX_REGISTERED {
+            drop(registered);
+            return refuse(SendError::TooManyHandles { max: MAX_REGISTERED });
+        }
+        // Handles count from 1 (0 is never one: the C ABI's "no handle")
+        // and are not reused while registered, even after 2^32 of them.
+        let handle = loop {
+            let handle = self.next_handle.fetch_add(1, Ordering::Relaxed);
+            if handle != 0 && !registered.contains_key(&handle) {
+                break handle;
+            }
+        };
+        let mut frame = Vec::with_capacity(protocol::HEADER_LEN);
+        protocol::encode(&Frame::Register { handle: Handle(handle) }, &mut frame)?;
         let entry = registered.entry(handle).or_insert(Registered { fd: dup, pending: true });
         let sent = if self.is_connected() {
             // send_now counts a failure itself.
@@ -621,13 +677,17 @@ impl Client {
         self.send_frame(&Frame::LayerStart { handle, layer })
     }
 
-    /// Sends any frame except `Register` (which needs a descriptor).
+    /// Sends any frame except `Register` (which needs a descriptor: use
+    /// [`Client::register`]); an `Unregister` is [`Client::unregister`].
     pub fn send(&self, frame: &Frame<'_>) -> Result<(), SendError> {
-        if matches!(frame, Frame::Register { .. }) {
-            self.invalid.fetch_add(1, Ordering::Relaxed);
-            return Err(SendError::Encode(EncodeError::NeedsDescriptor));
+        match frame {
+            Frame::Register { .. } => {
+                self.invalid.fetch_add(1, Ordering::Relaxed);
+                Err(SendError::Encode(EncodeError::NeedsDescriptor))
+            }
+            Frame::Unregister { handle } => self.unregister(*handle),
+            frame => self.send_frame(frame),
         }
-        self.send_frame(frame)
     }
 
     /// Sends every frame of `batch` as one datagram, at once (whether or not
@@ -688,18 +748,42 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("predictio-client-unit-{}", std::process::id()));
         let client = Client::connect_with_retry(dir.join("none.sock"), Duration::from_secs(60)).expect("client");
         assert!(!client.is_connected());
-        for _ in 0..1000 {
-            assert!(matches!(client.stream_read(Handle(1), 0, 4096), Err(SendError::NoDaemon)));
-        }
         let file = std::fs::File::open("/proc/self/exe").expect("open");
         let handle = client.register(&file).expect("register without daemon");
         assert_eq!(handle, Handle(1));
+        for _ in 0..1000 {
+            assert!(matches!(client.stream_read(handle, 0, 4096), Err(SendError::NoDaemon)));
+        }
         assert!(matches!(client.pages(handle, &[(5, 1)]), Err(SendError::Encode(_))));
         assert!(matches!(client.unregister(Handle(99)), Err(SendError::UnknownHandle(_))));
         let stats = client.stats();
         assert_eq!(stats.sent, 0);
         assert_eq!(stats.dropped, 1001);
         assert_eq!(stats.invalid, 2);
+    }
+
+    /// The client knows its handles: one it never issued, or one it has
+    /// unregistered, is refused before anything is sent (and counted as
+    /// invalid, not as a drop).
+    #[test]
+    fn unknown_and_unregistered_handles_are_refused_unsent() {
+        let client =
+            Client::connect_with_retry("/nonexistent/predictio.sock", Duration::from_secs(60)).expect("client");
+        let unknown = |result: Result<(), SendError>| matches!(result, Err(SendError::UnknownHandle(_)));
+        assert!(unknown(client.stream_read(Handle(1), 0, 1)));
+        assert!(unknown(client.send(&Frame::LayerStart { handle: Handle(0), layer: 0 })));
+        let file = std::fs::File::open("/proc/self/exe").expect("open");
+        let handle = client.register(&file).expect("register");
+        assert!(matches!(client.layer_start(handle, 1), Err(SendError::NoDaemon)), "a known handle is sent");
+        client.set_buffering(true).expect("buffering");
+        assert!(unknown(client.layer_start(Handle(handle.0 + 1), 1)), "buffered or not");
+        client.set_buffering(false).expect("nothing was buffered to flush");
+        assert!(matches!(client.send(&Frame::Unregister { handle }), Err(SendError::NoDaemon)));
+        assert!(unknown(client.pages(handle, &[(0, 1)])), "unregistered");
+        assert!(unknown(client.unregister(handle)));
+        let stats = client.stats();
+        assert_eq!(stats.invalid, 5, "{stats:?}");
+        assert_eq!(stats.dropped, 3, "the registration, the hint, the unregistration: {stats:?}");
     }
 
     #[test]

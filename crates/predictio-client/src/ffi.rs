@@ -32,13 +32,26 @@ pub enum PredictioStatus {
     /// An invalid argument: inverted range, position out of range, too many
     /// elements, a bad descriptor.
     InvalidArgument = -2,
-    /// The handle was never registered with this client.
+    /// The handle was never registered with this client, or was
+    /// unregistered; nothing was sent.
     UnknownHandle = -3,
     /// predictio panicked (a bug); the call had no effect.
     Panic = -4,
     /// A system call failed.
     SystemError = -5,
+    /// `predictio_register`: the client holds
+    /// [`MAX_REGISTERED`](crate::client::MAX_REGISTERED) files already;
+    /// nothing was registered.
+    TooManyHandles = -6,
+    /// `predictio_register`: the process (or system) is out of descriptors
+    /// (`EMFILE`/`ENFILE`), so the library could not keep its duplicate;
+    /// nothing was registered.
+    OutOfDescriptors = -7,
 }
+
+/// The value `predictio_register` writes to `*handle_out` when it fails
+/// (`PREDICTIO_NO_HANDLE` in the header): no handle is ever 0.
+pub const NO_HANDLE: u32 = 0;
 
 impl PredictioStatus {
     fn code(self) -> c_int {
@@ -74,7 +87,13 @@ fn status(result: Result<(), SendError>) -> PredictioStatus {
         Ok(()) => PredictioStatus::Ok,
         Err(err) if err.is_drop() => PredictioStatus::Dropped,
         Err(SendError::UnknownHandle(_)) => PredictioStatus::UnknownHandle,
-        Err(SendError::Encode(_)) => PredictioStatus::InvalidArgument,
+        Err(SendError::Encode(_) | SendError::BadDescriptor { .. }) => PredictioStatus::InvalidArgument,
+        Err(SendError::TooManyHandles { .. }) => PredictioStatus::TooManyHandles,
+        Err(SendError::Duplicate(err)) => match err.raw_os_error() {
+            Some(libc::EMFILE | libc::ENFILE) => PredictioStatus::OutOfDescriptors,
+            Some(libc::EBADF) => PredictioStatus::InvalidArgument,
+            _ => PredictioStatus::SystemError,
+        },
         Err(_) => PredictioStatus::SystemError,
     }
 }
@@ -148,18 +167,22 @@ pub unsafe extern "C" fn predictio_client_free(client: *mut PredictioClient) {
 
 /// Registers the open descriptor `fd` and writes its handle to `handle_out`.
 /// The daemon receives the descriptor itself; a missing daemon still yields a
-/// handle (the file is registered when the daemon appears).
+/// handle (the file is registered when the daemon appears). On any failure
+/// `*handle_out` is set to [`NO_HANDLE`] (when `handle_out` is not null).
 ///
 /// # Safety
 /// `client` as for `predictio_client_free`; `handle_out` null or writable.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn predictio_register(client: *const PredictioClient, fd: c_int, handle_out: *mut u32) -> c_int {
     guard(|| {
-        // SAFETY: forwarded contract.
-        let Some(client) = (unsafe { client_ref(client) }) else { return PredictioStatus::NullArgument };
         if handle_out.is_null() {
             return PredictioStatus::NullArgument;
         }
+        // SAFETY: non-null and writable per the contract. Written first, so
+        // that every failure below (a panic included) leaves it defined.
+        unsafe { handle_out.write(NO_HANDLE) };
+        // SAFETY: forwarded contract.
+        let Some(client) = (unsafe { client_ref(client) }) else { return PredictioStatus::NullArgument };
         if fd < 0 {
             return PredictioStatus::InvalidArgument;
         }
@@ -172,10 +195,6 @@ pub unsafe extern "C" fn predictio_register(client: *const PredictioClient, fd: 
                 unsafe { handle_out.write(handle.0) };
                 PredictioStatus::Ok
             }
-            Err(SendError::Syscall { source, .. }) if source.raw_os_error() == Some(libc::EBADF) => {
-                PredictioStatus::InvalidArgument
-            }
-            Err(SendError::BadDescriptor { .. }) => PredictioStatus::InvalidArgument,
             Err(err) => status(Err(err)),
         }
     })
@@ -395,6 +414,8 @@ pub extern "C" fn predictio_status_str(status: c_int) -> *const c_char {
         -3 => c"unknown handle",
         -4 => c"internal panic",
         -5 => c"system error",
+        -6 => c"too many handles (the client holds 4096 files)",
+        -7 => c"out of file descriptors (EMFILE/ENFILE); nothing registered",
         _ => c"unknown status",
     };
     text.as_ptr()
@@ -406,6 +427,7 @@ mod tests {
 
     #[test]
     fn null_arguments_are_refused() {
+        use std::os::fd::AsRawFd;
         // SAFETY: null pointers are part of every function's contract.
         unsafe {
             assert_eq!(predictio_stream_read(std::ptr::null(), 1, 0, 1), PredictioStatus::NullArgument.code());
@@ -418,10 +440,15 @@ mod tests {
             );
             assert_eq!(
                 predictio_pages(client, 1, std::ptr::null(), std::ptr::null(), 0),
-                PredictioStatus::Dropped.code()
+                PredictioStatus::UnknownHandle.code(),
+                "handle 1 was never registered"
             );
             let starts = [5u64];
             let ends = [1u64];
+            let mut handle = 77;
+            let file = std::fs::File::open("/proc/self/exe").expect("open");
+            assert_eq!(predictio_register(client, file.as_raw_fd(), &mut handle), PredictioStatus::Ok.code());
+            assert_eq!(handle, 1);
             assert_eq!(
                 predictio_pages(client, 1, starts.as_ptr(), ends.as_ptr(), 1),
                 PredictioStatus::InvalidArgument.code()
@@ -430,12 +457,14 @@ mod tests {
                 predictio_pages(client, 1, starts.as_ptr(), ends.as_ptr(), usize::MAX),
                 PredictioStatus::InvalidArgument.code()
             );
-            let mut handle = 0;
+            let mut handle = 99;
             assert_eq!(predictio_register(client, -1, &mut handle), PredictioStatus::InvalidArgument.code());
+            assert_eq!(handle, NO_HANDLE, "a failed registration writes a defined handle");
             assert_eq!(predictio_unregister(client, 42), PredictioStatus::UnknownHandle.code());
             let mut stats = PredictioStats::default();
             assert_eq!(predictio_client_stats(client, &mut stats), 0);
-            assert_eq!(stats.dropped, 1);
+            assert_eq!(stats.dropped, 1, "the registration, made with no daemon");
+            assert_eq!(stats.invalid, 3, "the unknown handles 1 and 42, the inverted range");
             predictio_client_free(client);
             predictio_client_free(std::ptr::null_mut());
         }

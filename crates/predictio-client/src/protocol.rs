@@ -42,13 +42,24 @@ pub const DEFAULT_SOCKET_PATH: &str = "/run/predictio/hint.sock";
 
 /// The environment variable that overrides [`DEFAULT_SOCKET_PATH`]:
 /// `predictio run` points the command it starts at a private socket this way.
+/// Ignored in secure-execution mode (see [`default_socket_path`]).
 pub const SOCKET_ENV: &str = "PREDICTIO_HINT_SOCK";
 
 /// The socket a client uses by default: `$PREDICTIO_HINT_SOCK` when set and
-/// not empty, else [`DEFAULT_SOCKET_PATH`].
+/// not empty, else [`DEFAULT_SOCKET_PATH`] — with `secure_getenv(3)`'s rule:
+/// in a set-user-ID or set-group-ID program (`AT_SECURE`) the environment
+/// is its caller's, who could point the program's hints, and the
+/// descriptors they carry, at a socket of the caller's own; there the
+/// variable is ignored.
 pub fn default_socket_path() -> std::path::PathBuf {
-    match std::env::var_os(SOCKET_ENV) {
-        Some(path) if !path.is_empty() => path.into(),
+    socket_path_from(std::env::var_os(SOCKET_ENV), crate::sys::secure_execution())
+}
+
+/// [`default_socket_path`]'s rule, given the variable's value and whether
+/// the process runs in secure-execution mode.
+fn socket_path_from(env: Option<std::ffi::OsString>, secure: bool) -> std::path::PathBuf {
+    match env {
+        Some(path) if !path.is_empty() && !secure => path.into(),
         _ => DEFAULT_SOCKET_PATH.into(),
     }
 }
@@ -750,6 +761,16 @@ mod tests {
                 out
             })
             .collect()
+    }
+
+    #[test]
+    fn the_socket_variable_is_ignored_in_secure_execution() {
+        let path = || Some(std::ffi::OsString::from("/tmp/elsewhere.sock"));
+        assert_eq!(socket_path_from(path(), false), std::path::Path::new("/tmp/elsewhere.sock"));
+        assert_eq!(socket_path_from(path(), true), std::path::Path::new(DEFAULT_SOCKET_PATH));
+        assert_eq!(socket_path_from(Some("".into()), false), std::path::Path::new(DEFAULT_SOCKET_PATH));
+        assert_eq!(socket_path_from(None, false), std::path::Path::new(DEFAULT_SOCKET_PATH));
+        assert!(!crate::sys::secure_execution(), "the test binary is not set-uid");
     }
 
     #[test]

@@ -1,12 +1,14 @@
 //! The syscall edge of the client: rustix for the socket and the
-//! descriptor checks (no `unsafe` needed), libc for `pthread_atfork(3)`,
-//! which rustix does not wrap (it is a libc function, not a system call).
+//! descriptor checks (no `unsafe` needed), libc for `pthread_atfork(3)`
+//! and `getauxval(3)`, which rustix does not wrap (libc functions, not
+//! system calls).
 //! The only `unsafe` code of this crate outside the C ABI's pointer
 //! handling, each block with a `SAFETY:` comment.
 //!
 //! # References
 //! - `unix(7)` (autobind, `SCM_RIGHTS`), `socket(2)`, `bind(2)`, `connect(2)`,
-//!   `sendmsg(2)`, `cmsg(3)`, `fcntl(2)`, `fstat(2)`, `pthread_atfork(3)`.
+//!   `sendmsg(2)`, `cmsg(3)`, `fcntl(2)`, `fstat(2)`, `pthread_atfork(3)`,
+//!   `getauxval(3)`.
 
 use std::io;
 use std::io::IoSlice;
@@ -87,6 +89,16 @@ pub(crate) fn check_registrable(fd: BorrowedFd<'_>) -> Result<(), &'static str> 
         return Err("not a regular file");
     }
     Ok(())
+}
+
+/// Whether the process runs in secure-execution mode (`getauxval(3)`
+/// `AT_SECURE`: a set-user-ID or set-group-ID program, file capabilities,
+/// an LSM transition), in which its environment comes from a less
+/// privileged caller and names nothing to trust (`secure_getenv(3)`).
+pub(crate) fn secure_execution() -> bool {
+    // SAFETY: getauxval only reads the process's auxiliary vector; it takes
+    // no pointer and returns 0 for a missing entry.
+    unsafe { libc::getauxval(libc::AT_SECURE) != 0 }
 }
 
 /// Incremented in the child after every `fork(2)`.

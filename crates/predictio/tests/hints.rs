@@ -284,8 +284,13 @@ fn handles_are_private_to_each_client() {
     let alice = Client::connect(server.path()).expect("client a");
     let bob = Client::connect(server.path()).expect("client b");
     let handle = alice.register(&File::open(&data).expect("open")).expect("register");
-    // Bob names Alice's handle: refused, no hint.
-    send_retry(|| bob.pages(handle, &[(0, 8)]));
+    // Bob names Alice's handle: his library refuses it, and so does the
+    // server when the frame is pushed raw: no hint.
+    assert!(matches!(bob.pages(handle, &[(0, 8)]), Err(SendError::UnknownHandle(_))));
+    let pages = [(0u64, 8u64)];
+    let mut raw = Vec::new();
+    protocol::encode(&Frame::Pages { handle, ranges: RangeList::from_pairs(&pages) }, &mut raw).expect("encode");
+    send_retry(|| bob.send_raw(&raw, &[]));
     let mut hints = Vec::new();
     drain_until(&mut server, &mut hints, Duration::from_secs(5), |s| s.frames == 2);
     assert!(hints.is_empty(), "client B used client A's handle: {hints:?}");
@@ -315,7 +320,17 @@ fn helper_unprivileged_client() {
     let client = Client::connect(&socket).expect("client");
     assert!(client.is_connected(), "cannot reach {socket}");
     // 1. A handle this client never registered (root registered handle 1).
-    send_retry(|| client.pages(Handle(1), &[(0, 16)]));
+    // The library refuses it locally; a hostile client would not use the
+    // library, so push the frames raw: the server must refuse them.
+    assert!(matches!(client.pages(Handle(1), &[(0, 16)]), Err(SendError::UnknownHandle(_))));
+    let raw = |frame: Frame<'_>| {
+        let mut bytes = Vec::new();
+        protocol::encode(&frame, &mut bytes).expect("encode");
+        bytes
+    };
+    let pages = [(0u64, 16u64)];
+    let foreign = raw(Frame::Pages { handle: Handle(1), ranges: RangeList::from_pairs(&pages) });
+    send_retry(|| client.send_raw(&foreign, &[]));
     // 2. The secret file cannot be opened for reading...
     let err = File::open(&secret).expect_err("uid 65534 must not open a root 0600 file");
     assert_eq!(err.kind(), std::io::ErrorKind::PermissionDenied);
@@ -325,15 +340,16 @@ fn helper_unprivileged_client() {
         .custom_flags(libc::O_PATH)
         .open(&secret)
         .expect("O_PATH open needs only search permission");
-    // The library refuses it locally; a hostile client would not use the
-    // library, so push the Register frame raw: the server must refuse it.
+    // Raw again: the server must refuse it.
     assert!(matches!(client.register(&path_only), Err(SendError::BadDescriptor { .. })));
     let handle = Handle(77);
-    let mut raw = Vec::new();
-    protocol::encode(&Frame::Register { handle }, &mut raw).expect("encode");
-    send_retry(|| client.send_raw(&raw, &[path_only.as_fd()]));
-    send_retry(|| client.pages(handle, &[(0, 16)]));
-    send_retry(|| client.read_plan(handle, &[(0, 65536)]));
+    let register = raw(Frame::Register { handle });
+    send_retry(|| client.send_raw(&register, &[path_only.as_fd()]));
+    let on_refused = raw(Frame::Pages { handle, ranges: RangeList::from_pairs(&pages) });
+    send_retry(|| client.send_raw(&on_refused, &[]));
+    let plan = [(0u64, 65536u64)];
+    let on_refused = raw(Frame::ReadPlan { handle, segments: RangeList::from_pairs(&plan) });
+    send_retry(|| client.send_raw(&on_refused, &[]));
     // 3. The positive control: a file it can read works.
     let public_file = File::open(&public).expect("open public");
     let ok = client.register(&public_file).expect("register public");
