@@ -153,6 +153,7 @@ pub fn hint_stats_json(s: &HintStats) -> serde_json::Value {
         "datagrams": s.datagrams, "frames": s.frames, "accepted": s.accepted, "hints": s.hints,
         "rejected": s.rejected_total(), "rate_limited": s.rate_limited, "volume_limited": s.volume_limited,
         "descriptors_closed": s.descriptors_closed, "clients": s.clients, "handles": s.handles,
+        "queue_limited": s.queue_limited, "users": s.users, "queued_bytes": s.queued_bytes,
     })
 }
 
