@@ -71,14 +71,15 @@ pub enum ServiceError {
 
 /// Runs the daemon with `config` until SIGTERM or SIGINT, or until
 /// `exit_after` has passed (tests, demos): the executor, the policies (the
-/// launch service among them), the event sources, the control socket and
-/// the metrics endpoint, in that order, then the stored launch profiles;
-/// it stops the sources on the way out. The configuration is validated
-/// first ([`Config::validate`]) and its warnings ([`Config::warnings`])
-/// logged; then every directory it will use is checked (created if
-/// missing: the sockets' 0755, the store's 0700) and the store opened, and
-/// the start refused, naming the path and why, if one is not the daemon's
-/// alone ([`predictio::secure_dir`]) or the store cannot be used.
+/// launch service among them), the event sources (the hint socket bound),
+/// the stored launch profiles, the control socket and the metrics
+/// endpoint, in that order; it stops the sources on the way out. The
+/// configuration is validated first ([`Config::validate`]) and its warnings
+/// ([`Config::warnings`]) logged; then every directory it will use is
+/// checked (created if missing: the sockets' 0755, the store's 0700) and
+/// the store opened, and the start refused, naming the path and why, if one
+/// is not the daemon's alone ([`predictio::secure_dir`]) or the store
+/// cannot be used.
 pub fn run(config: &Config, exit_after: Option<Duration>) -> Result<(), ServiceError> {
     config.validate()?;
     for warning in config.warnings() {
@@ -156,6 +157,17 @@ pub fn run(config: &Config, exit_after: Option<Duration>) -> Result<(), ServiceE
     );
     let sources = Arc::new(Mutex::new(Sources::start(config, pipeline.sender(), Arc::clone(&stop))?));
     let started = Instant::now();
+    // The stored profiles, once the hint socket is bound and observation
+    // runs (booking opens no file, so it cannot keep a socket from binding)
+    // and before the control socket, which tools take as the daemon being
+    // up: the first exec a client starts after it appears is replayed.
+    if launch {
+        let loaded = match &book {
+            Some(book) => crate::launch::load_book(&config.launch, book)?,
+            None => 0,
+        };
+        tracing::info!(loaded, learn = config.launch.learn, store = %config.launch.store.display(), "launch profiles");
+    }
 
     let status = {
         let pipeline = Arc::clone(&pipeline);
@@ -191,13 +203,6 @@ pub fn run(config: &Config, exit_after: Option<Duration>) -> Result<(), ServiceE
         tracing::info!(addr = %server.addr, "metrics endpoint up");
         Some(server)
     };
-    if launch {
-        let loaded = match &book {
-            Some(book) => crate::launch::load_book(&config.launch, book)?,
-            None => 0,
-        };
-        tracing::info!(loaded, learn = config.launch.learn, store = %config.launch.store.display(), "launch profiles");
-    }
     {
         let s = sources.lock().unwrap_or_else(|e| e.into_inner());
         tracing::info!(
