@@ -107,7 +107,7 @@ pub(crate) fn check_all(tracefs: &Path) -> Result<Layouts, BpfError> {
 /// tracepoint this kernel has, each checked against the fields its program
 /// reads; a call the kernel lacks is left out, one whose fields moved is an
 /// error.
-fn syscalls_present<'a>(
+pub(crate) fn syscalls_present<'a>(
     tracefs: &Path,
     calls: impl Iterator<Item = (&'static str, &'static str, &'a [Field])>,
 ) -> Result<Vec<(&'static str, &'static str)>, BpfError> {

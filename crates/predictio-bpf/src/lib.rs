@@ -151,6 +151,7 @@ mod cgroup;
 mod config;
 mod error;
 pub mod fallback;
+pub mod hooks;
 #[cfg_attr(predictio_bpf_unavailable, allow(dead_code, reason = "used by the eBPF observer only"))]
 mod layout;
 #[cfg(not(predictio_bpf_unavailable))]
