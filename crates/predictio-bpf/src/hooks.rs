@@ -161,11 +161,22 @@ pub fn syscall_hooks(tracefs: &Path) -> Result<(Vec<&'static str>, Vec<&'static 
     let path_calls = layout::PATH_CALLS.iter().map(|(p, c, f)| (*p, *c, std::slice::from_ref(f)));
     let exec_calls = layout::EXEC_START_CALLS.iter().map(|(p, c, f)| (*p, *c, &f[..]));
     let present = layout::syscalls_present(tracefs, path_calls.chain(exec_calls))?;
-    let mut calls: Vec<&'static str> = present.into_iter().map(|(_, call)| call).collect();
-    calls.dedup();
-    let mut all: Vec<&'static str> =
-        layout::PATH_CALLS.iter().map(|(_, c, _)| *c).chain(layout::EXEC_START_CALLS.iter().map(|(_, c, _)| *c)).collect();
-    all.dedup();
+    // `execve` carries two programs (its path and the exec start): each
+    // call is named once.
+    let once = |calls: &mut Vec<&'static str>, call| {
+        if !calls.contains(&call) {
+            calls.push(call);
+        }
+    };
+    let mut calls = Vec::new();
+    for (_, call) in present {
+        once(&mut calls, call);
+    }
+    let mut all = Vec::new();
+    for call in layout::PATH_CALLS.iter().map(|(_, c, _)| *c).chain(layout::EXEC_START_CALLS.iter().map(|(_, c, _)| *c))
+    {
+        once(&mut all, call);
+    }
     Ok((calls, all))
 }
 

@@ -64,6 +64,16 @@ enum Command {
     /// Configuration: /etc/predictio/predictio.toml (every key optional; see
     /// dist/predictio.toml). A systemd unit is in dist/predictio.service.
     Daemon(cmd::daemon::Args),
+    /// Say what of predictio works on this machine and why the rest does
+    /// not: each tracepoint, the newer system calls, privileges, memlock,
+    /// tracefs, cgroups and the daemon, each with its fix, and which
+    /// capabilities (launch learning, B-tree and tensor observation,
+    /// residency, the pressure guard) work here.
+    ///
+    /// Examples:
+    ///   sudo predictio doctor
+    ///   sudo predictio doctor --json
+    Doctor(cmd::doctor::Args),
     /// Run a command with predictio in-process, following its whole process
     /// tree (no daemon needed), and print what was prefetched, hit and wasted.
     ///
@@ -134,6 +144,7 @@ fn main() -> ExitCode {
         Command::Evict(args) => cmd::evict::run(args),
         Command::Bench(args) => cmd::bench::run(args),
         Command::Daemon(args) => cmd::daemon::run(args),
+        Command::Doctor(args) => cmd::doctor::run(args),
         Command::Run(args) => cmd::run::run(args),
         Command::Record(args) => cmd::record::run(args),
         Command::Profile(args) => cmd::profile::run(args),

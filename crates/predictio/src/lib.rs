@@ -47,7 +47,8 @@ pub mod testing;
 pub mod os {
     pub use crate::sys::socket::poll_readable;
     pub use crate::sys::{
-        Advice, CacheStat, IoPriority, cachestat, fadvise, page_size, set_thread_nice, thread_io_priority,
+        Advice, CacheStat, FileMapping, IoPriority, cachestat, fadvise, file_mappings, page_size, set_thread_nice,
+        thread_io_priority,
     };
 }
 

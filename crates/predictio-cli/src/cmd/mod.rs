@@ -2,6 +2,7 @@
 
 pub mod bench;
 pub mod daemon;
+pub mod doctor;
 pub mod evict;
 pub mod hint;
 pub mod model;
