@@ -40,6 +40,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use crate::sys::bigread::{ReadRing, RingReadError};
 
+pub mod stream;
+
 /// Default reads in flight.
 pub const DEFAULT_DEPTH: u32 = 16;
 /// Default chunk size (1 MiB).
@@ -78,6 +80,17 @@ pub enum LargeReadError {
     /// `fstat` of the file failed.
     #[error("fstat failed: {0}")]
     Stat(#[source] io::Error),
+    /// Writing to the output failed ([`stream::stream_range`]).
+    #[error("{call} to the output failed: {source}")]
+    Write {
+        /// `"sendfile"` or `"write"`.
+        call: &'static str,
+        /// The OS error.
+        source: io::Error,
+    },
+    /// Checking the page cache (`cachestat` or `mincore`) failed.
+    #[error("checking page-cache residency failed: {0}")]
+    Residency(#[source] io::Error),
     /// The file ended before the range did ([`LargeReader::read_exact_at`]).
     #[error("file ended after {got} of {wanted} bytes from offset {offset}")]
     UnexpectedEof {

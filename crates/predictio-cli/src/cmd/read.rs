@@ -1,18 +1,23 @@
-//! `predictio read FILE [--offset N] [--len N] [-o OUT|-] [--depth D] [--chunk SIZE]`
+//! `predictio read FILE [--offset N] [--len N] [-o OUT|-] [--window SIZE] [--parallel [--depth D] [--chunk SIZE]]`
+//!
+//! Streams the range window by window, the page cache first
+//! ([`predictio::largeread::stream`]): resident windows are copied straight
+//! from the cache (`sendfile` to the output, or `pread` into one reused
+//! buffer when discarding, as `cat` does), cold ones read as one sequential
+//! stream through the kernel's readahead, or with the parallel engine under
+//! `--parallel`.
 
 use std::fs::File;
 use std::io::Write;
+use std::os::fd::AsFd;
 use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
+use predictio::largeread::stream::{self, ColdRead, Probe, Sink};
 use predictio::largeread::{self, LargeReader, ReadBackend};
 
 use crate::units::{human, parse_size};
-
-/// Largest piece read into memory at once: longer ranges are read (and
-/// written out) a window at a time.
-const WINDOW: u64 = 256 << 20;
 
 /// Which engine backend to use.
 #[derive(clap::ValueEnum, Clone, Copy, Debug)]
@@ -40,17 +45,27 @@ pub struct Args {
     /// discard, reporting the bytes read and the rate.
     #[arg(short = 'o', long = "output", value_name = "OUT")]
     output: Option<PathBuf>,
-    /// Chunk reads in flight at once.
+    /// Bytes per residency check: each window is read from the page cache
+    /// when it is all cached, else as cold (4K..1G).
+    #[arg(long, default_value = "64M", value_parser = chunk_size)]
+    window: u64,
+    /// Read windows that are not all cached with the parallel engine
+    /// (--depth chunk reads in flight, after fadvise(WILLNEED) of each
+    /// chunk) instead of one sequential stream through the kernel's
+    /// readahead.
+    #[arg(long)]
+    parallel: bool,
+    /// With --parallel: chunk reads in flight at once.
     #[arg(long, default_value_t = largeread::DEFAULT_DEPTH, value_parser = clap::value_parser!(u32).range(1..=4096))]
     depth: u32,
-    /// Bytes per chunk read (4K..1G).
+    /// With --parallel: bytes per chunk read (4K..1G).
     #[arg(long, default_value = "1M", value_parser = chunk_size)]
     chunk: u64,
-    /// Don't start with one fadvise(WILLNEED) of the whole range: each
-    /// chunk read then brings in only its own chunk.
+    /// With --parallel: don't start with fadvise(WILLNEED) of each chunk:
+    /// each chunk read then brings in only its own chunk.
     #[arg(long)]
     no_will_need: bool,
-    /// How chunk reads are issued.
+    /// With --parallel: how chunk reads are issued.
     #[arg(long, value_enum, default_value_t = Backend::Auto)]
     backend: Backend,
     /// Print the result as JSON (on standard error when -o - is given).
@@ -76,9 +91,18 @@ struct Outcome {
     offset: u64,
     requested_bytes: u64,
     bytes_read: u64,
-    backend: ReadBackend,
-    depth: u32,
-    chunk: u64,
+    /// `stream` (cold windows as one sequential stream) or `parallel`.
+    cold_read: &'static str,
+    /// With `parallel`: the engine's settings.
+    backend: Option<ReadBackend>,
+    depth: Option<u32>,
+    chunk: Option<u64>,
+    window: u64,
+    windows: u64,
+    resident_windows: u64,
+    resident_bytes: u64,
+    residency_probe: Probe,
+    sendfile_bytes: u64,
     read_seconds: f64,
     total_seconds: f64,
     #[serde(rename = "read_MBps")]
@@ -101,17 +125,23 @@ pub fn run(args: Args) -> Result<()> {
         Some(len) => len,
         None => available,
     };
-    let chunk = usize::try_from(args.chunk).context("chunk size")?;
-    let mut reader = match args.backend {
-        Backend::Auto => LargeReader::new(args.depth, chunk),
-        Backend::Uring => LargeReader::with_backend(args.depth, chunk, ReadBackend::Uring),
-        Backend::Threads => LargeReader::with_backend(args.depth, chunk, ReadBackend::Threads),
-    }
-    .context("starting the large-read engine")?;
-    reader.set_will_need(!args.no_will_need);
-    if let Some(reason) = reader.fallback_reason() {
-        eprintln!("predictio: {reason}");
-    }
+    let engine = if args.parallel {
+        let chunk = usize::try_from(args.chunk).context("chunk size")?;
+        let mut reader = match args.backend {
+            Backend::Auto => LargeReader::new(args.depth, chunk),
+            Backend::Uring => LargeReader::with_backend(args.depth, chunk, ReadBackend::Uring),
+            Backend::Threads => LargeReader::with_backend(args.depth, chunk, ReadBackend::Threads),
+        }
+        .context("starting the large-read engine")?;
+        reader.set_will_need(!args.no_will_need);
+        if let Some(reason) = reader.fallback_reason() {
+            eprintln!("predictio: {reason}");
+        }
+        Some(reader)
+    } else {
+        None
+    };
+    let cold = engine.as_ref().map_or(ColdRead::Sequential, ColdRead::Parallel);
 
     let to_stdout = args.output.as_deref().is_some_and(|p| p.as_os_str() == "-");
     if let Some(path) = args.output.as_deref().filter(|_| !to_stdout) {
@@ -122,49 +152,41 @@ pub fn run(args: Args) -> Result<()> {
             bail!("{} is the file being read; choose another output", path.display());
         }
     }
-    let mut out: Option<Box<dyn Write>> = match &args.output {
-        None => None,
-        Some(_) if to_stdout => Some(Box::new(std::io::stdout().lock())),
-        Some(path) => Some(Box::new(std::io::BufWriter::with_capacity(
-            1 << 20,
-            File::create(path).with_context(|| format!("creating {}", path.display()))?,
-        ))),
+    let out_file = match &args.output {
+        Some(path) if !to_stdout => Some(File::create(path).with_context(|| format!("creating {}", path.display()))?),
+        _ => None,
+    };
+    let stdout = std::io::stdout();
+    // Nothing was written through the standard library's buffer: the bytes
+    // go straight to the descriptor, at its current position.
+    let sink = match (&out_file, to_stdout) {
+        (Some(out), _) => Sink::Fd(out.as_fd()),
+        (None, true) => Sink::Fd(stdout.as_fd()),
+        (None, false) => Sink::Discard,
     };
 
-    let window = usize::try_from(wanted.min(WINDOW)).context("window size")?;
-    // Touch every page of the buffer before the clock starts (a non-zero
-    // fill is a real memset), so page faults are not timed as reading.
-    let mut buf = vec![0xA5u8; window];
-    let mut done = 0u64;
-    let mut read_seconds = 0.0;
     let start = Instant::now();
-    while done < wanted {
-        let n = usize::try_from((wanted - done).min(window as u64)).context("window size")?;
-        let t = Instant::now();
-        let got = reader
-            .read_at(&file, args.offset + done, &mut buf[..n])
-            .with_context(|| format!("reading {} at offset {}", args.file.display(), args.offset + done))?;
-        read_seconds += t.elapsed().as_secs_f64();
-        if let Some(out) = out.as_mut() {
-            out.write_all(&buf[..got]).context("writing the output")?;
-        }
-        done += got as u64;
-        if got < n {
-            break;
-        }
-    }
-    if let Some(mut out) = out.take() {
-        out.flush().context("flushing the output")?;
-    }
+    let stats = stream::stream_range(&file, args.offset, wanted, args.window, sink, cold)
+        .with_context(|| format!("reading {} from offset {}", args.file.display(), args.offset))?;
+    let read_seconds = start.elapsed().as_secs_f64();
+    drop(out_file);
     let total_seconds = start.elapsed().as_secs_f64();
+    let done = stats.bytes;
     let outcome = Outcome {
         file: args.file.display().to_string(),
         offset: args.offset,
         requested_bytes: wanted,
         bytes_read: done,
-        backend: reader.backend(),
-        depth: reader.depth(),
-        chunk: args.chunk,
+        cold_read: if engine.is_some() { "parallel" } else { "stream" },
+        backend: engine.as_ref().map(LargeReader::backend),
+        depth: engine.as_ref().map(LargeReader::depth),
+        chunk: engine.as_ref().map(|_| args.chunk),
+        window: args.window,
+        windows: stats.windows,
+        resident_windows: stats.resident_windows,
+        resident_bytes: stats.resident_bytes,
+        residency_probe: stats.probe,
+        sendfile_bytes: stats.sendfile_bytes,
         read_seconds,
         total_seconds,
         read_mbps: done as f64 / read_seconds.max(1e-9) / 1e6,
@@ -172,25 +194,35 @@ pub fn run(args: Args) -> Result<()> {
     let report = if args.json {
         serde_json::to_string_pretty(&outcome)?
     } else {
+        let how = match &engine {
+            Some(reader) => format!(
+                "cold windows: {} backend, depth {}, {} chunks",
+                reader.backend(),
+                reader.depth(),
+                human(args.chunk)
+            ),
+            None => "cold windows: sequential stream".to_string(),
+        };
         format!(
-            "{}: read {} ({} bytes) from offset {} in {:.3} s: {:.0} MB/s ({} backend, depth {}, {} chunks){}",
+            "{}: read {} ({} bytes) from offset {} in {:.3} s: {:.0} MB/s ({} of {} windows of {} cached; {})",
             outcome.file,
             human(done),
             done,
             args.offset,
             read_seconds,
             outcome.read_mbps,
-            outcome.backend,
-            outcome.depth,
-            human(args.chunk),
-            if args.output.is_some() { format!("; {:.3} s with writing", total_seconds) } else { String::new() }
+            stats.resident_windows,
+            stats.windows,
+            human(args.window),
+            how,
         )
     };
     // Keep standard output clean when the data goes there.
     if to_stdout {
         eprintln!("{report}");
     } else {
-        println!("{report}");
+        let mut stdout = stdout.lock();
+        writeln!(stdout, "{report}").context("writing the report")?;
     }
     if done < wanted {
         bail!("the file ended after {done} of {wanted} bytes (was it truncated while reading?)");
