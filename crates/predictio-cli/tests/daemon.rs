@@ -42,11 +42,16 @@ fn metrics_port(k: u16) -> u16 {
 }
 
 fn start_daemon(dir: &Path, port: u16, source: &str) -> Daemon {
+    start_daemon_with(dir, port, source, "")
+}
+
+/// [`start_daemon`], with `hints` added to its `[hints]` table.
+fn start_daemon_with(dir: &Path, port: u16, source: &str, hints: &str) -> Daemon {
     let config = dir.join("predictio.toml");
     std::fs::write(
         &config,
         format!(
-            "[hints]\nsocket = \"{d}/hint.sock\"\n[control]\nsocket = \"{d}/control.sock\"\n[metrics]\nlisten = \"127.0.0.1:{port}\"\n[observe]\nsource = \"{source}\"\n[launch]\nstore = \"{d}/store\"\n",
+            "[hints]\n{hints}\nsocket = \"{d}/hint.sock\"\n[control]\nsocket = \"{d}/control.sock\"\n[metrics]\nlisten = \"127.0.0.1:{port}\"\n[observe]\nsource = \"{source}\"\n[launch]\nstore = \"{d}/store\"\n",
             d = dir.display()
         ),
     )
@@ -134,6 +139,30 @@ fn hints_through_the_daemon_become_prefetches_and_are_reported() {
         std::thread::sleep(Duration::from_millis(20));
     }
     assert!(!daemon.control.exists(), "control socket removed on exit");
+}
+
+/// The hint socket is one-way, so `hint` asks the daemon what it took: a
+/// hint the daemon refuses (here, over a 1 MiB/s byte budget) is an error,
+/// not a silent success.
+#[test]
+fn a_hint_the_daemon_refuses_is_an_error() {
+    let dir = common::disk_dir("predictio-daemon");
+    let file = dir.path().join("data");
+    data(&file, 8);
+    let _daemon = start_daemon_with(dir.path(), metrics_port(2), "none", "mib_per_sec = 1");
+    let hint = |range: &str| {
+        Command::new(bin())
+            .args(["hint", file.to_str().expect("utf8"), "--range", range])
+            .args(["--socket", dir.path().join("hint.sock").to_str().expect("utf8")])
+            .output()
+            .expect("hint")
+    };
+    let out = hint("0..8M");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "8 MiB over a 1 MiB/s budget was taken? {stderr}");
+    assert!(stderr.contains("refused 1 of 2 frames (0 invalid or not allowed, 1 over this user's budget)"), "{stderr}");
+    // Within the budget, the same command succeeds.
+    ok(&hint("0..64K"));
 }
 
 #[test]

@@ -32,7 +32,7 @@ use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use crate::protocol::{self, EncodeError, Frame, Handle, MAX_DATAGRAM, MAX_FDS_PER_DATAGRAM, PageList, RangeList};
+use crate::protocol::{self, Ack, EncodeError, Frame, Handle, MAX_DATAGRAM, MAX_FDS_PER_DATAGRAM, PageList, RangeList};
 use crate::sys;
 
 /// How long a client waits between attempts to reach an absent daemon.
@@ -150,6 +150,45 @@ impl From<EncodeError> for SendError {
     }
 }
 
+/// Why [`Client::sync`] has no answer.
+#[derive(Debug)]
+pub enum SyncError {
+    /// The `Sync` frame (or what was buffered before it) was not sent.
+    Send(SendError),
+    /// Nothing answered within the time given.
+    NoAnswer {
+        /// How long it waited.
+        waited: Duration,
+    },
+    /// Receiving failed.
+    Syscall {
+        /// The failing call.
+        call: &'static str,
+        /// Why.
+        source: io::Error,
+    },
+}
+
+impl fmt::Display for SyncError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SyncError::Send(err) => write!(f, "sync: {err}"),
+            SyncError::NoAnswer { waited } => write!(f, "sync: no answer from the daemon within {waited:?}"),
+            SyncError::Syscall { call, source } => write!(f, "sync: {call} failed: {source}"),
+        }
+    }
+}
+
+impl std::error::Error for SyncError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            SyncError::Send(err) => Some(err),
+            SyncError::Syscall { source, .. } => Some(source),
+            SyncError::NoAnswer { .. } => None,
+        }
+    }
+}
+
 /// A client's counters. `sent` and `dropped` count datagrams: one frame
 /// each, unless buffering or batching put several in one.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -247,6 +286,8 @@ pub struct Client {
     buffering: AtomicBool,
     buffer: Mutex<Batch>,
     next_handle: AtomicU32,
+    /// The next [`Frame::Sync`] token.
+    next_token: AtomicU32,
     sent: AtomicU64,
     dropped: AtomicU64,
     invalid: AtomicU64,
@@ -297,6 +338,7 @@ impl Client {
             buffering: AtomicBool::new(false),
             buffer: Mutex::new(Batch::new()),
             next_handle: AtomicU32::new(1),
+            next_token: AtomicU32::new(1),
             sent: AtomicU64::new(0),
             dropped: AtomicU64::new(0),
             invalid: AtomicU64::new(0),
@@ -514,7 +556,7 @@ impl Client {
     /// [`Client::unregister`], which has already forgotten the handle; any
     /// other frame must name a registered handle.
     fn send_frame(&self, frame: &Frame<'_>) -> Result<(), SendError> {
-        if !matches!(frame, Frame::Unregister { .. }) {
+        if !matches!(frame, Frame::Unregister { .. } | Frame::Sync { .. }) {
             self.check_handle(frame)?;
         }
         if self.buffering.load(Ordering::Relaxed) {
@@ -675,6 +717,44 @@ impl Client {
     /// Reports that the model loader starts layer `layer`.
     pub fn layer_start(&self, handle: Handle, layer: u32) -> Result<(), SendError> {
         self.send_frame(&Frame::LayerStart { handle, layer })
+    }
+
+    /// Asks the daemon how many of this client's frames it took and
+    /// refused so far, and waits at most `timeout` for its [`Ack`]. Sends
+    /// whatever is buffered first. The hint protocol is one-way apart from
+    /// this: programs never need it; a tool that must report whether its
+    /// hints were taken (`predictio hint`) ends with it.
+    ///
+    /// [`SyncError::NoAnswer`] when nothing came in time: no daemon, a
+    /// daemon too old to answer, or the `Sync` frame itself was over the
+    /// client's budget.
+    pub fn sync(&self, timeout: Duration) -> Result<Ack, SyncError> {
+        self.flush().map_err(SyncError::Send)?;
+        // Answers to earlier calls that came too late are still queued:
+        // each call's token is new, and those are skipped below.
+        let token = self.next_token.fetch_add(1, Ordering::Relaxed);
+        // Never buffered, and naming no handle: sent as it is, after any
+        // registrations a (new) daemon lacks.
+        self.check_fork();
+        if self.any_pending.load(Ordering::Acquire) && self.is_connected() {
+            self.flush_pending();
+        }
+        let mut frame = Vec::with_capacity(protocol::HEADER_LEN + 4);
+        protocol::encode(&Frame::Sync { token }, &mut frame).map_err(|err| SyncError::Send(err.into()))?;
+        self.transmit(&frame, &[]).map_err(SyncError::Send)?;
+        let deadline = Instant::now() + timeout;
+        let mut buf = [0u8; protocol::ACK_LEN + 1];
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let received = sys::recv_within(self.socket.as_fd(), &mut buf, left)
+                .map_err(|source| SyncError::Syscall { call: "recv", source })?;
+            let Some(len) = received else { return Err(SyncError::NoAnswer { waited: timeout }) };
+            if let Some(ack) = buf.get(..len).and_then(Ack::decode)
+                && ack.token == token
+            {
+                return Ok(ack);
+            }
+        }
     }
 
     /// Sends any frame except `Register` (which needs a descriptor: use

@@ -46,5 +46,5 @@ pub mod protocol;
 #[allow(unsafe_code)]
 mod sys;
 
-pub use client::{Batch, Client, ClientError, ClientStats, DEFAULT_RETRY_INTERVAL, SendError};
-pub use protocol::{DEFAULT_SOCKET_PATH, DecodeError, EncodeError, Frame, Handle, Kind, PageList, RangeList};
+pub use client::{Batch, Client, ClientError, ClientStats, DEFAULT_RETRY_INTERVAL, SendError, SyncError};
+pub use protocol::{Ack, DEFAULT_SOCKET_PATH, DecodeError, EncodeError, Frame, Handle, Kind, PageList, RangeList};

@@ -99,11 +99,13 @@ pub enum Kind {
     TensorLayout = 7,
     /// [`Frame::LayerStart`]
     LayerStart = 8,
+    /// [`Frame::Sync`]
+    Sync = 9,
 }
 
 impl Kind {
     /// Every kind, in wire order.
-    pub const ALL: [Kind; 8] = [
+    pub const ALL: [Kind; 9] = [
         Kind::Register,
         Kind::Unregister,
         Kind::Pages,
@@ -112,6 +114,7 @@ impl Kind {
         Kind::TreeChildEnter,
         Kind::TensorLayout,
         Kind::LayerStart,
+        Kind::Sync,
     ];
 
     /// The kind with wire value `byte`, if any.
@@ -125,6 +128,7 @@ impl Kind {
             6 => Kind::TreeChildEnter,
             7 => Kind::TensorLayout,
             8 => Kind::LayerStart,
+            9 => Kind::Sync,
             _ => return None,
         })
     }
@@ -337,6 +341,16 @@ pub enum Frame<'a> {
         /// Layer index.
         layer: u32,
     },
+    /// Asks the daemon to answer with an [`Ack`]: how many of this client's
+    /// frames, up to and including this one, it accepted and refused. The
+    /// hint protocol is otherwise one-way; a tool that must know whether
+    /// its hints were taken (`predictio hint`) ends with one. Names no file:
+    /// the header's handle field is 0.
+    Sync {
+        /// Echoed in the answer, so that a late answer to an earlier
+        /// `Sync` is not mistaken for this one's.
+        token: u32,
+    },
 }
 
 impl Frame<'_> {
@@ -351,12 +365,15 @@ impl Frame<'_> {
             Frame::TreeChildEnter { .. } => Kind::TreeChildEnter,
             Frame::TensorLayout { .. } => Kind::TensorLayout,
             Frame::LayerStart { .. } => Kind::LayerStart,
+            Frame::Sync { .. } => Kind::Sync,
         }
     }
 
-    /// The handle the frame names.
+    /// The handle the frame names (`Handle(0)` for [`Frame::Sync`], which
+    /// names none).
     pub fn handle(&self) -> Handle {
         match *self {
+            Frame::Sync { .. } => Handle(0),
             Frame::Register { handle }
             | Frame::Unregister { handle }
             | Frame::Pages { handle, .. }
@@ -379,7 +396,7 @@ impl Frame<'_> {
                 Frame::ReadPlan { segments, .. } => 4usize.saturating_add(segments.len().saturating_mul(PAIR_LEN)),
                 Frame::StreamRead { .. } => 16,
                 Frame::TreeChildEnter { children, .. } => 16usize.saturating_add(children.len().saturating_mul(8)),
-                Frame::LayerStart { .. } => 4,
+                Frame::LayerStart { .. } | Frame::Sync { .. } => 4,
             }
     }
 }
@@ -524,7 +541,7 @@ pub fn encode(frame: &Frame<'_>, out: &mut Vec<u8>) -> Result<(), EncodeError> {
                 return Err(EncodeError::BadPosition);
             }
         }
-        Frame::Register { .. } | Frame::Unregister { .. } | Frame::LayerStart { .. } => {}
+        Frame::Register { .. } | Frame::Unregister { .. } | Frame::LayerStart { .. } | Frame::Sync { .. } => {}
     }
     out.reserve(len);
     out.extend_from_slice(&MAGIC);
@@ -567,6 +584,7 @@ pub fn encode(frame: &Frame<'_>, out: &mut Vec<u8>) -> Result<(), EncodeError> {
             }
         }
         Frame::LayerStart { layer, .. } => out.extend_from_slice(&layer.to_le_bytes()),
+        Frame::Sync { token } => out.extend_from_slice(&token.to_le_bytes()),
     }
     debug_assert_eq!(len, frame.encoded_len());
     Ok(())
@@ -686,7 +704,71 @@ fn decode_body(bytes: &[u8]) -> Result<Frame<'_>, DecodeError> {
             let body = fixed(body, 4)?;
             Frame::LayerStart { handle, layer: le_u32(body, 0) }
         }
+        Kind::Sync => {
+            let body = fixed(body, 4)?;
+            Frame::Sync { token: le_u32(body, 0) }
+        }
     })
+}
+
+/// First two bytes of an [`Ack`]: `b"PA"` ("predictio answer"). The daemon
+/// sends nothing else to clients.
+pub const ACK_MAGIC: [u8; 2] = *b"PA";
+
+/// Size of an encoded [`Ack`] in bytes.
+pub const ACK_LEN: usize = 32;
+
+/// The daemon's answer to a [`Frame::Sync`], sent back to the client's own
+/// (abstract, autobound) address. Counts cover the client's frames since
+/// the daemon first heard from it, up to and including the `Sync`.
+///
+/// Layout (little-endian): `ACK_MAGIC`, [`VERSION`], a zero byte, `token`
+/// (u32), `accepted`, `rejected`, `limited` (u64 each).
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+pub struct Ack {
+    /// The `Sync` frame's token.
+    pub token: u32,
+    /// Frames taken (registrations, hints, the `Sync` itself).
+    pub accepted: u64,
+    /// Frames refused as malformed or not allowed (decode errors, unknown
+    /// handles, descriptors that are not readable regular files, the
+    /// handle caps).
+    pub rejected: u64,
+    /// Valid frames dropped because a budget was spent (frames or bytes per
+    /// second, queued bytes).
+    pub limited: u64,
+}
+
+impl Ack {
+    /// Frames not taken: `rejected + limited`.
+    pub fn refused(&self) -> u64 {
+        self.rejected.saturating_add(self.limited)
+    }
+
+    /// The wire encoding.
+    pub fn encode(&self) -> [u8; ACK_LEN] {
+        let mut out = [0u8; ACK_LEN];
+        out[0..2].copy_from_slice(&ACK_MAGIC);
+        out[2] = VERSION;
+        out[4..8].copy_from_slice(&self.token.to_le_bytes());
+        out[8..16].copy_from_slice(&self.accepted.to_le_bytes());
+        out[16..24].copy_from_slice(&self.rejected.to_le_bytes());
+        out[24..32].copy_from_slice(&self.limited.to_le_bytes());
+        out
+    }
+
+    /// Decodes an answer; `None` for anything that is not exactly one.
+    pub fn decode(bytes: &[u8]) -> Option<Ack> {
+        if bytes.len() != ACK_LEN || bytes[0..2] != ACK_MAGIC || bytes[2] != VERSION || bytes[3] != 0 {
+            return None;
+        }
+        Some(Ack {
+            token: le_u32(bytes, 4),
+            accepted: le_u64(bytes, 8),
+            rejected: le_u64(bytes, 16),
+            limited: le_u64(bytes, 24),
+        })
+    }
 }
 
 /// Iterates over the frames of a datagram. A body error (bad range, unknown
@@ -749,6 +831,7 @@ mod tests {
             },
             Frame::TensorLayout { handle: Handle(7), ranges: RangeList::from_pairs(&segs) },
             Frame::LayerStart { handle: Handle(8), layer: 31 },
+            Frame::Sync { token: 0xA5A5_0001 },
         ];
         frames
             .iter()
@@ -776,6 +859,24 @@ mod tests {
     #[test]
     fn round_trip_every_kind() {
         assert_eq!(sample_frames().len(), Kind::ALL.len());
+    }
+
+    #[test]
+    fn acks_round_trip_and_nothing_else_decodes_as_one() {
+        let ack = Ack { token: 7, accepted: 3, rejected: 1, limited: u64::MAX };
+        let wire = ack.encode();
+        assert_eq!(Ack::decode(&wire), Some(ack));
+        assert_eq!(ack.refused(), u64::MAX);
+        assert_eq!(Ack::decode(&wire[..ACK_LEN - 1]), None);
+        let mut bad = wire;
+        bad[1] = b'H';
+        assert_eq!(Ack::decode(&bad), None, "a hint frame's magic");
+        let mut bad = wire;
+        bad[3] = 1;
+        assert_eq!(Ack::decode(&bad), None);
+        let mut sync = Vec::new();
+        encode(&Frame::Sync { token: 7 }, &mut sync).expect("encode");
+        assert_eq!(sync, [b'P', b'H', 1, 9, 16, 0, 0, 0, 0, 0, 0, 0, 7, 0, 0, 0]);
     }
 
     #[test]

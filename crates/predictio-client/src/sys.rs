@@ -70,6 +70,39 @@ pub(crate) fn send(fd: BorrowedFd<'_>, bytes: &[u8], fds: &[BorrowedFd<'_>]) -> 
     Ok(())
 }
 
+/// Receives one datagram of at most `buf.len()` bytes on the connected
+/// socket `fd` (which the kernel only lets its peer, the daemon, send to),
+/// waiting at most `timeout`. `Ok(None)` when nothing came in time; a
+/// longer datagram is cut to `buf` and its real length returned, so the
+/// caller can tell it is not what it expects.
+pub(crate) fn recv_within(
+    fd: BorrowedFd<'_>,
+    buf: &mut [u8],
+    timeout: std::time::Duration,
+) -> io::Result<Option<usize>> {
+    use rustix::event::{PollFd, PollFlags, Timespec};
+    use rustix::net::RecvFlags;
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        match rustix::net::recv(fd, &mut *buf, RecvFlags::DONTWAIT | RecvFlags::TRUNC) {
+            Ok((_, len)) => return Ok(Some(len)),
+            Err(Errno::AGAIN) => {}
+            Err(Errno::INTR) => continue,
+            Err(err) => return Err(err.into()),
+        }
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            return Ok(None);
+        }
+        let left = Timespec::try_from(left).map_err(|_| io::Error::from(Errno::INVAL))?;
+        let mut fds = [PollFd::from_borrowed_fd(fd, PollFlags::IN)];
+        match rustix::event::poll(&mut fds, Some(&left)) {
+            Ok(_) | Err(Errno::INTR) => {}
+            Err(err) => return Err(err.into()),
+        }
+    }
+}
+
 /// A close-on-exec duplicate of `fd`, kept so that a restarted daemon can be
 /// told about the file again.
 pub(crate) fn dup_cloexec(fd: BorrowedFd<'_>) -> io::Result<OwnedFd> {

@@ -46,7 +46,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use predictio_client::protocol::{self, DecodeError, Frame, Handle};
+use predictio_client::protocol::{self, Ack, DecodeError, Frame, Handle};
 
 use crate::event::{Event, shared_list_bytes};
 use crate::file::{FileError, FileRef};
@@ -440,6 +440,11 @@ pub struct HintStats {
     /// Clients replaced by a newer client of the same user at
     /// `max_clients_per_uid`.
     pub clients_evicted: u64,
+    /// Answers to [`Frame::Sync`] sent.
+    pub acks_sent: u64,
+    /// Answers to [`Frame::Sync`] not sent: the client's queue was full, it
+    /// was gone, or its address was not an abstract one.
+    pub acks_dropped: u64,
 }
 
 impl HintStats {
@@ -521,6 +526,8 @@ struct ClientState {
     files: HashMap<u32, FileRef>,
     budget: ClientBudget,
     last_seen: Instant,
+    /// What a [`Frame::Sync`] answers: this client's frame outcomes.
+    outcomes: Ack,
 }
 
 /// One user's share: its token buckets over all its clients, the handles
@@ -951,7 +958,8 @@ impl HintServer {
                 }
             }
             let budget = self.budgets.add_client(creds.uid, now);
-            let state = ClientState { uid: creds.uid, files: HashMap::new(), budget, last_seen: now };
+            let state =
+                ClientState { uid: creds.uid, files: HashMap::new(), budget, last_seen: now, outcomes: Ack::default() };
             self.clients.insert(key, state);
         }
         let Some(client) = self.clients.get_mut(&key) else { return 0 };
@@ -961,8 +969,11 @@ impl HintServer {
         let peer = PeerCred::from(creds);
         let mut fds = self.fds.drain(..);
         let mut hints = 0;
+        let mut sync = None;
         for item in protocol::frames(&self.buf[..received.len]) {
             self.stats.frames += 1;
+            // Counted as limited until it is known to be otherwise.
+            client.outcomes.limited += 1;
             // A well-formed Register frame takes its descriptor whatever
             // becomes of it, so that the next one gets the next descriptor.
             let fd = if matches!(item, Ok(Frame::Register { .. })) { fds.next() } else { None };
@@ -977,6 +988,8 @@ impl HintServer {
                 Ok(frame) => frame,
                 Err(err) => {
                     self.stats.rejected[Reject::Decode(err).index()] += 1;
+                    client.outcomes.limited -= 1;
+                    client.outcomes.rejected += 1;
                     continue;
                 }
             };
@@ -985,6 +998,10 @@ impl HintServer {
                 continue;
             }
             let outcome = match frame {
+                Frame::Sync { token } => {
+                    sync = Some(token);
+                    Ok(None)
+                }
                 Frame::Register { handle } => register(client, budgets, handle, fd).map(|()| None),
                 Frame::Unregister { handle } => match client.files.remove(&handle.0) {
                     Some(_) => {
@@ -1004,20 +1021,47 @@ impl HintServer {
                     }
                 },
             };
+            client.outcomes.limited -= 1;
             match outcome {
-                Ok(None) => self.stats.accepted += 1,
+                Ok(None) => {
+                    self.stats.accepted += 1;
+                    client.outcomes.accepted += 1;
+                }
                 Ok(Some((event, file, charge))) => {
                     self.stats.accepted += 1;
+                    client.outcomes.accepted += 1;
                     self.stats.hints += 1;
                     hints += 1;
                     on_hint(Hint { event, file, peer, charge });
                 }
-                Err(reason) => self.stats.rejected[reason.index()] += 1,
+                Err(reason) => {
+                    self.stats.rejected[reason.index()] += 1;
+                    client.outcomes.rejected += 1;
+                }
             }
         }
         let unused = fds.count();
         self.stats.descriptors_closed += unused as u64;
+        if let Some(token) = sync {
+            let ack = Ack { token, ..client.outcomes };
+            self.answer(&received.sender, &ack);
+        }
         hints
+    }
+
+    /// Sends `ack` to `sender`, without waiting: counted as sent, or as
+    /// dropped when the client's queue is full or it is gone. Only to an
+    /// abstract address (the client library autobinds one): sending to a
+    /// pathname would have the daemon resolve, as root, a path the client
+    /// controls and could point at another program's socket.
+    fn answer(&mut self, sender: &SenderAddr, ack: &Ack) {
+        let sent = sender.as_bytes().first() == Some(&0)
+            && sock::send_to_abstract(self.socket.as_fd(), &sender.as_bytes()[1..], &ack.encode()).is_ok();
+        if sent {
+            self.stats.acks_sent += 1;
+        } else {
+            self.stats.acks_dropped += 1;
+        }
     }
 }
 
@@ -1072,7 +1116,7 @@ fn prefetch_bytes(frame: &Frame<'_>) -> u64 {
         Frame::TensorLayout { ranges, .. } => {
             ranges.iter().fold(0u64, |sum, (_, len)| sum.saturating_add(len)).min(TENSOR_LAYOUT_CHARGE)
         }
-        Frame::LayerStart { .. } | Frame::Register { .. } | Frame::Unregister { .. } => 0,
+        Frame::LayerStart { .. } | Frame::Register { .. } | Frame::Unregister { .. } | Frame::Sync { .. } => 0,
     }
 }
 
@@ -1091,13 +1135,17 @@ fn queued_cost(frame: &Frame<'_>) -> u64 {
         Frame::ReadPlan { segments, .. } => shared_list_bytes::<ByteRange>(segments.len()),
         Frame::TensorLayout { ranges, .. } => shared_list_bytes::<ByteRange>(ranges.len()),
         Frame::TreeChildEnter { children, .. } => shared_list_bytes::<u64>(children.len()),
-        Frame::StreamRead { .. } | Frame::LayerStart { .. } | Frame::Register { .. } | Frame::Unregister { .. } => 0,
+        Frame::StreamRead { .. }
+        | Frame::LayerStart { .. }
+        | Frame::Register { .. }
+        | Frame::Unregister { .. }
+        | Frame::Sync { .. } => 0,
     };
     (std::mem::size_of::<Event>() + payload) as u64
 }
 
-/// The event a valid hint frame stands for. Register/Unregister never get
-/// here.
+/// The event a valid hint frame stands for. Register, Unregister and Sync
+/// never get here.
 fn to_event(frame: &Frame<'_>, file: &FileRef) -> Event {
     let file = file.id();
     let byte_ranges = |list: &protocol::RangeList<'_>| -> Arc<[ByteRange]> {
@@ -1119,7 +1167,9 @@ fn to_event(frame: &Frame<'_>, file: &FileRef) -> Event {
         Frame::LayerStart { layer, .. } => Event::LayerStart { file, layer: *layer },
         // Not reachable: the caller handles these kinds itself. An empty page
         // list is the harmless answer.
-        Frame::Register { .. } | Frame::Unregister { .. } => Event::Pages { file, ranges: Arc::from([]) },
+        Frame::Register { .. } | Frame::Unregister { .. } | Frame::Sync { .. } => {
+            Event::Pages { file, ranges: Arc::from([]) }
+        }
     }
 }
 

@@ -231,6 +231,49 @@ fn every_frame_kind_round_trips_with_descriptors() {
     assert_eq!(hints.len(), 6);
 }
 
+/// A `Sync` frame is answered with the client's own outcomes, to the
+/// client's abstract address; a sender bound to a pathname gets no answer
+/// (the daemon would resolve, as root, a path the sender controls).
+#[test]
+fn a_sync_is_answered_with_the_clients_own_outcomes() {
+    let (dir, data) = setup();
+    let mut server = HintServer::bind(HintConfig::at(dir.path().join("hint.sock"))).expect("bind");
+    let path = server.path().to_path_buf();
+    let stop = Arc::new(AtomicBool::new(false));
+    let stop_server = Arc::clone(&stop);
+    let serving = thread::spawn(move || {
+        while !stop_server.load(Ordering::Relaxed) {
+            server.recv(Some(Duration::from_millis(10)), &mut |_| {}).expect("recv");
+        }
+        server.stats()
+    });
+    let client = Client::connect(&path).expect("client");
+    let file = File::open(&data).expect("open data");
+    let handle = client.register(&file).expect("register");
+    client.pages(handle, &[(0, 4)]).expect("pages");
+    let mut raw = Vec::new();
+    protocol::encode(&Frame::StreamRead { handle: Handle(99), offset: 0, len: 1 }, &mut raw).expect("encode");
+    client.send_raw(&raw, &[]).expect("unknown handle");
+    client.send_raw(b"garbage, not a frame", &[]).expect("garbage");
+    let ack = client.sync(Duration::from_secs(5)).expect("an answer");
+    assert_eq!((ack.accepted, ack.rejected, ack.limited), (3, 2, 0), "register, pages and the sync itself: {ack:?}");
+    // Another client's outcomes are its own.
+    let other = Client::connect(&path).expect("client");
+    let ack = other.sync(Duration::from_secs(5)).expect("an answer");
+    assert_eq!((ack.accepted, ack.rejected, ack.limited), (1, 0, 0));
+
+    let bound = std::os::unix::net::UnixDatagram::bind(dir.path().join("client.sock")).expect("bind a pathname");
+    bound.connect(&path).expect("connect");
+    let mut sync = Vec::new();
+    protocol::encode(&Frame::Sync { token: 1 }, &mut sync).expect("encode");
+    bound.send(&sync).expect("send");
+    bound.set_read_timeout(Some(Duration::from_millis(300))).expect("timeout");
+    assert!(bound.recv(&mut [0u8; 64]).is_err(), "a pathname sender got an answer");
+    stop.store(true, Ordering::Relaxed);
+    let stats = serving.join().expect("server");
+    assert_eq!((stats.acks_sent, stats.acks_dropped), (2, 1), "{stats:?}");
+}
+
 #[test]
 fn several_frames_and_descriptors_in_one_datagram() {
     let (dir, data) = setup();
@@ -453,7 +496,7 @@ fn templates(rng: &mut Rng) -> Vec<u8> {
         })
         .collect();
     let children: Vec<u64> = (0..n).map(|_| rng.below(1 << 20)).collect();
-    let frame = match rng.below(8) {
+    let frame = match rng.below(9) {
         0 => Frame::Register { handle },
         1 => Frame::Unregister { handle },
         2 => Frame::Pages { handle, ranges: RangeList::from_pairs(&pairs) },
@@ -466,6 +509,7 @@ fn templates(rng: &mut Rng) -> Vec<u8> {
             children: PageList::from_slice(&children),
         },
         6 => Frame::TensorLayout { handle, ranges: RangeList::from_pairs(&pairs) },
+        7 => Frame::Sync { token: rng.next() as u32 },
         _ => Frame::LayerStart { handle, layer: rng.below(80) as u32 },
     };
     let mut out = Vec::new();
@@ -545,6 +589,8 @@ fn predict(datagram: &[u8], registered: &mut [bool; 4], expected: &mut Expected,
                 decode_counts[9] += 1;
                 match frame {
                     Frame::Register { .. } => expected.rejected[Reject::MissingDescriptor.index()] += 1,
+                    // Answered (or the answer dropped), never a hint.
+                    Frame::Sync { .. } => expected.accepted += 1,
                     Frame::Unregister { handle } => match slot(handle) {
                         Some(i) if registered[i] => {
                             registered[i] = false;
@@ -565,9 +611,19 @@ fn predict(datagram: &[u8], registered: &mut [bool; 4], expected: &mut Expected,
     }
 }
 
+/// The fuzzer: a million datagrams in the suite;
+/// `PREDICTIO_FUZZ_DATAGRAMS=10000000 PREDICTIO_FUZZ_SEED=N cargo test
+/// --release -p predictio --test hints fuzzed -- --nocapture` for a longer
+/// run from another seed.
 #[test]
 fn a_million_fuzzed_frames_never_crash_and_are_all_counted() {
-    const DATAGRAMS: u64 = 1_000_000;
+    let env = |name: &str, default: u64| -> u64 {
+        std::env::var(name).ok().map_or(default, |v| v.parse().unwrap_or_else(|_| panic!("{name}={v:?}: not a number")))
+    };
+    let datagrams = env("PREDICTIO_FUZZ_DATAGRAMS", 1_000_000);
+    let seed = env("PREDICTIO_FUZZ_SEED", 0x5EED_1234_ABCD_0001);
+    // 300 s a million: the suite's slice takes a few seconds.
+    let budget = Duration::from_secs(300u64.saturating_mul(datagrams.div_ceil(1_000_000)));
     let _serial = exclusive();
     let (dir, data) = setup();
     let mut server = HintServer::bind(HintConfig::at(dir.path().join("hint.sock")).unlimited()).expect("bind");
@@ -580,7 +636,7 @@ fn a_million_fuzzed_frames_never_crash_and_are_all_counted() {
         let mut registered = [false; 4];
         let mut expected = Expected::default();
         let mut decode_counts = [0u64; 10];
-        let mut rng = Rng(0x5EED_1234_ABCD_0001);
+        let mut rng = Rng(seed);
         let register = |handle: u32, expected: &mut Expected| {
             let mut raw = Vec::new();
             protocol::encode(&Frame::Register { handle: Handle(handle) }, &mut raw).expect("encode");
@@ -592,7 +648,7 @@ fn a_million_fuzzed_frames_never_crash_and_are_all_counted() {
             register(handle, &mut expected);
             registered[handle as usize] = true;
         }
-        for _ in 0..DATAGRAMS {
+        for _ in 0..datagrams {
             let datagram = fuzzed(&mut rng);
             predict(&datagram, &mut registered, &mut expected, &mut decode_counts);
             send_retry(|| client.send_raw(&datagram, &[]));
@@ -624,13 +680,13 @@ fn a_million_fuzzed_frames_never_crash_and_are_all_counted() {
         if sender.is_finished() && server.stats().datagrams == sent.load(Ordering::Acquire) {
             break;
         }
-        assert!(start.elapsed() < Duration::from_secs(300), "fuzz run did not finish: {:?}", server.stats());
+        assert!(start.elapsed() < budget, "fuzz run did not finish: {:?}", server.stats());
     }
     let (expected, decode_counts, client_stats) = sender.join().expect("sender");
     let elapsed = start.elapsed();
     let stats = server.stats();
     println!(
-        "fuzz: {} datagrams, {} frame outcomes in {:.2?} ({:.0} datagrams/s); accepted {}, rejected {}; \
+        "fuzz (seed {seed:#x}): {} datagrams, {} frame outcomes in {:.2?} ({:.0} datagrams/s); accepted {}, rejected {}; \
          decode outcomes (errors by reason, then ok): {decode_counts:?}",
         stats.datagrams,
         stats.frames,
@@ -654,7 +710,7 @@ fn a_million_fuzzed_frames_never_crash_and_are_all_counted() {
     );
     assert_eq!(hints, stats.hints);
     assert_eq!(wrong_file, 0);
-    assert!(stats.frames >= DATAGRAMS);
+    assert!(stats.frames >= datagrams);
     // The mutations reach every decoder error.
     assert!(decode_counts.iter().all(|&n| n > 0), "{decode_counts:?}");
 }
@@ -988,7 +1044,7 @@ fn c_example_hints_reach_the_server() {
 #[test]
 fn kinds_cover_the_protocol() {
     // A reminder to extend the tests above with any new frame kind.
-    assert_eq!(Kind::ALL.len(), 8);
+    assert_eq!(Kind::ALL.len(), 9);
 }
 
 /// Records when each of root's `StreamRead` hints on `file` is dispatched

@@ -63,5 +63,26 @@ pub fn run(args: Args) -> Result<()> {
     if stats.dropped > 0 {
         bail!("the daemon did not take the hint (socket busy or gone)");
     }
+    // The hint socket is one-way; ask the daemon what it made of ours.
+    let ack = client.sync(ANSWER_WITHIN).with_context(|| {
+        format!(
+            "the daemon at {} did not say whether it took the hint (busy, over budget, or too old)",
+            socket.display()
+        )
+    })?;
+    if ack.refused() > 0 {
+        bail!(
+            "the daemon refused {} of {} frames ({} invalid or not allowed, {} over this user's budget); \
+             `predictio stat` shows the reasons",
+            ack.refused(),
+            // The count includes the Sync frame, which was taken.
+            ack.refused() + ack.accepted.saturating_sub(1),
+            ack.rejected,
+            ack.limited
+        );
+    }
     Ok(())
 }
+
+/// How long `hint` waits for the daemon to say what it took.
+const ANSWER_WITHIN: std::time::Duration = std::time::Duration::from_secs(2);

@@ -1,11 +1,12 @@
 //! The hint server's socket syscalls: `SO_PASSCRED`, `recvmsg(2)` with
-//! `SCM_CREDENTIALS` and `SCM_RIGHTS`, `poll(2)`, `fcntl(F_GETFL)`.
+//! `SCM_CREDENTIALS` and `SCM_RIGHTS`, `sendto(2)` (answers to `Sync`),
+//! `poll(2)`, `fcntl(F_GETFL)`.
 //!
 //! Received descriptors are wrapped in [`OwnedFd`] the moment they are parsed
 //! out of the control message, so none can leak: whatever the caller does not
 //! keep is closed when dropped. They are received with `MSG_CMSG_CLOEXEC`.
 //!
-//! The socket options, `poll` and `fcntl` go through rustix. `recvmsg` does
+//! The socket options, `sendto`, `poll` and `fcntl` go through rustix. `recvmsg` does
 //! not: rustix 1.x parses every control message of a
 //! `RecvAncillaryBuffer` (when drained, and again when dropped), and reads
 //! `SCM_CREDENTIALS` into a `UCred` whose `pid` is a non-zero type, while
@@ -216,6 +217,16 @@ pub fn recv_datagram(fd: BorrowedFd<'_>, buf: &mut [u8], fds: &mut Vec<OwnedFd>)
         credentials,
         sender,
     }))
+}
+
+/// Sends `bytes` as one datagram from `fd` to the abstract address `name`
+/// (without its leading NUL byte). Never blocks (`MSG_DONTWAIT`): a full
+/// receive queue is `EAGAIN`.
+pub fn send_to_abstract(fd: BorrowedFd<'_>, name: &[u8], bytes: &[u8]) -> io::Result<()> {
+    use rustix::net::{SendFlags, SocketAddrUnix};
+    let addr = SocketAddrUnix::new_abstract_name(name)?;
+    rustix::net::sendto(fd, bytes, SendFlags::DONTWAIT | SendFlags::NOSIGNAL, &addr)?;
+    Ok(())
 }
 
 /// Waits until `fd` is readable or `timeout` passes (`None`: forever).
