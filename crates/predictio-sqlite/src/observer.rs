@@ -7,7 +7,8 @@
 //!                                         └ DbObserver::on_read ─ Header::parse (offset 0)
 //!                                                               └ parse_page ─ Traversal::learn (interior pages; unchanged re-reads not parsed)
 //!                                                                              (or, when not announced, Traversal ─ TreeChildEnter ─ Prefetcher)
-//!  Prefetcher = Runtime + Executor (ExecutorConfig::embedded), btree policy
+//!  Prefetcher = Runtime + Executor (ExecutorConfig::embedded), btree policy; in the extension one per
+//!               process, started at the first slow read (DbObserver::lazy): a cached database never starts it
 //! ```
 //!
 //! Reporting the descent before the read lets the prefetch of the pages
@@ -132,12 +133,29 @@ impl Prefetcher {
     }
 
     /// The process's runtime, started on first use with the default
-    /// executor settings.
+    /// executor settings (in the extension: at the first read of a database
+    /// that came from the device, see [`DbObserver::lazy`], or at the first
+    /// `predictio_stats()`). Starting it starts no thread (the executor's
+    /// worker starts with the first request it has to queue).
     pub fn global() -> Result<&'static Prefetcher, Error> {
-        GLOBAL.get_or_init(|| Prefetcher::new(executor_config()).map_err(|e| e.to_string())).as_ref().map_err(|err| {
-            tracing::warn!(%err, "predictio-sqlite: no prefetching");
-            Error::Unavailable
-        })
+        GLOBAL
+            .get_or_init(|| {
+                // The cache is cold: bring the rest of our own code in now,
+                // not page by page inside the queries to come.
+                #[cfg(feature = "extension")]
+                warm_own_code(warm_own_code as *const () as usize);
+                Prefetcher::new(executor_config()).map_err(|e| e.to_string())
+            })
+            .as_ref()
+            .map_err(|err| {
+                tracing::warn!(%err, "predictio-sqlite: no prefetching");
+                Error::Unavailable
+            })
+    }
+
+    /// Whether the process's runtime ([`Self::global`]) has been started.
+    pub fn global_started() -> bool {
+        GLOBAL.get().is_some()
     }
 
     /// Holds `file` so that the policy may prefetch it.
@@ -261,7 +279,8 @@ struct Known {
 #[derive(Debug)]
 pub struct DbObserver {
     path: PathBuf,
-    prefetcher: &'static Prefetcher,
+    /// The runtime fed; `None` until a lazy observer's first slow read.
+    prefetcher: Option<&'static Prefetcher>,
     file: Option<FileRef>,
     known: Option<Known>,
     /// The page [`Self::before_read`] placed last, whose bytes
@@ -278,20 +297,54 @@ impl DbObserver {
     /// is opened (read-only, a descriptor of our own) on the first read of
     /// its header.
     pub fn new(path: impl Into<PathBuf>, prefetcher: &'static Prefetcher) -> Self {
-        Self {
-            path: path.into(),
-            prefetcher,
-            file: None,
-            known: None,
-            announced: None,
-            disabled: false,
-            gate: WarmGate::default(),
-        }
+        Self::with(path.into(), Some(prefetcher))
+    }
+
+    /// An observer of the database at `path` that feeds the process's
+    /// runtime ([`Prefetcher::global`]) but starts it only at the first
+    /// read [`Self::on_timed_read`] finds slow (one from the device): a
+    /// program whose database is cached never starts it. Until then the
+    /// observer learns the tree (interior pages parsed, descents followed)
+    /// and drops the events, since nothing is there to prefetch. If the
+    /// runtime cannot start, the observer stops observing.
+    pub fn lazy(path: impl Into<PathBuf>) -> Self {
+        Self::with(path.into(), None)
+    }
+
+    fn with(path: PathBuf, prefetcher: Option<&'static Prefetcher>) -> Self {
+        Self { path, prefetcher, file: None, known: None, announced: None, disabled: false, gate: WarmGate::default() }
     }
 
     /// Whether the header has been seen and parsed.
     pub fn knows_header(&self) -> bool {
         self.known.is_some()
+    }
+
+    /// Whether this observer feeds a runtime (always for [`Self::new`]; for
+    /// [`Self::lazy`], once a slow read started it).
+    pub fn feeds_runtime(&self) -> bool {
+        self.prefetcher.is_some()
+    }
+
+    /// Dispatches `event` to the runtime, if there is one yet.
+    fn dispatch(&self, event: &Event) {
+        if let Some(prefetcher) = self.prefetcher {
+            prefetcher.dispatch(event);
+        }
+    }
+
+    /// Starts the process's runtime for a lazy observer (once; a runtime
+    /// that cannot start disables the observer).
+    fn start_runtime(&mut self) {
+        match Prefetcher::global() {
+            Ok(prefetcher) => {
+                self.prefetcher = Some(prefetcher);
+                if let Some(file) = self.file.as_ref() {
+                    prefetcher.hold(file.clone());
+                }
+            }
+            Err(_) => self.disabled = true,
+        }
     }
 
     /// Reports that SQLite is about to read `len` bytes at `offset`. Where
@@ -308,7 +361,7 @@ impl DbObserver {
         let Some(known) = self.known.as_mut() else { return };
         let Some(page_no) = page_number(known.geometry.page_size, offset, len) else { return };
         if let Some(event) = known.traversal.on_read(u64::from(page_no), None) {
-            self.prefetcher.dispatch(&event);
+            self.dispatch(&event);
         }
         self.announced = Some(page_no);
     }
@@ -324,18 +377,29 @@ impl DbObserver {
     /// reads have come from the page cache for a while with nothing for the
     /// executor to do, they are only timed, not observed, until one comes
     /// from the device again. The header (offset 0) is always observed.
+    ///
+    /// A [`Self::lazy`] observer starts the runtime at the first read that
+    /// took longer than a cached read does (40 µs).
     pub fn on_timed_read(&mut self, offset: u64, bytes: &[u8], elapsed: Duration) {
-        let queued = self.prefetcher.executor().queued_requests();
+        if self.prefetcher.is_none() && !self.disabled && elapsed > SLOW_READ {
+            self.start_runtime();
+        }
+        let queued = self.prefetcher.map_or(0, |p| p.executor().queued_requests());
         let was_warm = self.gate.warm;
         let observe = self.gate.after_read(elapsed, queued) || offset == 0;
+        let count = |counter: fn(&Prefetcher) -> &AtomicU64| {
+            if let Some(prefetcher) = self.prefetcher {
+                counter(prefetcher).fetch_add(1, Ordering::Relaxed);
+            }
+        };
         if self.gate.warm && !was_warm {
-            self.prefetcher.warm_spells.fetch_add(1, Ordering::Relaxed);
+            count(|p| &p.warm_spells);
         }
         if observe {
-            self.prefetcher.reads_observed.fetch_add(1, Ordering::Relaxed);
+            count(|p| &p.reads_observed);
             self.on_read(offset, bytes);
         } else {
-            self.prefetcher.reads_unobserved.fetch_add(1, Ordering::Relaxed);
+            count(|p| &p.reads_unobserved);
             self.announced = None;
         }
     }
@@ -357,8 +421,9 @@ impl DbObserver {
         if known.traversal.reread_unchanged(page, bytes) {
             if announced != Some(page_no)
                 && let Some(event) = known.traversal.on_read(page, None)
+                && let Some(prefetcher) = self.prefetcher
             {
-                self.prefetcher.dispatch(&event);
+                prefetcher.dispatch(&event);
             }
             return;
         }
@@ -369,8 +434,10 @@ impl DbObserver {
             if let Some(interior) = parsed {
                 known.traversal.learn(page, interior);
             }
-        } else if let Some(event) = known.traversal.on_read(page, parsed) {
-            self.prefetcher.dispatch(&event);
+        } else if let Some(event) = known.traversal.on_read(page, parsed)
+            && let Some(prefetcher) = self.prefetcher
+        {
+            prefetcher.dispatch(&event);
         }
         if interior {
             known.traversal.keep_bytes(page, bytes);
@@ -401,7 +468,9 @@ impl DbObserver {
         if self.file.is_none() {
             match FileRef::open(&self.path) {
                 Ok(file) => {
-                    self.prefetcher.hold(file.clone());
+                    if let Some(prefetcher) = self.prefetcher {
+                        prefetcher.hold(file.clone());
+                    }
                     self.file = Some(file);
                 }
                 Err(err) => {

@@ -11,8 +11,12 @@
 //!
 //! Every method forwards to the real file; `xRead` then, for main database
 //! files only and only on `SQLITE_OK`, shows the bytes the real VFS returned
-//! to the [`DbObserver`]. Journals, WAL files, temp files pass through
-//! untouched. Every `extern "C"` body runs inside `catch_unwind`; a panic
+//! to the [`DbObserver`] (reads shorter than a page past the header are not
+//! pages and pass through untimed). Journals, WAL files, temp files pass
+//! through untouched. Loading registers the VFS and the SQL function and
+//! does nothing else: no thread, no file, no runtime; each main database's
+//! observer starts the process's runtime at its first read from the device
+//! ([`DbObserver::lazy`]). Every `extern "C"` body runs inside `catch_unwind`; a panic
 //! while observing is swallowed and never changes what SQLite gets.
 #![allow(unsafe_code)]
 
@@ -133,52 +137,45 @@ unsafe extern "C" fn io_close(file: *mut sqlite3_file) -> c_int {
     })
 }
 
+/// The smallest SQLite page: shorter reads past the header (the change
+/// counter SQLite checks at every transaction) are not pages and are passed
+/// through unobserved and untimed.
+const MIN_PAGE: c_int = 512;
+
 unsafe extern "C" fn io_read(file: *mut sqlite3_file, buf: *mut c_void, amt: c_int, offset: sqlite3_int64) -> c_int {
     guard(SQLITE_IOERR, || {
         // SAFETY: the observer is ours or null and lives until `io_close`.
-        let observer = unsafe { (*file.cast::<ShimFile>()).observer };
-        if !observer.is_null() && amt > 0 && offset >= 0 {
-            // SAFETY: as above.
-            let observer = unsafe { &*observer };
-            // The descent is known from the offset alone: report it before
-            // the read, so that prefetches overlap this read's own I/O.
-            guard((), || {
-                let mut observer = observer.lock().unwrap_or_else(|p| p.into_inner());
-                if observer.watching() {
-                    observer.before_read(offset as u64, amt as usize);
-                }
-            });
-        }
-        let start = std::time::Instant::now();
+        let observer = unsafe { (*file.cast::<ShimFile>()).observer.as_ref() };
+        let observer = observer.filter(|_| amt > 0 && (offset == 0 || (offset > 0 && amt >= MIN_PAGE)));
         // SAFETY: a file opened by `shim_open`; the real read gets exactly
         // SQLite's arguments.
-        let rc = unsafe {
+        let read = || unsafe {
             let real = real_file(file);
             match (*(*real).pMethods).xRead {
                 Some(read) => read(real, buf, amt, offset),
-                None => return SQLITE_IOERR,
+                None => SQLITE_IOERR,
             }
         };
-        if rc == SQLITE_OK && amt > 0 && offset >= 0 {
-            // SAFETY: the observer is ours or null; on SQLITE_OK the real VFS
-            // filled all `amt` bytes of `buf`, which we only read, before
-            // SQLite sees them again.
-            let (observer, bytes) = unsafe {
-                let observer = (*file.cast::<ShimFile>()).observer;
-                (observer, std::slice::from_raw_parts(buf.cast::<u8>().cast_const(), amt as usize))
-            };
-            if !observer.is_null() {
-                // SAFETY: the observer lives until `io_close`.
-                let observer = unsafe { &*observer };
-                // A panic while observing must not change what SQLite gets.
-                guard((), || {
-                    observer.lock().unwrap_or_else(|p| p.into_inner()).on_timed_read(
-                        offset as u64,
-                        bytes,
-                        start.elapsed(),
-                    );
-                });
+        let Some(observer) = observer else { return read() };
+        // The descent is known from the offset alone: report it before the
+        // read, so that prefetches overlap this read's own I/O.
+        guard((), || {
+            let mut observer = observer.lock().unwrap_or_else(|p| p.into_inner());
+            if observer.watching() {
+                observer.before_read(offset as u64, amt as usize);
             }
+        });
+        let start = std::time::Instant::now();
+        let rc = read();
+        if rc == SQLITE_OK {
+            let elapsed = start.elapsed();
+            // SAFETY: on SQLITE_OK the real VFS filled all `amt` (> 0) bytes
+            // of `buf`, which we only read, before SQLite sees them again.
+            let bytes = unsafe { std::slice::from_raw_parts(buf.cast::<u8>().cast_const(), amt as usize) };
+            // A panic while observing must not change what SQLite gets.
+            guard((), || {
+                observer.lock().unwrap_or_else(|p| p.into_inner()).on_timed_read(offset as u64, bytes, elapsed);
+            });
         }
         rc
     })
@@ -244,8 +241,10 @@ unsafe extern "C" fn shim_open(
                 // SAFETY: a main database file's name is a NUL-terminated
                 // path valid for the life of the file.
                 let path = unsafe { CStr::from_ptr(name) };
-                let (Ok(path), Ok(prefetcher)) = (path.to_str(), Prefetcher::global()) else { return };
-                let observer = Box::into_raw(Box::new(Mutex::new(DbObserver::new(path, prefetcher))));
+                let Ok(path) = path.to_str() else { return };
+                // The runtime starts at the first read from the device, not
+                // here: a cached database never starts it.
+                let observer = Box::into_raw(Box::new(Mutex::new(DbObserver::lazy(path))));
                 // SAFETY: our part of the file, set before SQLite uses it.
                 unsafe { (*file.cast::<ShimFile>()).observer = observer };
             });
@@ -422,10 +421,9 @@ pub unsafe extern "C" fn sqlite3_predictio_init(
             return SQLITE_ERROR;
         }
         API.store(api.cast_mut(), Ordering::Release);
-        // Our own code into the page cache now, not page by page inside the
-        // first queries (once per process).
-        static WARMED: std::sync::Once = std::sync::Once::new();
-        WARMED.call_once(|| crate::observer::warm_own_code(sqlite3_predictio_init as *const () as usize));
+        // Nothing else here that can wait: no thread, no file, no runtime.
+        // The runtime (and the warming of our own code) starts at the first
+        // read of a database that came from the device.
         // SAFETY: `api` is SQLite's table.
         if let Err(message) = unsafe { register(api) } {
             let message = std::ffi::CString::new(message).unwrap_or_default();

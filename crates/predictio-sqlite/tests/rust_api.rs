@@ -91,3 +91,57 @@ fn a_cold_walk_through_the_observer_issues_prefetches() {
     assert!(stats.executor.issued_pages > 0, "{stats:?}");
     assert_eq!(stats.executor.errors, 0, "{stats:?}");
 }
+
+/// A lazy observer (the extension's) starts no runtime while its reads come
+/// from the page cache, yet learns the tree; the first slow read starts the
+/// process's runtime, and the descents after it reach the policy.
+#[test]
+fn a_lazy_observer_starts_the_runtime_at_the_first_slow_read_only() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("lazy.db");
+    let build = "PRAGMA page_size = 4096;
+        CREATE TABLE usertable(k TEXT PRIMARY KEY, v BLOB) WITHOUT ROWID;
+        WITH RECURSIVE c(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM c WHERE i + 1 < 20000)
+        INSERT INTO usertable SELECT printf('user%010d', i), randomblob(400) FROM c ORDER BY random();";
+    if sqlite3(&db, build).is_none() {
+        return;
+    }
+    let root: u32 = sqlite3(&db, "SELECT rootpage FROM sqlite_schema WHERE name = 'usertable';")
+        .expect("sqlite3")
+        .trim()
+        .parse()
+        .expect("root page");
+    let image = std::fs::read(&db).expect("read db");
+    let geometry = sqlite::Header::parse(&image).expect("header").geometry();
+    let mut reads = vec![1];
+    walk(&image, &geometry, root, &mut reads);
+    let page = |page_no: u32| {
+        let start = (page_no as usize - 1) * PAGE;
+        (start as u64, &image[start..start + PAGE])
+    };
+
+    let cached = Duration::from_micros(2);
+    let mut observer = DbObserver::lazy(&db);
+    // Fewer cached reads than make the observer stand aside on a warm cache.
+    let half = 200;
+    assert!(reads.len() > 2 * half, "{} pages", reads.len());
+    for &page_no in &reads[..half] {
+        let (offset, bytes) = page(page_no);
+        observer.before_read(offset, PAGE);
+        observer.on_timed_read(offset, bytes, cached);
+    }
+    assert!(observer.knows_header(), "the tree is learnt before the runtime starts");
+    assert!(!observer.feeds_runtime(), "cached reads started the runtime");
+    assert!(!Prefetcher::global_started(), "cached reads started the process's runtime");
+
+    let slow = Duration::from_millis(1);
+    for &page_no in &reads[half..] {
+        let (offset, bytes) = page(page_no);
+        observer.before_read(offset, PAGE);
+        observer.on_timed_read(offset, bytes, slow);
+    }
+    assert!(observer.feeds_runtime() && Prefetcher::global_started(), "a slow read starts the runtime");
+    let stats = Prefetcher::global().expect("runtime").stats();
+    assert!(stats.events as usize > (reads.len() - half) / 2, "{stats:?}");
+    assert!(stats.reads_observed as usize >= reads.len() - half, "{stats:?}");
+}

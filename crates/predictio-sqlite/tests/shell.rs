@@ -145,6 +145,60 @@ fn scans_through_the_extension_give_identical_answers_and_prefetch() {
     assert_eq!(counter(&stats, &["executor", "errors"]), 0, "{stats}");
 }
 
+/// The shell's `.system` line that prints `LABEL tasks=N fds=N sockets=N`
+/// for the sqlite3 process itself (the shell `system()` starts is its child).
+fn census(label: &str) -> String {
+    format!(
+        ".system echo {label} tasks=$(ls /proc/$PPID/task | wc -l) fds=$(ls /proc/$PPID/fd | wc -l) sockets=$(ls -l /proc/$PPID/fd | grep -c socket:)\n"
+    )
+}
+
+/// `name=N` of the census line labelled `label` in `stdout`.
+#[track_caller]
+fn census_count(stdout: &str, label: &str, name: &str) -> u64 {
+    let line = stdout
+        .lines()
+        .find(|line| line.starts_with(&format!("{label} ")))
+        .unwrap_or_else(|| panic!("no {label} line in {stdout:?}"));
+    line.split_whitespace()
+        .find_map(|field| field.strip_prefix(&format!("{name}=")))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no {name}= in {line:?}"))
+}
+
+/// Loading the extension starts no thread, opens no descriptor or socket
+/// (the runtime starts at the first read from the device), and a point read
+/// of a cached database through it starts no thread either.
+#[test]
+fn loading_starts_no_thread_and_a_cached_point_read_none_either() {
+    if !have_sqlite3() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = build_db(dir.path());
+    // Cached: read it whole once.
+    std::fs::read(&db).expect("read db");
+    let script = format!(
+        "{}.load {}\n{}.open {}\nSELECT k, length(v) FROM usertable WHERE k = 'user0000012345';\n{}",
+        census("before"),
+        extension().display(),
+        census("loaded"),
+        db.display(),
+        census("queried"),
+    );
+    let out = run(&[":memory:"], &script);
+    assert!(out.status.success(), "sqlite3: {}", String::from_utf8_lossy(&out.stderr));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("user0000012345|400"), "{stdout}");
+    let before = census_count(&stdout, "before", "tasks");
+    assert_eq!(before, 1, "the sqlite3 shell is single-threaded: {stdout}");
+    assert_eq!(census_count(&stdout, "loaded", "tasks"), before, "loading started a thread: {stdout}");
+    assert_eq!(census_count(&stdout, "loaded", "fds"), census_count(&stdout, "before", "fds"), "{stdout}");
+    assert_eq!(census_count(&stdout, "loaded", "sockets"), 0, "loading opened a socket: {stdout}");
+    assert_eq!(census_count(&stdout, "queried", "tasks"), before, "a cached point read started a thread: {stdout}");
+    assert_eq!(census_count(&stdout, "queried", "sockets"), 0, "{stdout}");
+}
+
 #[test]
 fn writes_journals_and_wal_pass_through() {
     if !have_sqlite3() {
