@@ -31,7 +31,17 @@ const CHECKS: &[(&str, &[&str])] = &[
             "perf tracepoints",
         ],
     ),
-    ("calls", &["cachestat(2)", "preadv2(RWF_NOWAIT)", "io_uring", "PROCMAP_QUERY", "fanotify"]),
+    (
+        "calls",
+        &[
+            "cachestat(2)",
+            "cachestat on read-only files",
+            "preadv2(RWF_NOWAIT)",
+            "io_uring",
+            "PROCMAP_QUERY",
+            "fanotify",
+        ],
+    ),
     (
         "privileges",
         &[
@@ -124,7 +134,7 @@ fn doctor_finds_cachestat_tracefs_and_a_page_size_it_supports() {
     let report = doctor_json();
     if kernel() >= (6, 5) {
         assert_ok(&report, "cachestat(2)");
-        assert_eq!(report["capabilities"][3]["status"], "ok", "residency checks: {report:#}");
+        assert_ne!(report["capabilities"][3]["status"], "missing", "residency checks: {report:#}");
     } else {
         assert_eq!(check(&report, "cachestat(2)")["status"], "missing");
     }

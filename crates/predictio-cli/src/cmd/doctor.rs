@@ -168,12 +168,14 @@ pub fn run(args: Args) -> Result<()> {
 }
 
 /// What the capability summary is built from.
-#[derive(Default)]
+#[derive(Default, Clone, Copy)]
 struct Found {
     ebpf: bool,
     perf: bool,
     fanotify: bool,
     cachestat: bool,
+    /// `cachestat` answers on files the caller may not write.
+    cachestat_read_only: bool,
     nowait: bool,
     psi: bool,
     memcg: bool,
@@ -415,42 +417,17 @@ fn syscall_tracepoints(p: &mut Probe<'_>, tracefs: Option<&Path>) {
 }
 
 fn calls(p: &mut Probe<'_>, config: &Config, found: &mut Found) {
+    cachestat(p, found);
     // A file surely on a real filesystem and surely cached: this binary.
-    let exe = std::env::current_exe().and_then(std::fs::File::open);
-    match &exe {
-        Ok(file) => {
-            let cachestat = predictio::os::cachestat(file.as_fd(), 0, predictio::PAGE_SIZE);
-            found.cachestat = cachestat.is_ok();
-            let (status, detail, fix) = match cachestat {
-                Ok(_) => (Status::Ok, "answers (Linux 6.5+)".to_owned(), None),
-                Err(err) if err.raw_os_error() == Some(libc::ENOSYS) => (
-                    Status::Missing,
-                    "ENOSYS: this kernel has no cachestat (added in Linux 6.5); residency falls back to mincore(2)"
-                        .to_owned(),
-                    Some("Linux 6.5 or later".to_owned()),
-                ),
-                Err(err) => (
-                    Status::Missing,
-                    format!("fails: {err}"),
-                    Some("a seccomp filter may block it: allow cachestat (syscall 451)".to_owned()),
-                ),
-            };
-            p.add(
-                "cachestat(2)",
-                status,
-                detail,
-                "residency (predictio residency, the executor's skip of resident pages: mincore without it), \
-                 and everything that reads cached pages only: B-tree observation, model headers (tensor \
-                 observation)",
-                fix,
-            );
-            nowait(p, file, found);
-        }
-        Err(err) => {
-            for name in ["cachestat(2)", "preadv2(RWF_NOWAIT)"] {
-                p.add(name, Status::Missing, format!("not probed: cannot open this binary: {err}"), "", None);
-            }
-        }
+    match std::env::current_exe().and_then(std::fs::File::open) {
+        Ok(file) => nowait(p, &file, found),
+        Err(err) => p.add(
+            "preadv2(RWF_NOWAIT)",
+            Status::Missing,
+            format!("not probed: cannot open this binary: {err}"),
+            NOWAIT_AFFECTS,
+            Some("run it from a readable binary".into()),
+        ),
     }
 
     let executor = config.executor_config();
@@ -516,6 +493,107 @@ fn calls(p: &mut Probe<'_>, config: &Config, found: &mut Found) {
     );
 }
 
+const CACHESTAT_AFFECTS: &str = "residency (predictio residency, the executor's skip of resident pages; mincore \
+                                 without it), and everything that reads cached pages only: B-tree observation, \
+                                 model headers (tensor observation)";
+
+/// `cachestat(2)`: whether the kernel has it (on a file of our own), and
+/// whether it answers on a file the caller may not write. A 2025 security
+/// fix restricted it, as `mincore` is, to files the caller may write or owns
+/// (or `CAP_FOWNER`/`CAP_DAC_OVERRIDE`); the daemon's unit grants neither.
+fn cachestat(p: &mut Probe<'_>, found: &mut Found) {
+    let own = tempfile::NamedTempFile::new();
+    let result = own
+        .as_ref()
+        .map_err(|err| std::io::Error::new(err.kind(), err.to_string()))
+        .and_then(|file| predictio::os::cachestat(file.as_file().as_fd(), 0, predictio::PAGE_SIZE));
+    found.cachestat = result.is_ok();
+    let (status, detail, fix) = match result {
+        Ok(_) => (Status::Ok, "answers (Linux 6.5+)".to_owned(), None),
+        Err(err) if err.raw_os_error() == Some(libc::ENOSYS) => (
+            Status::Missing,
+            "ENOSYS: this kernel has no cachestat (added in Linux 6.5); residency falls back to mincore(2)".to_owned(),
+            Some("Linux 6.5 or later".to_owned()),
+        ),
+        Err(err) => (
+            Status::Missing,
+            format!("fails on a file of this process's own: {err}"),
+            Some("a seccomp filter may block it: allow cachestat (syscall 451)".to_owned()),
+        ),
+    };
+    p.add("cachestat(2)", status, detail, CACHESTAT_AFFECTS, fix);
+
+    const NAME: &str = "cachestat on read-only files";
+    const AFFECTS: &str = "files the caller may not write: predictio residency as a user; for the daemon (no \
+                           CAP_FOWNER under dist/predictio.service) other users' files: the executor's residency \
+                           checks, B-tree observation and model headers (they read cached pages only after \
+                           cachestat)";
+    const FIX: &str = "CAP_FOWNER for the daemon (AmbientCapabilities and CapabilityBoundingSet of the unit); a \
+                       user can only ask about files they may write";
+    let Ok(own) = own else { return };
+    if !found.cachestat {
+        let detail = "not checked: cachestat does not answer at all".to_owned();
+        p.add(NAME, Status::Missing, detail, AFFECTS, Some("see cachestat(2)".into()));
+        return;
+    }
+    match foreign_cachestat(own.path()) {
+        Ok(how) => {
+            found.cachestat_read_only = true;
+            p.add(NAME, Status::Ok, format!("answers ({how})"), AFFECTS, None);
+        }
+        Err(err) if err.raw_os_error() == Some(libc::EPERM) => p.add(
+            NAME,
+            Status::Degraded,
+            format!(
+                "EPERM: this kernel answers cachestat only for files the caller may write or owns, or with \
+                 CAP_FOWNER (the 2025 permission fix, in current kernels and their stable updates); tried as {}",
+                if rustix::process::geteuid().is_root() {
+                    "root without CAP_FOWNER and CAP_DAC_OVERRIDE, as the systemd unit runs the daemon, on a file \
+                     of another user"
+                } else {
+                    "this user on /etc/passwd"
+                }
+            ),
+            AFFECTS,
+            Some(FIX.into()),
+        ),
+        Err(err) => p.add(NAME, Status::Degraded, format!("not checked: {err}"), AFFECTS, None),
+    }
+}
+
+/// `cachestat` on a file the caller may read but not write, as the daemon
+/// under its unit would be: as root, `own` given to `nobody` (mode 0644)
+/// and asked from a thread without `CAP_FOWNER` and `CAP_DAC_OVERRIDE`
+/// (capabilities are per thread); as another user, `/etc/passwd`. Says
+/// what was tried.
+fn foreign_cachestat(own: &Path) -> std::io::Result<&'static str> {
+    use rustix::thread::{CapabilitySet, capabilities, set_capabilities};
+    use std::os::unix::fs::PermissionsExt;
+    if !rustix::process::geteuid().is_root() {
+        let file = std::fs::File::open("/etc/passwd")?;
+        predictio::os::cachestat(file.as_fd(), 0, predictio::PAGE_SIZE)?;
+        return Ok("on /etc/passwd, which this user may not write");
+    }
+    const NOBODY: u32 = 65534;
+    std::os::unix::fs::chown(own, Some(NOBODY), Some(NOBODY))?;
+    std::fs::set_permissions(own, std::fs::Permissions::from_mode(0o644))?;
+    let file = std::fs::File::open(own)?;
+    std::thread::scope(|scope| {
+        scope
+            .spawn(|| {
+                let mut sets = capabilities(None)?;
+                sets.effective.remove(CapabilitySet::FOWNER | CapabilitySet::DAC_OVERRIDE);
+                set_capabilities(None, sets)?;
+                predictio::os::cachestat(file.as_fd(), 0, predictio::PAGE_SIZE)
+            })
+            .join()
+            .unwrap_or_else(|_| Err(std::io::Error::other("the probe thread panicked")))
+    })?;
+    Ok("as root without CAP_FOWNER and CAP_DAC_OVERRIDE, on a file of another user")
+}
+
+const NOWAIT_AFFECTS: &str = "B-tree observation and model headers read from cached pages only (never causing I/O)";
+
 /// `preadv2(RWF_NOWAIT)` on the first page of `file`, read first so that it
 /// is cached: the call B-tree and model-header observation read with.
 fn nowait(p: &mut Probe<'_>, file: &std::fs::File, found: &mut Found) {
@@ -539,7 +617,7 @@ fn nowait(p: &mut Probe<'_>, file: &std::fs::File, found: &mut Found) {
         "preadv2(RWF_NOWAIT)",
         status,
         detail,
-        "B-tree observation and model headers read from cached pages only (never causing I/O)",
+        NOWAIT_AFFECTS,
         Some("Linux 4.14 or later, on a filesystem that supports it (ext4, xfs, btrfs do)".into()),
     );
 }
@@ -843,11 +921,17 @@ fn capabilities(f: &Found) -> Vec<Capability> {
     if !f.ptrace_or_root {
         lacking.push("root or CAP_SYS_PTRACE to resolve observed files");
     }
+    const OWN_FILES: &str = "; only of files the daemon may write or owns (cachestat is refused on the others)";
+    let own_files_only = if f.cachestat_read_only { "" } else { OWN_FILES };
     out.push(Capability {
         name: "B-tree observation",
-        status: if lacking.is_empty() { Status::Ok } else { Status::Missing },
+        status: match (lacking.is_empty(), f.cachestat_read_only) {
+            (true, true) => Status::Ok,
+            (true, false) => Status::Degraded,
+            (false, _) => Status::Missing,
+        },
         detail: if lacking.is_empty() {
-            "SQLite and LMDB pages that programs read are parsed from the page cache".into()
+            format!("SQLite and LMDB pages that programs read are parsed from the page cache{own_files_only}")
         } else {
             format!("needs {}", lacking.join(", "))
         },
@@ -869,18 +953,18 @@ fn capabilities(f: &Found) -> Vec<Capability> {
     } else {
         Capability {
             name: "tensor observation",
-            status: Status::Ok,
-            detail: "model files recognised among observed files; their loads followed".into(),
+            status: if f.cachestat_read_only { Status::Ok } else { Status::Degraded },
+            detail: format!("model files recognised among observed files; their loads followed{own_files_only}"),
         }
     });
 
     out.push(Capability {
         name: "residency checks",
-        status: if f.cachestat { Status::Ok } else { Status::Degraded },
-        detail: if f.cachestat {
-            "cachestat: resident, dirty, writeback and evicted pages".into()
-        } else {
-            "mincore(2): resident pages only, through a mapping of the file".into()
+        status: if f.cachestat && f.cachestat_read_only { Status::Ok } else { Status::Degraded },
+        detail: match (f.cachestat, f.cachestat_read_only) {
+            (true, true) => "cachestat: resident, dirty, writeback and evicted pages".into(),
+            (true, false) => "cachestat on files the caller may write or owns; refused on the others".into(),
+            (false, _) => "mincore(2): resident pages only, through a mapping of the file".into(),
         },
     });
 
@@ -990,5 +1074,25 @@ mod tests {
         assert_eq!(get("tensor observation").status, Status::Missing);
         assert_eq!(get("residency checks").status, Status::Degraded);
         assert_eq!(get("pressure guard").status, Status::Degraded);
+    }
+
+    #[test]
+    fn cachestat_refused_on_read_only_files_limits_what_reads_cached_pages() {
+        let all = Found {
+            ebpf: true,
+            cachestat: true,
+            cachestat_read_only: true,
+            nowait: true,
+            ptrace_or_root: true,
+            ..Found::default()
+        };
+        let status = |found: &Found, name: &str| capabilities(found).into_iter().find(|c| c.name == name).expect(name);
+        for name in ["B-tree observation", "tensor observation", "residency checks"] {
+            assert_eq!(status(&all, name).status, Status::Ok, "{name}");
+            let refused = Found { cachestat_read_only: false, ..all };
+            let c = status(&refused, name);
+            assert_eq!(c.status, Status::Degraded, "{name}");
+            assert!(c.detail.contains("refused"), "{c:?}");
+        }
     }
 }
