@@ -317,6 +317,29 @@ impl Event {
             | Event::Scan { .. } => None,
         }
     }
+
+    /// The process the event is about, for events observed in the kernel
+    /// (a fork's child). Hints carry none: their sender is known apart.
+    pub fn pid(&self) -> Option<u32> {
+        match self {
+            Event::PageAccess { pid, .. }
+            | Event::PageMiss { pid, .. }
+            | Event::Exec { pid, .. }
+            | Event::ExecStart { pid, .. }
+            | Event::Exit { pid, .. }
+            | Event::Lookup { pid, .. }
+            | Event::FileOpen { pid, .. } => Some(*pid),
+            Event::Fork { child, .. } => Some(*child),
+            Event::PageEvict { .. }
+            | Event::TreeChildEnter { .. }
+            | Event::TensorLayout { .. }
+            | Event::LayerStart { .. }
+            | Event::ReadPlan { .. }
+            | Event::StreamRead { .. }
+            | Event::Pages { .. }
+            | Event::Scan { .. } => None,
+        }
+    }
 }
 
 /// Heap bytes of an `Arc<[T]>` (or `Arc<str>` of `len` bytes) holding `len`

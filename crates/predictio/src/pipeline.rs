@@ -43,6 +43,9 @@ pub struct Incoming {
     pub charge: Option<QueueCharge>,
     /// `event.payload_bytes()`, reserved on the queue's byte bound.
     bytes: usize,
+    /// The process the event's requests are for: a hint's sender (0 when
+    /// it is not visible in our pid namespace), else the event's own.
+    target: Option<u32>,
 }
 
 /// The queue's bounds. Sending past either drops the event and counts it;
@@ -158,17 +161,19 @@ impl EventSender {
     /// once and counted as filtered — e.g. every page-cache miss of a cold
     /// read when no policy learns from misses.
     pub fn send(&self, event: Event, file: Option<FileRef>) -> bool {
-        self.push(event, file, None)
+        let target = event.pid();
+        self.push(event, file, None, target)
     }
 
     /// Queues an accepted hint with its file, holding the hint's
     /// [`QueueCharge`] until the event has been dispatched. As
     /// [`EventSender::send`] otherwise.
     pub fn send_hint(&self, hint: Hint) -> bool {
-        self.push(hint.event, Some(hint.file), Some(hint.charge))
+        let target = (hint.peer.pid != 0).then_some(hint.peer.pid);
+        self.push(hint.event, Some(hint.file), Some(hint.charge), target)
     }
 
-    fn push(&self, event: Event, file: Option<FileRef>, charge: Option<QueueCharge>) -> bool {
+    fn push(&self, event: Event, file: Option<FileRef>, charge: Option<QueueCharge>, target: Option<u32>) -> bool {
         let shared = &self.shared;
         if !shared.wanted.contains(event.kind()) {
             shared.counters.filtered.fetch_add(1, Ordering::Relaxed);
@@ -184,7 +189,7 @@ impl EventSender {
             shared.counters.dropped_for_bytes.fetch_add(1, Ordering::Relaxed);
             return false;
         }
-        if shared.queue.push(Incoming { event, file, charge, bytes }).is_err() {
+        if shared.queue.push(Incoming { event, file, charge, bytes, target }).is_err() {
             shared.release(bytes);
             shared.counters.dropped.fetch_add(1, Ordering::Relaxed);
             return false;
@@ -445,7 +450,7 @@ fn dispatch_loop(shared: Arc<Shared>, mut runtime: Runtime, executor: Arc<Execut
                 {
                     runtime.hold_file(file.clone());
                     shared.counters.models_detected.fetch_add(1, Ordering::Relaxed);
-                    runtime.dispatch(&layout);
+                    runtime.dispatch_for(&layout, incoming.target);
                 }
                 runtime.hold_file(file);
             }
@@ -458,10 +463,10 @@ fn dispatch_loop(shared: Arc<Shared>, mut runtime: Runtime, executor: Arc<Execut
                 databases.on_access(held, *pages, &mut descents);
                 shared.counters.tree_descents.fetch_add(descents.len() as u64, Ordering::Relaxed);
                 for descent in descents.drain(..) {
-                    runtime.dispatch(&descent);
+                    runtime.dispatch_for(&descent, incoming.target);
                 }
             }
-            runtime.dispatch(&incoming.event);
+            runtime.dispatch_for(&incoming.event, incoming.target);
             // Only now does the event stop holding memory: free it, then
             // give back its bytes and its sender's charge.
             drop(incoming.event);

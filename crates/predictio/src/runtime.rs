@@ -119,8 +119,17 @@ impl Runtime {
     }
 
     /// Dispatches one event to every subscribed policy and submits their
-    /// requests.
+    /// requests, each for the event's own process where it has one (see
+    /// [`Runtime::dispatch_for`]).
     pub fn dispatch(&mut self, event: &Event) {
+        self.dispatch_for(event, event.pid());
+    }
+
+    /// Dispatches one event, submitting the requests that do not name the
+    /// process they are for as being for `target` (a hint's sender, the
+    /// observed process): the memory-pressure guard then weighs that
+    /// process's memory cgroup too ([`Request::target_pid`]).
+    pub fn dispatch_for(&mut self, event: &Event, target: Option<u32>) {
         self.stats.events += 1;
         let kind = event.kind() as usize;
         for &index in &self.by_kind[kind] {
@@ -136,7 +145,12 @@ impl Runtime {
                 }
             }
         }
-        for request in self.out.drain(..) {
+        for mut request in self.out.drain(..) {
+            if request.target_pid.is_none()
+                && let Some(pid) = target
+            {
+                request = request.for_process(pid);
+            }
             self.stats.requests += 1;
             if self.sink.submit(request).is_err() {
                 self.stats.refused += 1;
@@ -147,5 +161,71 @@ impl Runtime {
     /// The runtime's own counters.
     pub fn stats(&self) -> RuntimeStats {
         self.stats
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use super::*;
+    use crate::event::EventKinds;
+    use crate::executor::SubmitError;
+    use crate::page::PageRange;
+    use crate::request::Urgency;
+
+    #[derive(Default)]
+    struct Collect(Mutex<Vec<Request>>);
+
+    impl RequestSink for Collect {
+        fn submit(&self, request: Request) -> Result<(), SubmitError> {
+            self.0.lock().expect("lock").push(request);
+            Ok(())
+        }
+    }
+
+    /// Requests the pages each event names.
+    struct Echo;
+
+    impl Policy for Echo {
+        fn name(&self) -> &str {
+            "echo"
+        }
+        fn interests(&self) -> EventKinds {
+            EventKinds::of(&[EventKind::Pages, EventKind::PageAccess])
+        }
+        fn on_event(&mut self, event: &Event, ctx: &mut PolicyContext<'_>) {
+            let (file, ranges) = match event {
+                Event::Pages { file, ranges } => (*file, ranges.to_vec()),
+                Event::PageAccess { file, pages, .. } => (*file, vec![*pages]),
+                _ => return,
+            };
+            ctx.request(file, ranges, Urgency::Speculative);
+        }
+    }
+
+    /// A request is for the process its event came from (a hint's sender,
+    /// an observed process), so that the pressure guard weighs that
+    /// process's memory cgroup.
+    #[test]
+    fn requests_are_for_the_process_their_event_came_from() {
+        let file = FileRef::open("/proc/self/exe").expect("open");
+        let id = file.id();
+        let sink = Arc::new(Collect::default());
+        let mut runtime = Runtime::with_sink(sink.clone());
+        runtime.add_policy(Box::new(Echo));
+        runtime.hold_file(file);
+        let pages = |start| Event::Pages { file: id, ranges: Arc::from([PageRange::new(start, start + 1)]) };
+        runtime.dispatch_for(&pages(0), Some(4242));
+        runtime.dispatch(&pages(0));
+        runtime.dispatch(&Event::PageAccess {
+            pid: 99,
+            file: id,
+            pages: PageRange::new(0, 1),
+            kind: crate::event::AccessKind::Read,
+            time_ns: 0,
+        });
+        let targets: Vec<Option<u32>> = sink.0.lock().expect("lock").iter().map(|r| r.target_pid).collect();
+        assert_eq!(targets, [Some(4242), None, Some(99)]);
     }
 }

@@ -204,7 +204,8 @@ pub fn run_job(job: &ReplayJob, sink: &dyn RequestSink) -> ReplayCounts {
         if let Some(file) = slot.as_ref() {
             let request = Request::new(file.clone(), wave.to_vec(), job.origin)
                 .with_urgency(Urgency::Imminent)
-                .paced(replay.window_pages);
+                .paced(replay.window_pages)
+                .for_process(job.pid);
             counts.requests += 1;
             if sink.submit(request).is_err() {
                 counts.refused += 1;
@@ -611,6 +612,7 @@ mod tests {
             part: ReplayPart::AtExec,
             exec: exec.map(Into::into),
             origin: PolicyId(4),
+            pid: 4242,
         }
     }
 
@@ -633,6 +635,7 @@ mod tests {
         let requests = std::mem::take(&mut *sink.requests.lock().unwrap());
         assert_eq!(requests.iter().map(|r| r.origin).collect::<HashSet<_>>(), HashSet::from([PolicyId(4)]));
         assert!(requests.iter().all(|r| r.urgency == Urgency::Imminent));
+        assert!(requests.iter().all(|r| r.target_pid == Some(4242)), "for the launching process's cgroup");
         let meta = std::mem::take(&mut *sink.meta.lock().unwrap());
         assert_eq!(meta.len(), 1, "the exec and the directories: one metadata request, first");
         assert_eq!(meta[0].execs, vec![Arc::<str>::from("/bin/sh")]);

@@ -113,6 +113,9 @@ pub struct ReplayJob {
     pub exec: Option<Arc<str>>,
     /// The policy the requests are accounted under.
     pub origin: PolicyId,
+    /// The process launching (its requests are for it: see
+    /// [`crate::request::Request::target_pid`]).
+    pub pid: u32,
 }
 
 impl ReplayJob {
@@ -418,7 +421,14 @@ impl LaunchPolicy {
     /// exec that has not happened yet (the replay at its start): the
     /// metadata threads resolve it first, as the exec will
     /// ([`crate::request::MetaRequest::execs`]).
-    fn replay(&mut self, key: LaunchKey, time_ns: u64, exec: Option<&Arc<str>>, ctx: &mut PolicyContext<'_>) -> bool {
+    fn replay(
+        &mut self,
+        key: LaunchKey,
+        pid: u32,
+        time_ns: u64,
+        exec: Option<&Arc<str>>,
+        ctx: &mut PolicyContext<'_>,
+    ) -> bool {
         let Some(replay) = self.book.get(&key) else { return false };
         if self.last_exec.get(&key).is_some_and(|t| time_ns.saturating_sub(*t) < REPEAT_NS) {
             return false;
@@ -433,6 +443,7 @@ impl LaunchPolicy {
             part: ReplayPart::AtExec,
             exec: exec.cloned(),
             origin: ctx.origin(),
+            pid,
         };
         if !self.send(job) {
             return false;
@@ -563,7 +574,7 @@ impl Policy for LaunchPolicy {
                 }
                 self.starting.insert(*pid, (start, *time_ns));
                 if let Some(key) = known
-                    && self.replay(key, *time_ns, Some(path), ctx)
+                    && self.replay(key, *pid, *time_ns, Some(path), ctx)
                 {
                     self.early_replays += 1;
                 }
@@ -571,14 +582,14 @@ impl Policy for LaunchPolicy {
             Event::Exec { pid, exe, shape, time_ns } => {
                 let key = LaunchKey { exe: *exe, shape: Arc::clone(shape) };
                 self.learn_start(*pid, &key, *time_ns);
-                self.replay(key, *time_ns, None, ctx);
+                self.replay(key, *pid, *time_ns, None, ctx);
             }
-            Event::PageAccess { file, .. } if !self.pending.is_empty() => {
+            Event::PageAccess { pid, file, .. } if !self.pending.is_empty() => {
                 if let Some((_, replay)) = self.pending.remove(file)
                     && let Some(n) = replay.on_trigger.iter().position(|(t, _)| t == file)
                 {
                     let origin = ctx.origin();
-                    self.send(ReplayJob { replay, part: ReplayPart::Trigger(n), exec: None, origin });
+                    self.send(ReplayJob { replay, part: ReplayPart::Trigger(n), exec: None, origin, pid: *pid });
                 }
             }
             _ => {}
