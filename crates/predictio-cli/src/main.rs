@@ -68,11 +68,7 @@ enum Command {
     /// not: each tracepoint, the newer system calls, privileges, memlock,
     /// tracefs, cgroups and the daemon, each with its fix, and which
     /// capabilities (launch learning, B-tree and tensor observation,
-    /// residency, the pressure guard) work here.
-    ///
-    /// Examples:
-    ///   sudo predictio doctor
-    ///   sudo predictio doctor --json
+    /// residency, the pressure guard) work here. Run it as root.
     Doctor(cmd::doctor::Args),
     /// Run a command with predictio in-process, following its whole process
     /// tree (no daemon needed), and print what was prefetched, hit and wasted.

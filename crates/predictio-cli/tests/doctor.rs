@@ -8,7 +8,9 @@ use common::{bin, ok};
 
 use predictio::testing::{is_root, skip};
 use serde_json::Value;
-use std::process::Command;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
 
 /// Every check `doctor` makes, by group.
 const CHECKS: &[(&str, &[&str])] = &[
@@ -70,8 +72,13 @@ fn doctor_json() -> Value {
     let config = dir.path().join("predictio.toml");
     let socket = dir.path().join("control.sock");
     std::fs::write(&config, format!("[control]\nsocket = \"{}\"\n", socket.display())).expect("write config");
+    doctor_json_with(&config)
+}
+
+/// `predictio doctor --json --config CONFIG`, parsed.
+fn doctor_json_with(config: &Path) -> Value {
     let out =
-        Command::new(bin()).args(["doctor", "--json", "--config"]).arg(&config).output().expect("run predictio doctor");
+        Command::new(bin()).args(["doctor", "--json", "--config"]).arg(config).output().expect("run predictio doctor");
     let text = ok(&out);
     serde_json::from_str(&text).unwrap_or_else(|err| panic!("doctor --json is not JSON ({err}):\n{text}"))
 }
@@ -198,4 +205,51 @@ fn doctor_text_groups_the_checks_and_summarises() {
     for capability in CAPABILITIES {
         assert!(text.contains(capability), "{capability} not summarised:\n{text}");
     }
+}
+
+/// Kills the daemon a test started.
+struct Daemon(Child);
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn doctor_finds_a_running_daemon_through_its_control_socket() {
+    let dir = common::disk_dir("predictio-doctor");
+    let d = dir.path().display();
+    let config = dir.path().join("predictio.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[hints]\nsocket = \"{d}/hint.sock\"\n[control]\nsocket = \"{d}/control.sock\"\n[observe]\nsource = \"none\"\n[launch]\nlearn = false\nreplay = false\nstore = \"{d}/store\"\n"
+        ),
+    )
+    .expect("config");
+    let daemon = Daemon(
+        Command::new(bin())
+            .args(["daemon", "--config"])
+            .arg(&config)
+            .args(["--exit-after", "60"])
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("daemon starts"),
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !dir.path().join("control.sock").exists() {
+        assert!(Instant::now() < deadline, "the daemon did not open its control socket");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let report = doctor_json_with(&config);
+    let found = check(&report, "daemon");
+    assert_eq!(found["status"], "ok", "{found:#}");
+    let detail = found["detail"].as_str().expect("detail");
+    assert!(detail.contains(&format!("(pid {})", daemon.0.id())), "{detail}");
+    assert!(detail.contains("observation none"), "{detail}");
+    let source = check(&report, "observation source");
+    assert_eq!(source["status"], "degraded", "observation turned off: {source:#}");
+    assert!(source["detail"].as_str().is_some_and(|d| d.contains("configured none")), "{source:#}");
 }

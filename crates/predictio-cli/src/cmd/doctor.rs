@@ -57,8 +57,9 @@ The checks, by group:
                as the observer checks them), the optional syscall
                tracepoints, and a real load of the eBPF observer and of each
                fallback (perf tracepoints)
-  Calls        cachestat(2), preadv2(RWF_NOWAIT), io_uring,
-               PROCMAP_QUERY, fanotify
+  Calls        cachestat(2), on a file of its own and on another user's
+               read-only file (as the daemon's unit would call it),
+               preadv2(RWF_NOWAIT), io_uring, PROCMAP_QUERY, fanotify
   Privileges   euid, the capabilities the service uses (CapEff),
                kernel.unprivileged_bpf_disabled, kernel.perf_event_paranoid
   Resources    RLIMIT_MEMLOCK, the page size
