@@ -26,7 +26,7 @@ use predictio::btree::sqlite::{self, Geometry};
 use predictio::btree::{DbPageLayout, Traversal};
 use predictio::embedded::Embedded;
 use predictio::executor::ExecutorError;
-use predictio::file::FileError;
+use predictio::file::{FileError, FileId};
 use predictio::policies::btree::{BtreeConfig, BtreePolicy};
 use predictio::runtime::RuntimeStats;
 use predictio::{Event, Executor, ExecutorConfig, FileRef};
@@ -272,6 +272,8 @@ impl WarmGate {
 #[derive(Debug)]
 struct Known {
     geometry: Geometry,
+    /// The identity the traversal's events name.
+    id: FileId,
     traversal: Traversal,
 }
 
@@ -305,8 +307,9 @@ impl DbObserver {
     /// read [`Self::on_timed_read`] finds slow (one from the device): a
     /// program whose database is cached never starts it. Until then the
     /// observer learns the tree (interior pages parsed, descents followed)
-    /// and drops the events, since nothing is there to prefetch. If the
-    /// runtime cannot start, the observer stops observing.
+    /// and drops the events, since nothing is there to prefetch, and holds
+    /// no descriptor of the file (it opens one when the runtime starts). If
+    /// the runtime cannot start, the observer stops observing.
     pub fn lazy(path: impl Into<PathBuf>) -> Self {
         Self::with(path.into(), None)
     }
@@ -333,17 +336,63 @@ impl DbObserver {
         }
     }
 
-    /// Starts the process's runtime for a lazy observer (once; a runtime
-    /// that cannot start disables the observer).
+    /// Starts the process's runtime for a lazy observer and, if the header
+    /// was seen, opens the file for it (a runtime that cannot start, or a
+    /// file that cannot be opened, disables the observer).
     fn start_runtime(&mut self) {
-        match Prefetcher::global() {
-            Ok(prefetcher) => {
-                self.prefetcher = Some(prefetcher);
-                if let Some(file) = self.file.as_ref() {
-                    prefetcher.hold(file.clone());
-                }
+        let Ok(prefetcher) = Prefetcher::global() else {
+            self.disabled = true;
+            return;
+        };
+        self.prefetcher = Some(prefetcher);
+        if self.known.is_none() {
+            // Opened with the header.
+            return;
+        }
+        let Some(id) = self.open_file(prefetcher) else { return };
+        if let Some(known) = self.known.as_mut()
+            && known.id != id
+        {
+            // Another file under the same name since the header was read:
+            // the tree is learnt again.
+            known.traversal = Traversal::new(id, *known.traversal.layout(), TRAVERSAL_CAPACITY);
+            known.id = id;
+        }
+    }
+
+    /// Opens the database for prefetch (a descriptor of our own, once) and
+    /// holds it in `prefetcher`; `None`, with the observer disabled, if it
+    /// cannot be opened.
+    fn open_file(&mut self, prefetcher: &'static Prefetcher) -> Option<FileId> {
+        if let Some(file) = self.file.as_ref() {
+            return Some(file.id());
+        }
+        match FileRef::open(&self.path) {
+            Ok(file) => {
+                prefetcher.hold(file.clone());
+                let id = file.id();
+                self.file = Some(file);
+                Some(id)
             }
-            Err(_) => self.disabled = true,
+            Err(err) => {
+                tracing::debug!(path = %self.path.display(), %err, "cannot open for prefetch");
+                self.disabled = true;
+                None
+            }
+        }
+    }
+
+    /// The file's identity without opening it (a lazy observer before its
+    /// runtime starts: following the tree needs no descriptor).
+    fn stat_id(&mut self) -> Option<FileId> {
+        use std::os::unix::fs::MetadataExt;
+        match std::fs::metadata(&self.path) {
+            Ok(meta) => Some(FileId { dev: meta.dev(), ino: meta.ino() }),
+            Err(err) => {
+                tracing::debug!(path = %self.path.display(), %err, "cannot stat for prefetch");
+                self.disabled = true;
+                None
+            }
         }
     }
 
@@ -465,23 +514,13 @@ impl DbObserver {
             self.known = None;
             return;
         };
-        if self.file.is_none() {
-            match FileRef::open(&self.path) {
-                Ok(file) => {
-                    if let Some(prefetcher) = self.prefetcher {
-                        prefetcher.hold(file.clone());
-                    }
-                    self.file = Some(file);
-                }
-                Err(err) => {
-                    tracing::debug!(path = %self.path.display(), %err, "cannot open for prefetch");
-                    self.disabled = true;
-                    return;
-                }
-            }
-        }
-        let Some(file) = self.file.as_ref() else { return };
-        self.known = Some(Known { geometry, traversal: Traversal::new(file.id(), layout, TRAVERSAL_CAPACITY) });
+        let id = match (self.prefetcher, self.file.as_ref()) {
+            (_, Some(file)) => Some(file.id()),
+            (Some(prefetcher), None) => self.open_file(prefetcher),
+            (None, None) => self.stat_id(),
+        };
+        let Some(id) = id else { return };
+        self.known = Some(Known { geometry, id, traversal: Traversal::new(id, layout, TRAVERSAL_CAPACITY) });
     }
 }
 

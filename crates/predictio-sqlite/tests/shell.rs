@@ -168,7 +168,8 @@ fn census_count(stdout: &str, label: &str, name: &str) -> u64 {
 
 /// Loading the extension starts no thread, opens no descriptor or socket
 /// (the runtime starts at the first read from the device), and a point read
-/// of a cached database through it starts no thread either.
+/// of a cached database through it starts no thread and holds no descriptor
+/// of its own either.
 #[test]
 fn loading_starts_no_thread_and_a_cached_point_read_none_either() {
     if !have_sqlite3() {
@@ -178,17 +179,20 @@ fn loading_starts_no_thread_and_a_cached_point_read_none_either() {
     let db = build_db(dir.path());
     // Cached: read it whole once.
     std::fs::read(&db).expect("read db");
-    let script = format!(
-        "{}.load {}\n{}.open {}\nSELECT k, length(v) FROM usertable WHERE k = 'user0000012345';\n{}",
-        census("before"),
-        extension().display(),
-        census("loaded"),
-        db.display(),
-        census("queried"),
-    );
-    let out = run(&[":memory:"], &script);
+    let script = |load: &str| {
+        format!(
+            "{}{load}\n{}.open {}\nSELECT k, length(v) FROM usertable WHERE k = 'user0000012345';\n{}",
+            census("before"),
+            census("loaded"),
+            db.display(),
+            census("queried"),
+        )
+    };
+    let out = run(&[":memory:"], &script(&format!(".load {}", extension().display())));
     assert!(out.status.success(), "sqlite3: {}", String::from_utf8_lossy(&out.stderr));
     let stdout = String::from_utf8_lossy(&out.stdout);
+    let plain = run(&[":memory:"], &script("-- no .load"));
+    let plain = String::from_utf8_lossy(&plain.stdout);
     assert!(stdout.contains("user0000012345|400"), "{stdout}");
     let before = census_count(&stdout, "before", "tasks");
     assert_eq!(before, 1, "the sqlite3 shell is single-threaded: {stdout}");
@@ -197,6 +201,12 @@ fn loading_starts_no_thread_and_a_cached_point_read_none_either() {
     assert_eq!(census_count(&stdout, "loaded", "sockets"), 0, "loading opened a socket: {stdout}");
     assert_eq!(census_count(&stdout, "queried", "tasks"), before, "a cached point read started a thread: {stdout}");
     assert_eq!(census_count(&stdout, "queried", "sockets"), 0, "{stdout}");
+    // The runtime did not start: no descriptor beyond SQLite's own.
+    assert_eq!(
+        census_count(&stdout, "queried", "fds"),
+        census_count(&plain, "queried", "fds"),
+        "a cached point read left descriptors open: {stdout} (without the extension: {plain})"
+    );
 }
 
 #[test]
