@@ -1,11 +1,10 @@
-//! `predictio read FILE [--offset N] [--len N] [-o OUT|-] [--window SIZE] [--parallel [--depth D] [--chunk SIZE]]`
+//! `predictio read FILE [--offset N] [--len N] [-o OUT|-] [--window SIZE] [--cold advised|readahead|parallel [--depth D] [--chunk SIZE]]`
 //!
 //! Streams the range window by window, the page cache first
 //! ([`predictio::largeread::stream`]): resident windows are copied straight
 //! from the cache (`sendfile` to the output, or `pread` into one reused
 //! buffer when discarding, as `cat` does), cold ones read as one sequential
-//! stream through the kernel's readahead, or with the parallel engine under
-//! `--parallel`.
+//! stream after fadvise(WILLNEED) (see `--cold`).
 
 use std::fs::File;
 use std::io::Write;
@@ -30,6 +29,20 @@ pub enum Backend {
     Threads,
 }
 
+/// How `read` reads windows that are not all cached.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Cold {
+    /// fadvise(WILLNEED) of the window and the next, then one sequential
+    /// stream.
+    Advised,
+    /// One sequential stream through the kernel's readahead alone.
+    Readahead,
+    /// The parallel engine (--depth chunk reads in flight, after
+    /// fadvise(WILLNEED) of each chunk) into a window-sized buffer.
+    Parallel,
+}
+
 /// Arguments of `read`.
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -49,23 +62,20 @@ pub struct Args {
     /// when it is all cached, else as cold (4K..1G).
     #[arg(long, default_value = "64M", value_parser = chunk_size)]
     window: u64,
-    /// Read windows that are not all cached with the parallel engine
-    /// (--depth chunk reads in flight, after fadvise(WILLNEED) of each
-    /// chunk) instead of one sequential stream through the kernel's
-    /// readahead.
-    #[arg(long)]
-    parallel: bool,
-    /// With --parallel: chunk reads in flight at once.
+    /// How windows that are not all cached are read.
+    #[arg(long, value_enum, default_value_t = Cold::Advised)]
+    cold: Cold,
+    /// With --cold parallel: chunk reads in flight at once.
     #[arg(long, default_value_t = largeread::DEFAULT_DEPTH, value_parser = clap::value_parser!(u32).range(1..=4096))]
     depth: u32,
-    /// With --parallel: bytes per chunk read (4K..1G).
+    /// With --cold parallel: bytes per chunk read (4K..1G).
     #[arg(long, default_value = "1M", value_parser = chunk_size)]
     chunk: u64,
-    /// With --parallel: don't start with fadvise(WILLNEED) of each chunk:
+    /// With --cold parallel: don't start with fadvise(WILLNEED) of each chunk:
     /// each chunk read then brings in only its own chunk.
     #[arg(long)]
     no_will_need: bool,
-    /// With --parallel: how chunk reads are issued.
+    /// With --cold parallel: how chunk reads are issued.
     #[arg(long, value_enum, default_value_t = Backend::Auto)]
     backend: Backend,
     /// Print the result as JSON (on standard error when -o - is given).
@@ -91,8 +101,9 @@ struct Outcome {
     offset: u64,
     requested_bytes: u64,
     bytes_read: u64,
-    /// `stream` (cold windows as one sequential stream) or `parallel`.
-    cold_read: &'static str,
+    /// How windows not all cached were read: `advised`, `readahead` or
+    /// `parallel`.
+    cold_read: Cold,
     /// With `parallel`: the engine's settings.
     backend: Option<ReadBackend>,
     depth: Option<u32>,
@@ -125,7 +136,7 @@ pub fn run(args: Args) -> Result<()> {
         Some(len) => len,
         None => available,
     };
-    let engine = if args.parallel {
+    let engine = if args.cold == Cold::Parallel {
         let chunk = usize::try_from(args.chunk).context("chunk size")?;
         let mut reader = match args.backend {
             Backend::Auto => LargeReader::new(args.depth, chunk),
@@ -141,7 +152,11 @@ pub fn run(args: Args) -> Result<()> {
     } else {
         None
     };
-    let cold = engine.as_ref().map_or(ColdRead::Sequential, ColdRead::Parallel);
+    let cold = match (&engine, args.cold) {
+        (Some(reader), _) => ColdRead::Parallel(reader),
+        (None, Cold::Readahead) => ColdRead::Sequential,
+        (None, _) => ColdRead::Advised,
+    };
 
     let to_stdout = args.output.as_deref().is_some_and(|p| p.as_os_str() == "-");
     if let Some(path) = args.output.as_deref().filter(|_| !to_stdout) {
@@ -177,7 +192,7 @@ pub fn run(args: Args) -> Result<()> {
         offset: args.offset,
         requested_bytes: wanted,
         bytes_read: done,
-        cold_read: if engine.is_some() { "parallel" } else { "stream" },
+        cold_read: args.cold,
         backend: engine.as_ref().map(LargeReader::backend),
         depth: engine.as_ref().map(LargeReader::depth),
         chunk: engine.as_ref().map(|_| args.chunk),
@@ -201,7 +216,8 @@ pub fn run(args: Args) -> Result<()> {
                 reader.depth(),
                 human(args.chunk)
             ),
-            None => "cold windows: sequential stream".to_string(),
+            None if args.cold == Cold::Readahead => "cold windows: sequential stream".to_string(),
+            None => "cold windows: advised, then a sequential stream".to_string(),
         };
         format!(
             "{}: read {} ({} bytes) from offset {} in {:.3} s: {:.0} MB/s ({} of {} windows of {} cached; {})",

@@ -5,27 +5,29 @@
 //! (`cachestat(2)`, or `mincore(2)` on a kernel without it). Then:
 //!
 //! - **Resident window, bytes discarded**: `pread` in 256 KiB pieces into
-//!   one reused buffer that stays in the CPU's cache, as `cat` does. Every
-//!   byte is copied out of the page cache; nothing is skipped.
+//!   one reused, page-aligned buffer that stays in the CPU's cache, as `cat`
+//!   does. Every byte is copied out of the page cache; nothing is skipped.
 //! - **Resident window, bytes written out**: `sendfile(2)` from the page
 //!   cache to the output (a pipe, a regular file, a socket), no copy through
-//!   user space; `read`/`write` where the output refuses `sendfile`
+//!   user space; `pread` + `write` where the output refuses `sendfile`
 //!   (`O_APPEND`, some character devices).
-//! - **Cold or partly cached window**, [`ColdRead::Sequential`] (the
-//!   default): the same calls, with 1 MiB `pread`s when discarding, so that
-//!   one sequential stream goes through the kernel's readahead: its window
-//!   grows to `read_ahead_kb` and stays ahead of the reader, the device
-//!   gets large requests back to back, and the pages are cached in large
-//!   folios (cheap to fill and to copy from later; `fadvise(WILLNEED)` and
-//!   scattered reads cache order-0 folios). Cached pages inside a partly
-//!   cached window are copied, missing ones read.
-//! - **Cold window, [`ColdRead::Parallel`]**: the window is read by a
-//!   [`LargeReader`] (chunks in flight at depth) into a window-sized buffer,
-//!   then written out or dropped.
+//! - **Cold or partly cached window**, [`ColdRead::Advised`]:
+//!   `fadvise(WILLNEED)` of the window and of the next one, one call per
+//!   MiB (each call is capped by the kernel, so one call for the whole
+//!   range would read only its head), which puts up to two windows of reads
+//!   in flight in requests as large as the device takes; then the same
+//!   calls as above copy the window out as its pages arrive (1 MiB `pread`s
+//!   when discarding). Pages already cached are skipped by the advice.
+//! - [`ColdRead::Sequential`]: the same stream with no advice: the kernel's
+//!   readahead alone (its window, `read_ahead_kb`, in flight), which caches
+//!   the file in large folios.
+//! - [`ColdRead::Parallel`]: the window is read by a [`LargeReader`] (chunks
+//!   in flight at depth) into a window-sized buffer, then written out or
+//!   dropped.
 //!
-//! Never returns other bytes than `pread` of the same range would (the
-//! tests and `predictio-cli`'s `read_output` test compare them), and never
-//! skips reading a byte it reports as read.
+//! Never returns other bytes than `pread` of the same range would (the unit
+//! tests here and `predictio-cli`'s `read_output` test compare them), and
+//! never reports a byte as read that it did not copy out of the file.
 
 use std::fs::File;
 use std::io;
@@ -42,6 +44,8 @@ pub const DEFAULT_WINDOW: u64 = 64 << 20;
 const WARM_PIECE: usize = 256 << 10;
 /// Piece size of reads of cold windows when discarding.
 const COLD_PIECE: usize = 1 << 20;
+/// Bytes per `fadvise(WILLNEED)` call of [`ColdRead::Advised`].
+const ADVICE_STEP: u64 = 1 << 20;
 /// Largest single `sendfile` call.
 const SEND_MAX: u64 = 16 << 20;
 
@@ -60,6 +64,10 @@ pub enum Sink<'a> {
 pub enum ColdRead<'r> {
     /// One sequential stream through the kernel's readahead.
     Sequential,
+    /// The same stream, after `fadvise(WILLNEED)` of the window and of the
+    /// next one (one call per MiB): the device has up to two windows of
+    /// reads in flight while the window is copied out.
+    Advised,
     /// The parallel engine, into a window-sized buffer.
     Parallel(&'r LargeReader),
 }
@@ -164,14 +172,25 @@ pub fn stream_range(
     let mut piece: Vec<u8> = Vec::new();
     let mut window_buf: Vec<u8> = Vec::new();
     let mut sendfile_ok = true;
+    let mut advised_until = 0u64;
     let mut at = offset;
     while at < end {
         let n = window.min(end - at);
-        let resident = residency.resident(at, n)?;
+        // A window this loop advised is on its way in, not found cached.
+        let resident = at.saturating_add(n) > advised_until && residency.resident(at, n)?;
         stats.windows += 1;
         if resident {
             stats.resident_windows += 1;
             stats.resident_bytes += n;
+        }
+        if !resident && matches!(cold, ColdRead::Advised) {
+            // This window (unless advised with the one before) and the next.
+            let ahead = end.min(at.saturating_add(n).saturating_add(window));
+            if advised_until < ahead {
+                let from = advised_until.max(at);
+                super::will_need(file, from, ahead - from, ADVICE_STEP);
+                advised_until = ahead;
+            }
         }
         let got = match (sink, cold) {
             (Sink::Fd(out), ColdRead::Parallel(reader)) if !resident => {
@@ -335,7 +354,7 @@ mod tests {
         let file = file_with(&bytes);
         file.sync_all().expect("sync");
         let engine = LargeReader::new(4, 64 << 10).expect("engine");
-        for cold in [ColdRead::Sequential, ColdRead::Parallel(&engine)] {
+        for cold in [ColdRead::Sequential, ColdRead::Advised, ColdRead::Parallel(&engine)] {
             for evict in [false, true] {
                 if evict {
                     sys::fadvise(file.as_fd(), 0, 0, sys::Advice::DontNeed).expect("evict");
@@ -360,6 +379,29 @@ mod tests {
         assert_eq!(stats.windows, 4);
         assert_eq!(stats.resident_windows, 4, "{stats:?}");
         assert_eq!(stats.resident_bytes, 4 << 20);
+    }
+
+    #[test]
+    fn largeread_stream_mincore_agrees_with_cachestat() {
+        let bytes = data(3 << 20);
+        let file = file_with(&bytes);
+        file.sync_all().expect("sync");
+        let size = bytes.len() as u64;
+        let mut mincore = Residency::new(&file, size);
+        mincore.probe = Probe::Mincore;
+        mincore.mapping = Some(sys::Mapping::map(file.as_fd(), size).expect("map"));
+        let mut cachestat = Residency::new(&file, size);
+        for evict in [false, true] {
+            if evict {
+                sys::fadvise(file.as_fd(), 0, 0, sys::Advice::DontNeed).expect("evict");
+            }
+            for (offset, len) in [(0, size), (5000, 1 << 20), (size - 10, 10)] {
+                let by_cachestat = cachestat.resident(offset, len).expect("cachestat");
+                // Pages just written stay cached.
+                assert!(evict || by_cachestat, "{offset}+{len}");
+                assert_eq!(mincore.resident(offset, len).expect("mincore"), by_cachestat, "{offset}+{len}");
+            }
+        }
     }
 
     #[test]
