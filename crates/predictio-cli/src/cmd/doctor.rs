@@ -499,9 +499,10 @@ const CACHESTAT_AFFECTS: &str = "residency (predictio residency, the executor's 
                                  model headers (tensor observation)";
 
 /// `cachestat(2)`: whether the kernel has it (on a file of our own), and
-/// whether it answers on a file the caller may not write. A 2025 security
-/// fix restricted it, as `mincore` is, to files the caller may write or owns
-/// (or `CAP_FOWNER`/`CAP_DAC_OVERRIDE`); the daemon's unit grants neither.
+/// whether it answers on a file the caller may not write. Newer kernels
+/// (and their stable updates) restrict it, as `mincore` is, to files the
+/// caller may write or owns (or `CAP_FOWNER`/`CAP_DAC_OVERRIDE`); the
+/// daemon's unit grants neither.
 fn cachestat(p: &mut Probe<'_>, found: &mut Found) {
     let own = tempfile::NamedTempFile::new();
     let result = own
@@ -547,7 +548,7 @@ fn cachestat(p: &mut Probe<'_>, found: &mut Found) {
             Status::Degraded,
             format!(
                 "EPERM: this kernel answers cachestat only for files the caller may write or owns, or with \
-                 CAP_FOWNER (the 2025 permission fix, in current kernels and their stable updates); tried as {}",
+                 CAP_FOWNER, as for mincore (a permission check of newer kernels and their stable updates); tried as {}",
                 if rustix::process::geteuid().is_root() {
                     "root without CAP_FOWNER and CAP_DAC_OVERRIDE, as the systemd unit runs the daemon, on a file \
                      of another user"
