@@ -26,6 +26,8 @@
 //! [`Traversal`]: predictio::btree::Traversal
 #![deny(unsafe_code)]
 
+#[cfg(feature = "extension")]
+mod json;
 pub mod observer;
 #[cfg(feature = "extension")]
 mod vfs;

@@ -364,9 +364,10 @@ unsafe extern "C" fn stats_function(ctx: *mut sqlite3_context, _argc: c_int, _ar
             Ok(prefetcher) => {
                 // Settle the queued requests so the counters are final.
                 prefetcher.executor().wait_idle(std::time::Duration::from_secs(1));
-                serde_json::to_string(&prefetcher.stats()).unwrap_or_default()
+                crate::json::to_string(&prefetcher.stats())
+                    .unwrap_or_else(|err| crate::json::object_of_string("error", &err.to_string()))
             }
-            Err(err) => serde_json::json!({ "error": err.to_string() }).to_string(),
+            Err(err) => crate::json::object_of_string("error", &err.to_string()),
         };
         let api = API.load(Ordering::Acquire);
         if api.is_null() {
