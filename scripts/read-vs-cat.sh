@@ -11,8 +11,10 @@
 # `sync; echo 3 > /proc/sys/vm/drop_caches`, warm ones after a `cat` of the
 # whole file (so the cache holds the folios a sequential read leaves). Times
 # are wall-clock times of the whole process. Prints the median of ROUNDS
-# (default 5) per case and its ratio to the case's baseline: `cat` warm,
-# O_DIRECT `dd` cold.
+# (default 5) per case and its throughput against its baseline's (above 1
+# is faster): `cat` warm, the faster of the two O_DIRECT runs cold (`dd
+# bs=16M iflag=direct`, `predictio read --direct`: 1 MiB reads, 16 in
+# flight).
 #
 # PREDICTIO names the binary (default target/release/predictio).
 set -euo pipefail
@@ -38,7 +40,7 @@ trap 'rm -f "$results"' EXIT
 
 cold() { sync; echo 3 >/proc/sys/vm/drop_caches; }
 warm() { cat "$file" >/dev/null; }
-# time_case NAME CMD...: runs CMD with its output to /dev/null, records seconds.
+# time_case NAME CMD...: runs CMD, output to /dev/null; records microseconds.
 time_case() {
     local name=$1
     shift
@@ -50,41 +52,59 @@ time_case() {
 }
 cat_file() { cat "$file"; }
 dd_direct() { dd if="$file" of=/dev/null bs=16M iflag=direct; }
-read_stream() { "$predictio" read "$file"; }
-read_parallel() { "$predictio" read --parallel "$file"; }
+read_default() { "$predictio" read "$file"; }
+read_direct() { "$predictio" read --direct "$file"; }
+read_parallel() { "$predictio" read --cold parallel "$file"; }
+read_readahead() { "$predictio" read --cold readahead "$file"; }
 read_to_pipe() { "$predictio" read "$file" -o - | cat >/dev/null; }
 cat_to_pipe() { cat "$file" | cat >/dev/null; }
 
+# One round: every case once; the order rotates from round to round so
+# that no case always follows the same one.
 round() {
-    cold; time_case "cold predictio-read" read_stream
-    cold; time_case "cold cat" cat_file
-    cold; time_case "cold dd-O_DIRECT-16M" dd_direct
-    cold; time_case "cold predictio-read--parallel" read_parallel
-    warm; time_case "warm predictio-read" read_stream
-    warm; time_case "warm cat" cat_file
-    warm; time_case "warm predictio-read--parallel" read_parallel
-    warm; time_case "warm predictio-read-o-pipe" read_to_pipe
-    warm; time_case "warm cat-pipe" cat_to_pipe
+    local r=$1 k n
+    local cold_cases=("cold predictio-read:read_default" "cold cat:cat_file" "cold dd-O_DIRECT-16M:dd_direct"
+        "cold predictio-read--cold-parallel:read_parallel" "cold predictio-read--cold-readahead:read_readahead"
+        "cold predictio-read--direct:read_direct")
+    local warm_cases=("warm predictio-read:read_default" "warm cat:cat_file"
+        "warm predictio-read-o-pipe:read_to_pipe" "warm cat-pipe:cat_to_pipe")
+    n=${#cold_cases[@]}
+    for ((k = 0; k < n; k++)); do
+        local c=${cold_cases[$(((k + r) % n))]}
+        cold; time_case "${c%%:*}" "${c##*:}"
+    done
+    n=${#warm_cases[@]}
+    for ((k = 0; k < n; k++)); do
+        local c=${warm_cases[$(((k + r) % n))]}
+        warm; time_case "${c%%:*}" "${c##*:}"
+    done
 }
-export -f round time_case cold warm cat_file dd_direct read_stream read_parallel read_to_pipe cat_to_pipe
+export -f round time_case cold warm cat_file dd_direct read_direct read_default read_parallel read_readahead read_to_pipe cat_to_pipe
 export file predictio results
-for ((i = 1; i <= rounds; i++)); do
-    flock /tmp/bench.lock bash -c round
+for ((i = 0; i < rounds; i++)); do
+    flock /tmp/bench.lock bash -c "round $i"
 done
 
 # Medians (microseconds), and each case against its baseline.
 median() { awk -v k="$1" '$1 " " $2 == k { print $3 }' "$results" | sort -n | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else print int((v[NR / 2] + v[NR / 2 + 1]) / 2) }'; }
 range() { awk -v k="$1" '$1 " " $2 == k { print $3 }' "$results" | sort -n | awk 'NR == 1 { lo = $1 } { hi = $1 } END { printf "%.3f-%.3f", lo / 1e6, hi / 1e6 }'; }
-printf '%-32s %9s %7s %13s %8s\n' "case ($rounds rounds)" "median s" "MB/s" "range s" "vs base"
-for k in "cold predictio-read" "cold predictio-read--parallel" "cold cat" "cold dd-O_DIRECT-16M" \
-    "warm predictio-read" "warm predictio-read--parallel" "warm cat" "warm predictio-read-o-pipe" "warm cat-pipe"; do
+# Cold cases are held against the faster O_DIRECT run: dd with 16 MiB
+# requests, or predictio read --direct (1 MiB requests, 16 in flight).
+cold_base="cold dd-O_DIRECT-16M"
+if (($(median "cold predictio-read--direct") < $(median "$cold_base"))); then
+    cold_base="cold predictio-read--direct"
+fi
+echo "baselines: cold = $cold_base (the faster O_DIRECT run), warm = cat, pipes = cat | cat"
+printf '%-36s %9s %7s %13s %8s\n' "case ($rounds rounds)" "median s" "MB/s" "range s" "vs base"
+for k in "cold predictio-read" "cold predictio-read--cold-parallel" "cold predictio-read--cold-readahead" \
+    "cold cat" "cold dd-O_DIRECT-16M" "cold predictio-read--direct" "warm predictio-read" "warm cat" "warm predictio-read-o-pipe" "warm cat-pipe"; do
     case $k in
-        cold*) base="cold dd-O_DIRECT-16M" ;;
+        cold*) base=$cold_base ;;
         *pipe) base="warm cat-pipe" ;;
         *) base="warm cat" ;;
     esac
     m=$(median "$k")
     b=$(median "$base")
     awk -v k="$k" -v m="$m" -v b="$b" -v bytes="$bytes" -v r="$(range "$k")" \
-        'BEGIN { printf "%-32s %9.3f %7.0f %13s %7.2fx\n", k, m / 1e6, bytes / m, r, b / m }'
+        'BEGIN { printf "%-36s %9.3f %7.0f %13s %7.2fx\n", k, m / 1e6, bytes / m, r, b / m }'
 done

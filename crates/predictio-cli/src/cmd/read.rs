@@ -30,8 +30,7 @@ pub enum Backend {
 }
 
 /// How `read` reads windows that are not all cached.
-#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Cold {
     /// fadvise(WILLNEED) of the window and the next, then one sequential
     /// stream.
@@ -41,6 +40,16 @@ pub enum Cold {
     /// The parallel engine (--depth chunk reads in flight, after
     /// fadvise(WILLNEED) of each chunk) into a window-sized buffer.
     Parallel,
+}
+
+impl Cold {
+    fn name(self) -> &'static str {
+        match self {
+            Cold::Advised => "advised",
+            Cold::Readahead => "readahead",
+            Cold::Parallel => "parallel",
+        }
+    }
 }
 
 /// Arguments of `read`.
@@ -65,17 +74,23 @@ pub struct Args {
     /// How windows that are not all cached are read.
     #[arg(long, value_enum, default_value_t = Cold::Advised)]
     cold: Cold,
-    /// With --cold parallel: chunk reads in flight at once.
+    /// Bypass the page cache: O_DIRECT chunk reads (--depth in flight,
+    /// --chunk bytes each) into one aligned window buffer, caching nothing.
+    /// A baseline for the device's own speed. --offset and --window must
+    /// be multiples of 4 KiB.
+    #[arg(long, conflicts_with = "cold")]
+    direct: bool,
+    /// With --cold parallel or --direct: chunk reads in flight at once.
     #[arg(long, default_value_t = largeread::DEFAULT_DEPTH, value_parser = clap::value_parser!(u32).range(1..=4096))]
     depth: u32,
-    /// With --cold parallel: bytes per chunk read (4K..1G).
+    /// With --cold parallel or --direct: bytes per chunk read (4K..1G).
     #[arg(long, default_value = "1M", value_parser = chunk_size)]
     chunk: u64,
     /// With --cold parallel: don't start with fadvise(WILLNEED) of each chunk:
     /// each chunk read then brings in only its own chunk.
     #[arg(long)]
     no_will_need: bool,
-    /// With --cold parallel: how chunk reads are issued.
+    /// With --cold parallel or --direct: how chunk reads are issued.
     #[arg(long, value_enum, default_value_t = Backend::Auto)]
     backend: Backend,
     /// Print the result as JSON (on standard error when -o - is given).
@@ -101,9 +116,9 @@ struct Outcome {
     offset: u64,
     requested_bytes: u64,
     bytes_read: u64,
-    /// How windows not all cached were read: `advised`, `readahead` or
-    /// `parallel`.
-    cold_read: Cold,
+    /// How windows not all cached were read: `advised`, `readahead`,
+    /// `parallel`, or `direct` (everything, bypassing the cache).
+    cold_read: &'static str,
     /// With `parallel`: the engine's settings.
     backend: Option<ReadBackend>,
     depth: Option<u32>,
@@ -136,7 +151,7 @@ pub fn run(args: Args) -> Result<()> {
         Some(len) => len,
         None => available,
     };
-    let engine = if args.cold == Cold::Parallel {
+    let engine = if args.cold == Cold::Parallel || args.direct {
         let chunk = usize::try_from(args.chunk).context("chunk size")?;
         let mut reader = match args.backend {
             Backend::Auto => LargeReader::new(args.depth, chunk),
@@ -144,7 +159,7 @@ pub fn run(args: Args) -> Result<()> {
             Backend::Threads => LargeReader::with_backend(args.depth, chunk, ReadBackend::Threads),
         }
         .context("starting the large-read engine")?;
-        reader.set_will_need(!args.no_will_need);
+        reader.set_will_need(!args.no_will_need && !args.direct);
         if let Some(reason) = reader.fallback_reason() {
             eprintln!("predictio: {reason}");
         }
@@ -180,9 +195,16 @@ pub fn run(args: Args) -> Result<()> {
         (None, false) => Sink::Discard,
     };
 
+    let direct = match (args.direct, &engine) {
+        (true, Some(reader)) => Some((reopen_direct(&file, &args.file)?, reader)),
+        _ => None,
+    };
     let start = Instant::now();
-    let stats = stream::stream_range(&file, args.offset, wanted, args.window, sink, cold)
-        .with_context(|| format!("reading {} from offset {}", args.file.display(), args.offset))?;
+    let stats = match &direct {
+        Some((direct, reader)) => stream::direct_range(direct, args.offset, wanted, args.window, reader, sink),
+        None => stream::stream_range(&file, args.offset, wanted, args.window, sink, cold),
+    }
+    .with_context(|| format!("reading {} from offset {}", args.file.display(), args.offset))?;
     let read_seconds = start.elapsed().as_secs_f64();
     drop(out_file);
     let total_seconds = start.elapsed().as_secs_f64();
@@ -192,7 +214,7 @@ pub fn run(args: Args) -> Result<()> {
         offset: args.offset,
         requested_bytes: wanted,
         bytes_read: done,
-        cold_read: args.cold,
+        cold_read: if args.direct { "direct" } else { args.cold.name() },
         backend: engine.as_ref().map(LargeReader::backend),
         depth: engine.as_ref().map(LargeReader::depth),
         chunk: engine.as_ref().map(|_| args.chunk),
@@ -210,6 +232,12 @@ pub fn run(args: Args) -> Result<()> {
         serde_json::to_string_pretty(&outcome)?
     } else {
         let how = match &engine {
+            Some(reader) if args.direct => format!(
+                "O_DIRECT: {} backend, depth {}, {} chunks",
+                reader.backend(),
+                reader.depth(),
+                human(args.chunk)
+            ),
             Some(reader) => format!(
                 "cold windows: {} backend, depth {}, {} chunks",
                 reader.backend(),
@@ -219,18 +247,19 @@ pub fn run(args: Args) -> Result<()> {
             None if args.cold == Cold::Readahead => "cold windows: sequential stream".to_string(),
             None => "cold windows: advised, then a sequential stream".to_string(),
         };
+        let windows = if args.direct {
+            format!("{} windows of {}", stats.windows, human(args.window))
+        } else {
+            format!("{} of {} windows of {} cached", stats.resident_windows, stats.windows, human(args.window))
+        };
         format!(
-            "{}: read {} ({} bytes) from offset {} in {:.3} s: {:.0} MB/s ({} of {} windows of {} cached; {})",
+            "{}: read {} ({} bytes) from offset {} in {:.3} s: {:.0} MB/s ({windows}; {how})",
             outcome.file,
             human(done),
             done,
             args.offset,
             read_seconds,
             outcome.read_mbps,
-            stats.resident_windows,
-            stats.windows,
-            human(args.window),
-            how,
         )
     };
     // Keep standard output clean when the data goes there.
@@ -244,4 +273,17 @@ pub fn run(args: Args) -> Result<()> {
         bail!("the file ended after {done} of {wanted} bytes (was it truncated while reading?)");
     }
     Ok(())
+}
+
+/// The file `file` (opened from `path` and checked to be a regular file)
+/// opened again, the same inode, for O_DIRECT reads.
+fn reopen_direct(file: &File, path: &std::path::Path) -> Result<File> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::OpenOptionsExt;
+    let same = format!("/proc/self/fd/{}", file.as_raw_fd());
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(&same)
+        .with_context(|| format!("opening {} for O_DIRECT reads", path.display()))
 }

@@ -217,6 +217,50 @@ pub fn stream_range(
     Ok(stats)
 }
 
+/// Reads `[offset, offset + len)` of `direct`, a descriptor opened with
+/// `O_DIRECT`, into `sink`: `reader`'s chunk reads at its depth into one
+/// page-aligned window buffer, bypassing the page cache (nothing is cached,
+/// nothing is checked for residency). A baseline for the device's own
+/// speed: what buffered reads are compared with. `offset` and `window` must
+/// be multiples of 4 KiB, and so must `reader`'s chunk (reads are rounded up
+/// to 4 KiB; the file's end is read short). The reader should not advise
+/// WILLNEED ([`LargeReader::set_will_need`]).
+pub fn direct_range(
+    direct: &File,
+    offset: u64,
+    len: u64,
+    window: u64,
+    reader: &LargeReader,
+    sink: Sink<'_>,
+) -> Result<StreamStats, LargeReadError> {
+    let align = PAGE_SIZE;
+    if offset % align != 0 || window % align != 0 || window == 0 || reader.chunk() as u64 % align != 0 {
+        return Err(LargeReadError::InvalidConfig(format!(
+            "O_DIRECT reads need an offset, window and chunk that are multiples of {align} bytes"
+        )));
+    }
+    let size = direct.metadata().map_err(LargeReadError::Stat)?.len();
+    let end = offset.saturating_add(len).min(size);
+    let mut stats = StreamStats { probe: Probe::None, ..StreamStats::default() };
+    let mut buf = Vec::new();
+    let mut at = offset;
+    while at < end {
+        let n = window.min(end - at);
+        let (bytes, got) = parallel_window(reader, direct, at, n.next_multiple_of(align), &mut buf)?;
+        let got = (got as u64).min(n);
+        if let Sink::Fd(out) = sink {
+            write_all(out, &bytes[..got as usize])?;
+        }
+        stats.windows += 1;
+        stats.bytes += got;
+        at += got;
+        if got < n {
+            break;
+        }
+    }
+    Ok(stats)
+}
+
 /// `len` bytes of `buf` (grown to fit) starting on a page boundary. The
 /// kernel copies page-cache pages into a page-aligned buffer about four
 /// times as fast as into one 16 bytes off (what `malloc` returns for large
@@ -402,6 +446,30 @@ mod tests {
                 assert_eq!(mincore.resident(offset, len).expect("mincore"), by_cachestat, "{offset}+{len}");
             }
         }
+    }
+
+    #[test]
+    fn largeread_direct_reads_the_same_bytes() {
+        let bytes = data((5 << 20) + 999);
+        let dir = tempfile::tempdir_in("/var/tmp").expect("dir on disk");
+        let path = dir.path().join("in");
+        std::fs::write(&path, &bytes).expect("write");
+        use std::os::unix::fs::OpenOptionsExt;
+        let direct = match std::fs::OpenOptions::new().read(true).custom_flags(libc::O_DIRECT).open(&path) {
+            Ok(file) => file,
+            Err(err) => {
+                assert_ne!(std::env::var("CI").as_deref(), Ok("true"), "O_DIRECT needed in CI: {err}");
+                eprintln!("skipping: needs O_DIRECT ({err})");
+                return;
+            }
+        };
+        let mut engine = LargeReader::new(4, 256 << 10).expect("engine");
+        engine.set_will_need(false);
+        let out = tempfile::tempfile().expect("out");
+        let stats = direct_range(&direct, 8192, u64::MAX, 1 << 20, &engine, Sink::Fd(out.as_fd())).expect("direct");
+        assert_eq!(stats.bytes, bytes.len() as u64 - 8192);
+        assert_eq!(read_back(out), &bytes[8192..]);
+        assert!(direct_range(&direct, 100, 10, 1 << 20, &engine, Sink::Discard).is_err(), "unaligned offset");
     }
 
     #[test]
