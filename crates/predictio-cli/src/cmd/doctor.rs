@@ -7,8 +7,9 @@
 //! io_uring and `PROCMAP_QUERY` are called, and the tracepoints are checked
 //! with the observer's own layout check ([`predictio_bpf::hooks`]). Each
 //! check says what it affects and the fix; a summary says which of
-//! predictio's capabilities work. Nothing is changed on the machine (the
-//! observer, perf events and fanotify group are closed at once) and the
+//! predictio's capabilities work. The observer, perf events and fanotify
+//! group are closed at once; the one lasting change is the daemon's own: as
+//! root, loading the observer mounts tracefs where it is not mounted. The
 //! command exits 0 whatever it finds.
 
 use std::io::Write;
@@ -246,7 +247,9 @@ fn observation(p: &mut Probe<'_>, found: &mut Found) {
                 None => (
                     Status::Missing,
                     "not mounted at /sys/kernel/tracing or /sys/kernel/debug/tracing".to_owned(),
-                    "mount -t tracefs nodev /sys/kernel/tracing (the daemon, as root, mounts it itself)".to_owned(),
+                    "mount -t tracefs nodev /sys/kernel/tracing (the daemon, as root, mounts it itself, and so \
+                     does the eBPF observer check below)"
+                        .to_owned(),
                 ),
             };
             p.add("tracefs", status, detail, TRACEFS_AFFECTS, Some(fix));
