@@ -6,12 +6,13 @@
 #
 # FILE (default /var/tmp/predictio-read/big.bin) must be on a real disk, not
 # tmpfs; it is created with 2 GiB of random bytes when missing. Each round
-# runs every case once, interleaved, inside `flock /tmp/bench.lock` (other
+# runs every case, interleaved, inside `flock /tmp/bench.lock` (other
 # benchmarks on the machine take the same lock); cold cases start after
-# `sync; echo 3 > /proc/sys/vm/drop_caches`, warm ones after a `cat` of the
-# whole file (so the cache holds the folios a sequential read leaves). Times
-# are wall-clock times of the whole process. Prints the median of ROUNDS
-# (default 5) per case and its throughput against its baseline's (above 1
+# `sync; echo 3 > /proc/sys/vm/drop_caches`, warm ones (three runs of each
+# per round) after a `cat` of the whole file (so the cache holds the folios
+# a sequential read leaves). Times are wall-clock times of the whole
+# process. Prints the median of each case's runs (ROUNDS, default 5, per
+# cold case) and its throughput against its baseline's (above 1
 # is faster): `cat` warm, the faster of the two O_DIRECT runs cold (`dd
 # bs=16M iflag=direct`, `predictio read --direct`: 1 MiB reads, 16 in
 # flight).
@@ -73,10 +74,12 @@ round() {
         local c=${cold_cases[$(((k + r) % n))]}
         cold; time_case "${c%%:*}" "${c##*:}"
     done
+    # Warm runs are short and noisy: three of each per round.
     n=${#warm_cases[@]}
-    for ((k = 0; k < n; k++)); do
+    warm
+    for ((k = 0; k < 3 * n; k++)); do
         local c=${warm_cases[$(((k + r) % n))]}
-        warm; time_case "${c%%:*}" "${c##*:}"
+        time_case "${c%%:*}" "${c##*:}"
     done
 }
 export -f round time_case cold warm cat_file dd_direct read_direct read_default read_parallel read_readahead read_to_pipe cat_to_pipe

@@ -115,12 +115,13 @@ enum Command {
     ///   predictio model llama-7b.Q4_0.gguf
     ///   predictio model model.safetensors --order llama-cpp-read --json
     Model(cmd::model::Args),
-    /// Read a large range of a file fast: chunks read in parallel (io_uring
-    /// buffered reads, --depth in flight) straight into memory.
+    /// Read a large range of a file fast: windows already cached straight
+    /// from the page cache, cold ones advised to the kernel ahead and
+    /// streamed (--cold, --direct for other ways).
     ///
     /// Examples:
     ///   predictio read model.gguf
-    ///   predictio read big.dat --offset 1G --len 128M --depth 32 -o part.bin
+    ///   predictio read big.dat --offset 1G --len 128M -o part.bin
     ///   predictio read big.dat -o - | sha256sum
     Read(cmd::read::Args),
     /// Ask the daemon to prefetch ranges of a file, through the hint socket

@@ -234,7 +234,11 @@ pub fn direct_range(
     sink: Sink<'_>,
 ) -> Result<StreamStats, LargeReadError> {
     let align = PAGE_SIZE;
-    if offset % align != 0 || window % align != 0 || window == 0 || reader.chunk() as u64 % align != 0 {
+    if !offset.is_multiple_of(align)
+        || !window.is_multiple_of(align)
+        || window == 0
+        || !(reader.chunk() as u64).is_multiple_of(align)
+    {
         return Err(LargeReadError::InvalidConfig(format!(
             "O_DIRECT reads need an offset, window and chunk that are multiples of {align} bytes"
         )));
