@@ -25,6 +25,11 @@
 //! sequential stream already saturates, a single `read()` of 64 MiB or more
 //! wins.
 //!
+//! [`stream`] streams a range out window by window instead (what
+//! `predictio read` does): windows already cached are copied straight from
+//! the page cache, cold ones advised to the kernel ahead and copied out as
+//! their pages arrive, or read by a [`LargeReader`] on request.
+//!
 //! What this module must never do: return bytes that differ from what
 //! `read()` of the same range returns (the property test in
 //! `tests/largeread.rs` checks it against `pread`), or return while the
