@@ -32,6 +32,6 @@ pub mod observer;
 #[cfg(feature = "extension")]
 mod vfs;
 
-pub use observer::{DbObserver, Error, PrefetchStats, Prefetcher};
+pub use observer::{DbObserver, Error, PrefetchStats, Prefetcher, SharedObserver};
 #[cfg(feature = "extension")]
 pub use vfs::{VFS_NAME, sqlite3_predictio_init};

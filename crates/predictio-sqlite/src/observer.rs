@@ -18,8 +18,8 @@
 //! written back, and any page that does not parse is passed over.
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
 use predictio::btree::sqlite::{self, Geometry};
@@ -428,14 +428,16 @@ impl DbObserver {
     /// from the device again. The header (offset 0) is always observed.
     ///
     /// A [`Self::lazy`] observer starts the runtime at the first read that
-    /// took longer than a cached read does (40 µs).
+    /// took longer than a cached read does (40 µs) while it is watching (a
+    /// lone slow read while it stands aside, a cached read preempted, does
+    /// not start it; two close together do).
     pub fn on_timed_read(&mut self, offset: u64, bytes: &[u8], elapsed: Duration) {
-        if self.prefetcher.is_none() && !self.disabled && elapsed > SLOW_READ {
-            self.start_runtime();
-        }
         let queued = self.prefetcher.map_or(0, |p| p.executor().queued_requests());
         let was_warm = self.gate.warm;
         let observe = self.gate.after_read(elapsed, queued) || offset == 0;
+        if self.prefetcher.is_none() && !self.disabled && elapsed > SLOW_READ && !self.gate.warm {
+            self.start_runtime();
+        }
         let count = |counter: fn(&Prefetcher) -> &AtomicU64| {
             if let Some(prefetcher) = self.prefetcher {
                 counter(prefetcher).fetch_add(1, Ordering::Relaxed);
@@ -451,6 +453,18 @@ impl DbObserver {
             count(|p| &p.reads_unobserved);
             self.announced = None;
         }
+    }
+
+    /// `count` reads, none of the header, that came from the page cache
+    /// while the observer stood aside: what [`Self::on_timed_read`] would
+    /// have done with each, at once ([`SharedObserver`] counts them without
+    /// taking the observer's lock).
+    fn on_fast_reads_aside(&mut self, count: u64) {
+        self.gate.since_slow = self.gate.since_slow.saturating_add(u32::try_from(count).unwrap_or(u32::MAX));
+        if let Some(prefetcher) = self.prefetcher {
+            prefetcher.reads_unobserved.fetch_add(count, Ordering::Relaxed);
+        }
+        self.announced = None;
     }
 
     /// Reports that SQLite read `bytes` at `offset` and got all of them.
@@ -521,6 +535,68 @@ impl DbObserver {
         };
         let Some(id) = id else { return };
         self.known = Some(Known { geometry, id, traversal: Traversal::new(id, layout, TRAVERSAL_CAPACITY) });
+    }
+}
+
+/// A [`DbObserver`] shared by the threads that read one file (the VFS
+/// shim's state of an open main database). While the observer stands aside
+/// on a warm cache, a read costs two clock readings and two atomic
+/// operations: the observer's lock is taken only for a slow read (or the
+/// header), and the fast reads in between are handed to it then, in one
+/// count, with the same effect as one by one.
+#[derive(Debug)]
+pub struct SharedObserver {
+    /// Whether the observer stood aside after the last read it saw.
+    aside: AtomicBool,
+    /// Fast reads since then, not yet handed to the observer.
+    fast_aside: AtomicU64,
+    observer: Mutex<DbObserver>,
+}
+
+impl SharedObserver {
+    /// Shares `observer`.
+    pub fn new(observer: DbObserver) -> Self {
+        Self { aside: AtomicBool::new(false), fast_aside: AtomicU64::new(0), observer: Mutex::new(observer) }
+    }
+
+    /// Before a read of `len` bytes at `offset`: [`DbObserver::before_read`]
+    /// while the observer watches, nothing while it stands aside.
+    pub fn before_read(&self, offset: u64, len: usize) {
+        if self.aside.load(Ordering::Relaxed) {
+            return;
+        }
+        let mut observer = self.lock();
+        if observer.watching() {
+            observer.before_read(offset, len);
+        }
+    }
+
+    /// After a read that returned `bytes` at `offset` in `elapsed`:
+    /// [`DbObserver::on_timed_read`], or only a count while the observer
+    /// stands aside and the read was fast.
+    pub fn after_read(&self, offset: u64, bytes: &[u8], elapsed: Duration) {
+        if offset != 0 && elapsed <= SLOW_READ && self.aside.load(Ordering::Relaxed) {
+            self.fast_aside.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        let mut observer = self.lock();
+        let fast = self.fast_aside.swap(0, Ordering::Relaxed);
+        if fast > 0 {
+            observer.on_fast_reads_aside(fast);
+        }
+        observer.on_timed_read(offset, bytes, elapsed);
+        self.aside.store(!observer.watching(), Ordering::Relaxed);
+    }
+
+    /// Whether reads are being observed now (see [`DbObserver::watching`]).
+    pub fn watching(&self) -> bool {
+        !self.aside.load(Ordering::Relaxed)
+    }
+
+    /// The observer (a panic while it was locked left it usable: its state
+    /// stays bounded).
+    pub fn lock(&self) -> MutexGuard<'_, DbObserver> {
+        self.observer.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }
 
@@ -611,6 +687,36 @@ mod tests {
         assert!(gate.after_read(SLOW, 100), "device reads are observed");
         assert!(gate.after_read(FAST, 100));
         assert!(!gate.warm, "and restart the run");
+    }
+
+    /// The shared observer's lock-free count of fast reads while aside
+    /// leaves the gate where reads one by one would have.
+    #[test]
+    fn fast_reads_counted_aside_move_the_gate_as_reads_one_by_one() {
+        let bytes = [0u8; 4096];
+        let shared = SharedObserver::new(DbObserver::lazy("/nonexistent/predictio-test.db"));
+        let mut alone = DbObserver::lazy("/nonexistent/predictio-test.db");
+        let mut script: Vec<Duration> = vec![FAST; WARM_AFTER_READS as usize + 5];
+        // A lone slow read, a run longer than SLOW_READS_APART, another
+        // lone one, then two close together (device reads).
+        script.push(SLOW);
+        script.extend(std::iter::repeat_n(FAST, 2 * SLOW_READS_APART as usize));
+        script.push(SLOW);
+        script.extend(std::iter::repeat_n(FAST, 5));
+        script.extend([SLOW, FAST, SLOW, FAST]);
+        for (i, &elapsed) in script.iter().enumerate() {
+            let offset = 4096 * (i as u64 + 1);
+            shared.before_read(offset, bytes.len());
+            shared.after_read(offset, &bytes, elapsed);
+            alone.on_timed_read(offset, &bytes, elapsed);
+            assert_eq!(shared.watching(), alone.watching(), "read {i}");
+            let locked = shared.lock();
+            if elapsed > SLOW_READ {
+                assert_eq!(locked.gate.since_slow, alone.gate.since_slow, "read {i}");
+            }
+        }
+        assert!(shared.watching(), "two slow reads close together bring it back");
+        assert!(shared.fast_aside.load(Ordering::Relaxed) == 0);
     }
 
     #[test]

@@ -23,8 +23,8 @@
 use std::ffi::{CStr, c_char, c_int, c_void};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::ptr;
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicPtr, Ordering};
-use std::sync::{Mutex, OnceLock};
 
 use libsqlite3_sys::{
     SQLITE_CANTOPEN, SQLITE_ERROR, SQLITE_IOERR, SQLITE_OK, SQLITE_OK_LOAD_PERMANENTLY, SQLITE_OPEN_MAIN_DB,
@@ -32,7 +32,7 @@ use libsqlite3_sys::{
     sqlite3_syscall_ptr, sqlite3_value, sqlite3_vfs,
 };
 
-use crate::observer::{DbObserver, Prefetcher};
+use crate::observer::{DbObserver, Prefetcher, SharedObserver};
 
 /// The name the shim is registered under.
 pub const VFS_NAME: &CStr = c"predictio";
@@ -52,7 +52,7 @@ fn guard<T>(fallback: T, f: impl FnOnce() -> T) -> T {
 struct ShimFile {
     base: sqlite3_file,
     /// `Box::into_raw` of the observer; null for files not observed.
-    observer: *mut Mutex<DbObserver>,
+    observer: *mut SharedObserver,
 }
 
 /// Bytes before the real file: `ShimFile` rounded up to 16, so the real file
@@ -159,12 +159,7 @@ unsafe extern "C" fn io_read(file: *mut sqlite3_file, buf: *mut c_void, amt: c_i
         let Some(observer) = observer else { return read() };
         // The descent is known from the offset alone: report it before the
         // read, so that prefetches overlap this read's own I/O.
-        guard((), || {
-            let mut observer = observer.lock().unwrap_or_else(|p| p.into_inner());
-            if observer.watching() {
-                observer.before_read(offset as u64, amt as usize);
-            }
-        });
+        guard((), || observer.before_read(offset as u64, amt as usize));
         let start = std::time::Instant::now();
         let rc = read();
         if rc == SQLITE_OK {
@@ -173,9 +168,7 @@ unsafe extern "C" fn io_read(file: *mut sqlite3_file, buf: *mut c_void, amt: c_i
             // of `buf`, which we only read, before SQLite sees them again.
             let bytes = unsafe { std::slice::from_raw_parts(buf.cast::<u8>().cast_const(), amt as usize) };
             // A panic while observing must not change what SQLite gets.
-            guard((), || {
-                observer.lock().unwrap_or_else(|p| p.into_inner()).on_timed_read(offset as u64, bytes, elapsed);
-            });
+            guard((), || observer.after_read(offset as u64, bytes, elapsed));
         }
         rc
     })
@@ -244,7 +237,7 @@ unsafe extern "C" fn shim_open(
                 let Ok(path) = path.to_str() else { return };
                 // The runtime starts at the first read from the device, not
                 // here: a cached database never starts it.
-                let observer = Box::into_raw(Box::new(Mutex::new(DbObserver::lazy(path))));
+                let observer = Box::into_raw(Box::new(SharedObserver::new(DbObserver::lazy(path))));
                 // SAFETY: our part of the file, set before SQLite uses it.
                 unsafe { (*file.cast::<ShimFile>()).observer = observer };
             });
