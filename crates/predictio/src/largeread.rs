@@ -93,9 +93,6 @@ pub enum LargeReadError {
         /// The OS error.
         source: io::Error,
     },
-    /// Checking the page cache (`cachestat` or `mincore`) failed.
-    #[error("checking page-cache residency failed: {0}")]
-    Residency(#[source] io::Error),
     /// The file ended before the range did ([`LargeReader::read_exact_at`]).
     #[error("file ended after {got} of {wanted} bytes from offset {offset}")]
     UnexpectedEof {

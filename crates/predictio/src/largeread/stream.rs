@@ -81,8 +81,8 @@ pub enum Probe {
     Cachestat,
     /// `mincore(2)` over a mapping of the file (no `cachestat` here).
     Mincore,
-    /// Neither worked (the file could not be mapped): every window was
-    /// taken as cold.
+    /// Neither worked (no `cachestat`, and the file could not be mapped or
+    /// `mincore` failed): windows from then on were read as cold.
     None,
 }
 
@@ -119,33 +119,40 @@ impl<'f> Residency<'f> {
     }
 
     /// Whether every page of `[offset, offset + len)` is in the page cache.
-    fn resident(&mut self, offset: u64, len: u64) -> Result<bool, LargeReadError> {
+    /// A probe that fails is not an error (the window is then read as
+    /// cold): `cachestat` gives way to `mincore` (no `cachestat` on this
+    /// kernel, or not for this file), and `mincore` to nothing.
+    fn resident(&mut self, offset: u64, len: u64) -> bool {
         let range = PageRange::covering_bytes(offset, len);
         if range.is_empty() {
-            return Ok(true);
+            return true;
         }
         if self.probe == Probe::Cachestat {
             match sys::cachestat(self.file.as_fd(), range.byte_offset(), range.byte_len()) {
-                Ok(stat) => return Ok(stat.nr_cache >= range.len()),
-                Err(err) if err.raw_os_error() == Some(libc::ENOSYS) => {
+                Ok(stat) => return stat.nr_cache >= range.len(),
+                Err(err) => {
+                    tracing::debug!("cachestat failed ({err}); checking residency with mincore");
                     self.probe = Probe::Mincore;
                     match sys::Mapping::map(self.file.as_fd(), self.size) {
                         Ok(mapping) => self.mapping = Some(mapping),
-                        Err(err) => {
-                            tracing::info!(
-                                "no cachestat and no mapping for mincore ({err}): reading every window as cold"
-                            );
-                            self.probe = Probe::None;
-                        }
+                        Err(err) => self.give_up(&err),
                     }
                 }
-                Err(err) => return Err(LargeReadError::Residency(err)),
             }
         }
-        let Some(mapping) = &self.mapping else { return Ok(false) };
-        mapping.residency(range, &mut self.pages).map_err(LargeReadError::Residency)?;
+        let Some(mapping) = &self.mapping else { return false };
+        if let Err(err) = mapping.residency(range, &mut self.pages) {
+            self.give_up(&err);
+            return false;
+        }
         // Pages past the mapping (the file grew) were left out: not known.
-        Ok(self.pages.len() as u64 == range.len() && self.pages.iter().all(|p| p & 1 == 1))
+        self.pages.len() as u64 == range.len() && self.pages.iter().all(|p| p & 1 == 1)
+    }
+
+    fn give_up(&mut self, err: &io::Error) {
+        tracing::info!("no residency check ({err}): reading every window as cold");
+        self.probe = Probe::None;
+        self.mapping = None;
     }
 }
 
@@ -177,7 +184,7 @@ pub fn stream_range(
     while at < end {
         let n = window.min(end - at);
         // A window this loop advised is on its way in, not found cached.
-        let resident = at.saturating_add(n) > advised_until && residency.resident(at, n)?;
+        let resident = at.saturating_add(n) > advised_until && residency.resident(at, n);
         stats.windows += 1;
         if resident {
             stats.resident_windows += 1;
@@ -444,10 +451,11 @@ mod tests {
                 sys::fadvise(file.as_fd(), 0, 0, sys::Advice::DontNeed).expect("evict");
             }
             for (offset, len) in [(0, size), (5000, 1 << 20), (size - 10, 10)] {
-                let by_cachestat = cachestat.resident(offset, len).expect("cachestat");
+                let by_cachestat = cachestat.resident(offset, len);
                 // Pages just written stay cached.
                 assert!(evict || by_cachestat, "{offset}+{len}");
-                assert_eq!(mincore.resident(offset, len).expect("mincore"), by_cachestat, "{offset}+{len}");
+                assert_eq!(mincore.resident(offset, len), by_cachestat, "{offset}+{len}");
+                assert_eq!((cachestat.probe, mincore.probe), (Probe::Cachestat, Probe::Mincore));
             }
         }
     }
