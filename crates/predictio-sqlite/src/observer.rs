@@ -8,7 +8,7 @@
 //!                                                               └ parse_page ─ Traversal::learn (interior pages; unchanged re-reads not parsed)
 //!                                                                              (or, when not announced, Traversal ─ TreeChildEnter ─ Prefetcher)
 //!  Prefetcher = Runtime + Executor (ExecutorConfig::embedded), btree policy; in the extension one per
-//!               process, started at the first slow read (DbObserver::lazy): a cached database never starts it
+//!               process, started at the first read from the device (DbObserver::lazy): a cached database never starts it
 //! ```
 //!
 //! Reporting the descent before the read lets the prefetch of the pages
@@ -281,7 +281,7 @@ struct Known {
 #[derive(Debug)]
 pub struct DbObserver {
     path: PathBuf,
-    /// The runtime fed; `None` until a lazy observer's first slow read.
+    /// The runtime fed; `None` until a lazy observer's first device read.
     prefetcher: Option<&'static Prefetcher>,
     file: Option<FileRef>,
     known: Option<Known>,
@@ -304,7 +304,7 @@ impl DbObserver {
 
     /// An observer of the database at `path` that feeds the process's
     /// runtime ([`Prefetcher::global`]) but starts it only at the first
-    /// read [`Self::on_timed_read`] finds slow (one from the device): a
+    /// read [`Self::on_timed_read`] takes for one from the device: a
     /// program whose database is cached never starts it. Until then the
     /// observer learns the tree (interior pages parsed, descents followed)
     /// and drops the events, since nothing is there to prefetch, and holds
@@ -324,7 +324,7 @@ impl DbObserver {
     }
 
     /// Whether this observer feeds a runtime (always for [`Self::new`]; for
-    /// [`Self::lazy`], once a slow read started it).
+    /// [`Self::lazy`], once a read from the device started it).
     pub fn feeds_runtime(&self) -> bool {
         self.prefetcher.is_some()
     }
@@ -427,15 +427,16 @@ impl DbObserver {
     /// executor to do, they are only timed, not observed, until one comes
     /// from the device again. The header (offset 0) is always observed.
     ///
-    /// A [`Self::lazy`] observer starts the runtime at the first read that
-    /// took longer than a cached read does (40 µs) while it is watching (a
-    /// lone slow read while it stands aside, a cached read preempted, does
-    /// not start it; two close together do).
+    /// A [`Self::lazy`] observer starts the runtime at the first read from
+    /// the device: the second of two reads close together that each took
+    /// longer than a cached read does (40 µs). A lone slow read, a cached
+    /// read preempted, does not start it.
     pub fn on_timed_read(&mut self, offset: u64, bytes: &[u8], elapsed: Duration) {
+        let device = elapsed > SLOW_READ && self.gate.since_slow < SLOW_READS_APART;
         let queued = self.prefetcher.map_or(0, |p| p.executor().queued_requests());
         let was_warm = self.gate.warm;
         let observe = self.gate.after_read(elapsed, queued) || offset == 0;
-        if self.prefetcher.is_none() && !self.disabled && elapsed > SLOW_READ && !self.gate.warm {
+        if device && self.prefetcher.is_none() && !self.disabled {
             self.start_runtime();
         }
         let count = |counter: fn(&Prefetcher) -> &AtomicU64| {
