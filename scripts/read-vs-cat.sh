@@ -47,7 +47,7 @@ time_case() {
     shift
     local t0 t1
     t0=$(date +%s%N)
-    "$@" >/dev/null 2>&1
+    "$@" >/dev/null 2>&1 || { echo "read-vs-cat: $name failed: $*" >&2; exit 1; }
     t1=$(date +%s%N)
     echo "$name $(((t1 - t0) / 1000))" >>"$results"
 }
