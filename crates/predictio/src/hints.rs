@@ -22,7 +22,8 @@
 //!   `docs/DESIGN.md`, "Budgets"): frames per second and bytes per second
 //!   (token buckets; every frame costs at least one frame and its own
 //!   bytes, whatever it asks for, and a datagram refused whole costs a
-//!   frame too), handles held (descriptors), clients, and the bytes of
+//!   frame too; past the frame budget the rest of a datagram is dropped
+//!   unread, as one outcome), handles held (descriptors), clients, and the bytes of
 //!   accepted hints still waiting in the pipeline's queue ([`QueueCharge`]).
 //!   The per-user budgets are what make the per-client ones mean anything:
 //!   one user may run many clients. Over a limit the frame is dropped and
@@ -406,7 +407,8 @@ pub struct HintStats {
     pub frames: u64,
     /// Frames accepted (including registrations).
     pub accepted: u64,
-    /// Hints delivered (accepted frames other than `Register`/`Unregister`).
+    /// Hints delivered: accepted frames other than `Register`,
+    /// `Unregister` and `Sync` that ask for something (not an empty list).
     pub hints: u64,
     /// Frames refused, by [`Reject`] reason (index [`Reject::index`]).
     pub rejected: [u64; Reject::COUNT],
@@ -981,8 +983,12 @@ impl HintServer {
             // client's and of its user's: garbage floods are limited like
             // anything else, and a user's many clients share one budget.
             if !budgets.frame(&mut client.budget, uid, now) {
+                // Out of frames: the rest of the datagram goes unread, as
+                // this one outcome, so that a flood past its budget costs
+                // a receive per datagram and not a look at each of its
+                // (up to 5,461) frames.
                 self.stats.rate_limited += 1;
-                continue;
+                break;
             }
             let frame = match item {
                 Ok(frame) => frame,
@@ -1012,6 +1018,8 @@ impl HintServer {
                 },
                 frame => match client.files.get(&frame.handle().0) {
                     None => Err(Reject::UnknownHandle),
+                    // Taken, and paid for, but there is nothing to do.
+                    Some(_) if asks_nothing(&frame) => Ok(None),
                     Some(file) => {
                         let Some(charge) = budgets.charge(uid, queued_cost(&frame)) else {
                             self.stats.queue_limited += 1;
@@ -1142,6 +1150,20 @@ fn queued_cost(frame: &Frame<'_>) -> u64 {
         | Frame::Sync { .. } => 0,
     };
     (std::mem::size_of::<Event>() + payload) as u64
+}
+
+/// Whether a hint frame asks for nothing (an empty list, a read of no
+/// bytes): it is taken, and costs its frame and bytes, but makes no event
+/// for the pipeline to queue and dispatch.
+fn asks_nothing(frame: &Frame<'_>) -> bool {
+    match frame {
+        Frame::Pages { ranges, .. } => ranges.iter().all(|(start, end)| start == end),
+        Frame::ReadPlan { segments: ranges, .. } | Frame::TensorLayout { ranges, .. } => {
+            ranges.iter().all(|(_, len)| len == 0)
+        }
+        Frame::StreamRead { len, .. } => *len == 0,
+        _ => false,
+    }
 }
 
 /// The event a valid hint frame stands for. Register, Unregister and Sync
