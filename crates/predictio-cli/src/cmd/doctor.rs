@@ -230,7 +230,7 @@ const CAP_PERFMON: u32 = 38;
 const CAP_BPF: u32 = 39;
 
 const AS_ROOT: &str = "run as root: the systemd unit (dist/predictio.service) runs the daemon as root with \
-                       CAP_BPF CAP_PERFMON CAP_SYS_ADMIN CAP_DAC_READ_SEARCH CAP_SYS_PTRACE";
+                       CAP_BPF CAP_PERFMON CAP_SYS_ADMIN CAP_DAC_READ_SEARCH CAP_SYS_PTRACE CAP_FOWNER";
 
 fn observation(p: &mut Probe<'_>, found: &mut Found) {
     let tracefs = hooks::find_tracefs();
@@ -505,7 +505,7 @@ const CACHESTAT_AFFECTS: &str = "residency (predictio residency, the executor's 
 /// whether it answers on a file the caller may not write. Newer kernels
 /// (and their stable updates) restrict it, as `mincore` is, to files the
 /// caller may write or owns (or `CAP_FOWNER`/`CAP_DAC_OVERRIDE`); the
-/// daemon's unit grants neither.
+/// daemon's unit grants `CAP_FOWNER` for it.
 fn cachestat(p: &mut Probe<'_>, found: &mut Found) {
     let own = tempfile::NamedTempFile::new();
     let result = own
@@ -529,12 +529,11 @@ fn cachestat(p: &mut Probe<'_>, found: &mut Found) {
     p.add("cachestat(2)", status, detail, CACHESTAT_AFFECTS, fix);
 
     const NAME: &str = "cachestat on read-only files";
-    const AFFECTS: &str = "files the caller may not write: predictio residency as a user; for the daemon (no \
-                           CAP_FOWNER under dist/predictio.service) other users' files: the executor's residency \
-                           checks, B-tree observation and model headers (they read cached pages only after \
-                           cachestat)";
-    const FIX: &str = "CAP_FOWNER for the daemon (AmbientCapabilities and CapabilityBoundingSet of the unit); a \
-                       user can only ask about files they may write";
+    const AFFECTS: &str = "files the caller may not write: predictio residency as a user; for the daemon without \
+                           CAP_FOWNER, other users' files: the executor's residency checks, B-tree observation and \
+                           model headers (they read cached pages only after cachestat)";
+    const FIX: &str = "CAP_FOWNER for the daemon (dist/predictio.service grants it); a user can only ask about \
+                       files they may write";
     let Ok(own) = own else { return };
     if !found.cachestat {
         let detail = "not checked: cachestat does not answer at all".to_owned();
@@ -553,8 +552,8 @@ fn cachestat(p: &mut Probe<'_>, found: &mut Found) {
                 "EPERM: this kernel answers cachestat only for files the caller may write or owns, or with \
                  CAP_FOWNER, as for mincore (a permission check of newer kernels and their stable updates); tried as {}",
                 if rustix::process::geteuid().is_root() {
-                    "root without CAP_FOWNER and CAP_DAC_OVERRIDE, as the systemd unit runs the daemon, on a file \
-                     of another user"
+                    "root with the systemd unit's capabilities (CAP_FOWNER, not CAP_DAC_OVERRIDE), on a file of \
+                     another user"
                 } else {
                     "this user on /etc/passwd"
                 }
@@ -568,8 +567,8 @@ fn cachestat(p: &mut Probe<'_>, found: &mut Found) {
 
 /// `cachestat` on a file the caller may read but not write, as the daemon
 /// under its unit would be: as root, `own` given to `nobody` (mode 0644)
-/// and asked from a thread without `CAP_FOWNER` and `CAP_DAC_OVERRIDE`
-/// (capabilities are per thread); as another user, `/etc/passwd`. Says
+/// and asked from a thread without `CAP_DAC_OVERRIDE`, which the unit
+/// does not grant (capabilities are per thread); as another user, `/etc/passwd`. Says
 /// what was tried.
 fn foreign_cachestat(own: &Path) -> std::io::Result<&'static str> {
     use rustix::thread::{CapabilitySet, capabilities, set_capabilities};
@@ -587,14 +586,14 @@ fn foreign_cachestat(own: &Path) -> std::io::Result<&'static str> {
         scope
             .spawn(|| {
                 let mut sets = capabilities(None)?;
-                sets.effective.remove(CapabilitySet::FOWNER | CapabilitySet::DAC_OVERRIDE);
+                sets.effective.remove(CapabilitySet::DAC_OVERRIDE);
                 set_capabilities(None, sets)?;
                 predictio::os::cachestat(file.as_fd(), 0, predictio::PAGE_SIZE)
             })
             .join()
             .unwrap_or_else(|_| Err(std::io::Error::other("the probe thread panicked")))
     })?;
-    Ok("as root without CAP_FOWNER and CAP_DAC_OVERRIDE, on a file of another user")
+    Ok("as root with the unit's capabilities (CAP_FOWNER, not CAP_DAC_OVERRIDE), on a file of another user")
 }
 
 const NOWAIT_AFFECTS: &str = "B-tree observation and model headers read from cached pages only (never causing I/O)";
