@@ -59,6 +59,13 @@ pub struct ObserverConfig {
     pub max_followed: u32,
     /// Mount tracefs at `/sys/kernel/tracing` if it is not mounted.
     pub mount_tracefs: bool,
+    /// Hooks to treat as absent from this kernel, by label
+    /// (`filemap:mm_filemap_get_pages`, as [`crate::hooks::Hook::label`]
+    /// gives): their programs are not attached, as on a kernel without them,
+    /// and [`crate::Observer::missing_hooks`] names them. For testing older
+    /// kernels' behaviour on a newer one. Only optional hooks
+    /// ([`crate::hooks::Hook::required`] false) may be named.
+    pub assume_missing: Vec<String>,
 }
 
 /// Whose path lookups an observer in follow-all mode reports
@@ -100,6 +107,7 @@ impl Default for ObserverConfig {
             poll_interval: Duration::from_millis(1),
             max_followed: 65536,
             mount_tracefs: true,
+            assume_missing: Vec::new(),
         }
     }
 }

@@ -52,6 +52,10 @@ pub struct Hook {
     /// The first kernel that has it, where that is newer than the oldest
     /// kernels predictio runs on.
     pub since: Option<&'static str>,
+    /// Whether the eBPF observer needs it to start. Without an optional hook
+    /// it starts without that hook's events
+    /// ([`crate::Observer::missing_hooks`] names what is missing).
+    pub required: bool,
 }
 
 impl Hook {
@@ -61,9 +65,11 @@ impl Hook {
     }
 }
 
-/// Every tracepoint the eBPF observer attaches to, in its attach order. All
-/// are required: the observer (and the perf fallback) do not start without
-/// any one of them.
+/// Every tracepoint the eBPF observer attaches to, in its attach order. The
+/// process-tree ones are required; the page-cache ones are attached where
+/// the kernel has them (and the perf fallback needs them all). Launch
+/// learning and replay need only misses (`mm_filemap_add_to_page_cache`) and
+/// the process tree; page accesses (Linux 6.11+) add hits.
 pub const HOOKS: &[Hook] = &[
     Hook {
         category: "sched",
@@ -71,6 +77,7 @@ pub const HOOKS: &[Hook] = &[
         attach: Attach::RawTracepoint,
         feeds: "Fork: process trees (the followed set, launch learning's children)",
         since: None,
+        required: true,
     },
     Hook {
         category: "sched",
@@ -78,6 +85,7 @@ pub const HOOKS: &[Hook] = &[
         attach: Attach::Tracepoint,
         feeds: "Exit: the end of a process tree (a launch's end)",
         since: None,
+        required: true,
     },
     Hook {
         category: "sched",
@@ -85,6 +93,7 @@ pub const HOOKS: &[Hook] = &[
         attach: Attach::Tracepoint,
         feeds: "Exec: launch replay and launch learning",
         since: None,
+        required: true,
     },
     Hook {
         category: "filemap",
@@ -92,6 +101,7 @@ pub const HOOKS: &[Hook] = &[
         attach: Attach::BtfTracepoint,
         feeds: "PageAccess (buffered reads): stream, B-tree and launch replay pacing",
         since: Some("Linux 6.11"),
+        required: false,
     },
     Hook {
         category: "filemap",
@@ -99,6 +109,7 @@ pub const HOOKS: &[Hook] = &[
         attach: Attach::BtfTracepoint,
         feeds: "PageAccess (page faults): mmap readers, model loaders",
         since: Some("Linux 6.11"),
+        required: false,
     },
     Hook {
         category: "filemap",
@@ -106,6 +117,7 @@ pub const HOOKS: &[Hook] = &[
         attach: Attach::BtfTracepoint,
         feeds: "PageAccess (pages mapped around a fault): mmap readers",
         since: Some("Linux 6.11"),
+        required: false,
     },
     Hook {
         category: "filemap",
@@ -113,6 +125,7 @@ pub const HOOKS: &[Hook] = &[
         attach: Attach::Tracepoint,
         feeds: "PageMiss: what a launch read from storage (launch learning)",
         since: None,
+        required: false,
     },
     Hook {
         category: "filemap",
@@ -120,8 +133,34 @@ pub const HOOKS: &[Hook] = &[
         attach: Attach::Tracepoint,
         feeds: "PageEvict: waste accounting (prefetched pages evicted unused)",
         since: None,
+        required: false,
     },
 ];
+
+/// A hook a loaded observer runs without, and why: absent from this kernel,
+/// its record laid out otherwise, its program refused, or assumed missing
+/// ([`crate::ObserverConfig::assume_missing`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MissingHook {
+    /// The hook.
+    pub hook: &'static Hook,
+    /// Why it is not attached.
+    pub reason: String,
+}
+
+/// The hook named `label` (`category:name`), if it is one of [`HOOKS`].
+pub fn by_label(label: &str) -> Option<&'static Hook> {
+    HOOKS.iter().find(|hook| label.split_once(':') == Some((hook.category, hook.name)))
+}
+
+/// The hooks that report page accesses (buffered reads, faults, mapped
+/// pages: `PageAccess`), all added in Linux 6.11: what
+/// `[observe] assume_missing = ["filemap_access"]` takes away.
+pub fn filemap_access() -> impl Iterator<Item = &'static Hook> {
+    HOOKS
+        .iter()
+        .filter(|hook| ["mm_filemap_get_pages", "mm_filemap_fault", "mm_filemap_map_pages"].contains(&hook.name))
+}
 
 /// Where tracefs is mounted (`/sys/kernel/tracing`, else
 /// `/sys/kernel/debug/tracing`), if anywhere.
@@ -227,6 +266,18 @@ mod tests {
         for (category, name, _) in layout::TRACEPOINTS {
             assert!(HOOKS.iter().any(|h| h.category == *category && h.name == *name), "{category}:{name}");
         }
+    }
+
+    #[test]
+    fn only_the_process_tree_is_required() {
+        for hook in HOOKS {
+            assert_eq!(hook.required, hook.category == "sched", "{}", hook.label());
+        }
+        let access: Vec<String> = filemap_access().map(Hook::label).collect();
+        assert_eq!(access.len(), 3, "{access:?}");
+        assert!(filemap_access().all(|hook| hook.since.is_some() && !hook.required));
+        assert_eq!(by_label("filemap:mm_filemap_fault").map(|h| h.name), Some("mm_filemap_fault"));
+        assert_eq!(by_label("mm_filemap_fault"), None);
     }
 
     #[test]

@@ -17,18 +17,10 @@ use crate::BpfError;
 /// One field a program reads: name, byte offset, byte size.
 pub(crate) type Field = (&'static str, u32, u32);
 
-/// The tracepoints the programs attach to, with the fields they read.
+/// The tracepoints the programs attach to, with the fields they always read.
 pub(crate) const TRACEPOINTS: &[(&str, &str, &[Field])] = &[
-    (
-        "filemap",
-        "mm_filemap_add_to_page_cache",
-        &[("i_ino", 16, 8), ("index", 24, 8), ("s_dev", 32, 4), ("order", 36, 1)],
-    ),
-    (
-        "filemap",
-        "mm_filemap_delete_from_page_cache",
-        &[("i_ino", 16, 8), ("index", 24, 8), ("s_dev", 32, 4), ("order", 36, 1)],
-    ),
+    ("filemap", "mm_filemap_add_to_page_cache", &[("i_ino", 16, 8), ("index", 24, 8), ("s_dev", 32, 4)]),
+    ("filemap", "mm_filemap_delete_from_page_cache", &[("i_ino", 16, 8), ("index", 24, 8), ("s_dev", 32, 4)]),
     ("sched", "sched_process_exec", &[]),
     ("sched", "sched_process_exit", &[]),
 ];
@@ -66,6 +58,11 @@ pub(crate) const EXEC_START_CALLS: &[(&str, &str, [Field; 2])] = &[
 /// reads it. Older kernels lack it; the program then uses the leader's exit.
 const GROUP_DEAD: Field = ("group_dead", 32, 1);
 
+/// The folio tracepoints' `order` (newer kernels; the page-based ones of
+/// Linux 5.14/5.15 lack it): where the programs read it. Without it a miss
+/// or eviction is one page.
+const FOLIO_ORDER: Field = ("order", 36, 1);
+
 /// Where tracefs is mounted, if anywhere.
 pub(crate) fn find_tracefs() -> Option<PathBuf> {
     ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"]
@@ -79,28 +76,46 @@ pub(crate) fn find_tracefs() -> Option<PathBuf> {
 pub(crate) struct Layouts {
     /// `sched_process_exit` has `group_dead` where the program reads it.
     pub exit_has_group_dead: bool,
+    /// `mm_filemap_add_to_page_cache` has `order` where the programs read
+    /// it (false too when the tracepoint is absent).
+    pub folio_has_order: bool,
     /// The [`PATH_CALLS`] this kernel has: (program, call).
     pub path_calls: Vec<(&'static str, &'static str)>,
     /// The [`EXEC_START_CALLS`] this kernel has: (program, call).
     pub exec_start_calls: Vec<(&'static str, &'static str)>,
 }
 
-/// Checks every tracepoint of [`TRACEPOINTS`] under `tracefs`.
+/// Checks the tracepoints of [`TRACEPOINTS`] the observer needs (the
+/// process tree's) under `tracefs`, and reads which optional fields this
+/// kernel has. The optional tracepoints are checked one by one as they are
+/// attached ([`crate::hooks::check`]).
 pub(crate) fn check_all(tracefs: &Path) -> Result<Layouts, BpfError> {
     let mut exit_has_group_dead = false;
+    let mut folio_has_order = false;
     for (category, name, fields) in TRACEPOINTS {
         let path = tracefs.join("events").join(category).join(name).join("format");
-        let format = std::fs::read_to_string(&path)
-            .map_err(|source| BpfError::MissingTracepoint { tracepoint: format!("{category}:{name}"), source })?;
-        check(category, name, &format, fields)?;
+        let format = match std::fs::read_to_string(&path) {
+            Ok(format) => format,
+            Err(_) if *category == "filemap" => continue,
+            Err(source) => {
+                return Err(BpfError::MissingTracepoint { tracepoint: format!("{category}:{name}"), source });
+            }
+        };
+        if *category != "filemap" {
+            check(category, name, &format, fields)?;
+        }
         if *name == "sched_process_exit" && parse_field(&format, GROUP_DEAD.0).is_some() {
             check(category, name, &format, &[GROUP_DEAD])?;
             exit_has_group_dead = true;
         }
+        if *name == "mm_filemap_add_to_page_cache" && parse_field(&format, FOLIO_ORDER.0).is_some() {
+            check(category, name, &format, &[FOLIO_ORDER])?;
+            folio_has_order = true;
+        }
     }
     let path_calls = syscalls_present(tracefs, PATH_CALLS.iter().map(|(p, c, f)| (*p, *c, std::slice::from_ref(f))))?;
     let exec_start_calls = syscalls_present(tracefs, EXEC_START_CALLS.iter().map(|(p, c, f)| (*p, *c, &f[..])))?;
-    Ok(Layouts { exit_has_group_dead, path_calls, exec_start_calls })
+    Ok(Layouts { exit_has_group_dead, folio_has_order, path_calls, exec_start_calls })
 }
 
 /// The (program, call) pairs of `calls` whose `syscalls:sys_enter_CALL`
@@ -195,6 +210,19 @@ format:
         assert!(matches!(err, BpfError::LayoutMismatch { found: None, .. }), "{err}");
     }
 
+    /// Linux 5.15's record of `mm_filemap_add_to_page_cache`: pages, no
+    /// order; what the programs always read is where they read it.
+    #[test]
+    fn a_page_record_without_order_passes() {
+        let page = "\tfield:unsigned long pfn;\toffset:8;\tsize:8;\tsigned:0;
+\tfield:unsigned long i_ino;\toffset:16;\tsize:8;\tsigned:0;
+\tfield:unsigned long index;\toffset:24;\tsize:8;\tsigned:0;
+\tfield:dev_t s_dev;\toffset:32;\tsize:4;\tsigned:0;";
+        let (_, _, fields) = TRACEPOINTS[0];
+        check("filemap", "mm_filemap_add_to_page_cache", page, fields).expect("5.15 layout");
+        assert_eq!(parse_field(page, FOLIO_ORDER.0), None);
+    }
+
     #[test]
     fn array_field_names() {
         let exit = "\tfield:char comm[16];\toffset:8;\tsize:16;\tsigned:0;\n\tfield:bool group_dead;\toffset:32;\tsize:1;\tsigned:0;";
@@ -207,6 +235,9 @@ format:
         match find_tracefs() {
             Some(tracefs) => {
                 let layouts = check_all(&tracefs).expect("this kernel's layouts");
+                let add = tracefs.join("events/filemap/mm_filemap_add_to_page_cache/format");
+                let has_order = std::fs::read_to_string(add).is_ok_and(|f| f.contains(" order;"));
+                assert_eq!(layouts.folio_has_order, has_order);
                 let calls: Vec<&str> = layouts.path_calls.iter().map(|(_, call)| *call).collect();
                 for call in ["openat", "newfstatat", "execve"] {
                     assert!(calls.contains(&call), "{call} not among {calls:?}");

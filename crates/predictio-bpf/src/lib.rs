@@ -19,6 +19,18 @@
 //! | `sched:sched_process_fork` (raw tracepoint: it tells processes from threads) | `Fork` |
 //! | `sched:sched_process_exit` (last thread of a group) | `Exit` |
 //!
+//! # Older kernels
+//!
+//! The process-tree tracepoints are required; the page-cache ones are
+//! attached where the kernel has them ([`hooks::HOOKS`]' `required`). Before
+//! Linux 6.11 there is no `mm_filemap_get_pages`, `_fault` or `_map_pages`:
+//! the observer loads without those programs, reports misses, evictions and
+//! the process tree (all launch learning and replay need) but no hits, and
+//! names what it runs without ([`Observer::missing_hooks`]). The page-based
+//! miss and eviction records of Linux 5.14/5.15 carry no folio order; each
+//! is one page there. [`ObserverConfig::assume_missing`] makes a newer
+//! kernel behave so, for tests.
+//!
 //! # Filtering in the kernel
 //!
 //! Each program first asks whether the current process is observed: either

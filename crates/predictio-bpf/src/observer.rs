@@ -12,6 +12,7 @@ use aya::programs::{BtfTracePoint, RawTracePoint, TracePoint};
 use aya::{Ebpf, EbpfLoader};
 use predictio::Event;
 
+use crate::hooks::{self, Attach, HOOKS, Hook, MissingHook};
 use crate::record::consts::{
     PIO_LOST_FOLLOWS, PIO_LOST_RECORDS, PIO_MAX_DEVICES, PIO_RECORD_SIZE, PIO_SETTING_FOLLOW_ALL,
     PIO_SETTING_LOOKUPS_ALL, PIO_SETTING_LOOKUPS_LAUNCHES, PIO_SETTINGS_KEY,
@@ -22,27 +23,18 @@ use crate::{BpfError, FollowAllLookups, ObserverConfig, ObserverStats, layout, s
 /// The object compiled by `build.rs`.
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/observe.bpf.o"));
 
-/// Where each program attaches.
-enum Attach {
-    /// A classic tracepoint: category, name.
-    TracePoint(&'static str, &'static str),
-    /// A raw tracepoint.
-    Raw(&'static str),
-    /// A BTF-typed tracepoint (`tp_btf`).
-    Btf(&'static str),
-}
-
-/// Process-tree programs first, so that the followed set is kept up to date
+/// Each program and the hook ([`HOOKS`], by name) it attaches to: the
+/// process-tree programs first, so that the followed set is kept up to date
 /// before any page-cache program reports.
-const PROGRAMS: &[(&str, Attach)] = &[
-    ("pio_fork", Attach::Raw("sched_process_fork")),
-    ("pio_exit", Attach::TracePoint("sched", "sched_process_exit")),
-    ("pio_exec", Attach::TracePoint("sched", "sched_process_exec")),
-    ("pio_get_pages", Attach::Btf("mm_filemap_get_pages")),
-    ("pio_fault", Attach::Btf("mm_filemap_fault")),
-    ("pio_map_pages", Attach::Btf("mm_filemap_map_pages")),
-    ("pio_add_page", Attach::TracePoint("filemap", "mm_filemap_add_to_page_cache")),
-    ("pio_delete_page", Attach::TracePoint("filemap", "mm_filemap_delete_from_page_cache")),
+const PROGRAMS: &[(&str, &str)] = &[
+    ("pio_fork", "sched_process_fork"),
+    ("pio_exit", "sched_process_exit"),
+    ("pio_exec", "sched_process_exec"),
+    ("pio_get_pages", "mm_filemap_get_pages"),
+    ("pio_fault", "mm_filemap_fault"),
+    ("pio_map_pages", "mm_filemap_map_pages"),
+    ("pio_add_page", "mm_filemap_add_to_page_cache"),
+    ("pio_delete_page", "mm_filemap_delete_from_page_cache"),
 ];
 
 /// eBPF observation of page-cache accesses and process trees.
@@ -60,18 +52,26 @@ pub struct Observer {
     /// [`Observer::follow_all`].
     lookup_bits: u32,
     poll_interval: Duration,
+    attached: Vec<&'static Hook>,
+    missing: Vec<MissingHook>,
     _ebpf: Ebpf,
 }
 
 impl std::fmt::Debug for Observer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Observer").field("stats", &self.stats).finish_non_exhaustive()
+        f.debug_struct("Observer").field("stats", &self.stats).field("missing", &self.missing).finish_non_exhaustive()
     }
 }
 
 impl Observer {
     /// Checks the kernel's tracepoint layouts, loads the programs and attaches
     /// them. Needs `CAP_BPF` + `CAP_PERFMON` (or root) and a kernel with BTF.
+    ///
+    /// A program whose hook is optional ([`Hook::required`] false) and
+    /// absent, laid out otherwise, refused by this kernel or
+    /// [assumed missing](ObserverConfig::assume_missing) is not loaded: the
+    /// observer runs without its events and [`Observer::missing_hooks`]
+    /// says why. A required hook's failure fails the load.
     ///
     /// Errors name the failing step; [`BpfError::is_unavailable`] tells
     /// whether to fall back to another source.
@@ -89,6 +89,7 @@ impl Observer {
         };
         let layouts = layout::check_all(&tracefs)?;
         let exit_has_group_dead = u32::from(layouts.exit_has_group_dead);
+        let folio_has_order = u32::from(layouts.folio_has_order);
 
         let devices = config
             .devices
@@ -120,6 +121,7 @@ impl Observer {
             .override_global("evictions_any_process", &evictions_any_process, true)
             .override_global("ignore_tgid", &ignore_tgid, true)
             .override_global("exit_has_group_dead", &exit_has_group_dead, true)
+            .override_global("folio_has_order", &folio_has_order, true)
             .override_global("lookup_window_ns", &lookup_window_ns, true)
             .override_global("lookup_budget", &lookup_budget, true)
             .map_max_entries("events", config.ring_bytes)
@@ -148,22 +150,29 @@ impl Observer {
         })?;
 
         let btf = aya::Btf::from_sys_fs().map_err(|source| BpfError::KernelBtf { source })?;
-        for (name, attach) in PROGRAMS {
-            let program =
-                ebpf.program_mut(name).ok_or_else(|| BpfError::Config(format!("object lacks program {name}")))?;
-            let step = |step, source| BpfError::Program { program: name, step, source };
-            match attach {
-                Attach::TracePoint(category, event) => attach_tracepoint(program, name, category, event)?,
-                Attach::Btf(event) => {
-                    let program: &mut BtfTracePoint = program.try_into().map_err(|e| step("type", e))?;
-                    program.load(event, &btf).map_err(|e| step("load", e))?;
-                    program.attach().map_err(|e| step("attach", e))?;
+        let mut attached = Vec::new();
+        let mut missing = Vec::new();
+        for &(name, hook_name) in PROGRAMS {
+            let hook = HOOKS
+                .iter()
+                .find(|hook| hook.name == hook_name)
+                .ok_or_else(|| BpfError::Config(format!("no hook {hook_name} for program {name}")))?;
+            let assumed = config.assume_missing.contains(&hook.label());
+            let result = if assumed {
+                Err(BpfError::MissingTracepoint {
+                    tracepoint: hook.label(),
+                    source: std::io::Error::other("assumed missing (ObserverConfig::assume_missing)"),
+                })
+            } else {
+                hooks::check(&tracefs, hook).and_then(|()| attach(&mut ebpf, name, hook, &btf))
+            };
+            match result {
+                Ok(()) => attached.push(hook),
+                Err(err) if !hook.required && err.is_unavailable() => {
+                    tracing::debug!("eBPF observer: {} not attached: {err}", hook.label());
+                    missing.push(MissingHook { hook, reason: err.to_string() });
                 }
-                Attach::Raw(event) => {
-                    let program: &mut RawTracePoint = program.try_into().map_err(|e| step("type", e))?;
-                    program.load().map_err(|e| step("load", e))?;
-                    program.attach(event).map_err(|e| step("attach", e))?;
-                }
+                Err(err) => return Err(err),
             }
         }
 
@@ -200,6 +209,8 @@ impl Observer {
             stats: ObserverStats::default(),
             lookup_bits,
             poll_interval: config.poll_interval,
+            attached,
+            missing,
             _ebpf: ebpf,
         })
     }
@@ -207,6 +218,17 @@ impl Observer {
     /// The name of this event source, for logs and `predictio stat`.
     pub fn source_name(&self) -> &'static str {
         "ebpf"
+    }
+
+    /// The hooks whose programs are attached, in attach order.
+    pub fn attached_hooks(&self) -> &[&'static Hook] {
+        &self.attached
+    }
+
+    /// The optional hooks this observer runs without, and why (empty on a
+    /// kernel with every hook: Linux 6.11 and later).
+    pub fn missing_hooks(&self) -> &[MissingHook] {
+        &self.missing
     }
 
     /// The configured poll timeout ([`ObserverConfig::poll_interval`]).
@@ -354,6 +376,19 @@ fn validate(config: &ObserverConfig) -> Result<(), BpfError> {
     if config.max_followed == 0 {
         return Err(BpfError::Config("max_followed must be positive".into()));
     }
+    for label in &config.assume_missing {
+        match hooks::by_label(label) {
+            Some(hook) if !hook.required => {}
+            Some(_) => return Err(BpfError::Config(format!("assume_missing: {label} is required, not optional"))),
+            None => {
+                let optional: Vec<String> = HOOKS.iter().filter(|h| !h.required).map(Hook::label).collect();
+                return Err(BpfError::Config(format!(
+                    "assume_missing: {label} is not a hook; optional hooks: {}",
+                    optional.join(", ")
+                )));
+            }
+        }
+    }
     Ok(())
 }
 
@@ -363,6 +398,26 @@ fn take_map(ebpf: &mut Ebpf, name: &'static str) -> Result<aya::maps::Map, BpfEr
 
 fn map_mut<'a>(ebpf: &'a mut Ebpf, name: &'static str) -> Result<&'a mut aya::maps::Map, BpfError> {
     ebpf.map_mut(name).ok_or_else(|| BpfError::Config(format!("object lacks map {name}")))
+}
+
+/// Loads program `name` of the object and attaches it to `hook`.
+fn attach(ebpf: &mut Ebpf, name: &'static str, hook: &Hook, btf: &aya::Btf) -> Result<(), BpfError> {
+    let program = ebpf.program_mut(name).ok_or_else(|| BpfError::Config(format!("object lacks program {name}")))?;
+    let step = |step, source| BpfError::Program { program: name, step, source };
+    match hook.attach {
+        Attach::Tracepoint => attach_tracepoint(program, name, hook.category, hook.name)?,
+        Attach::BtfTracepoint => {
+            let program: &mut BtfTracePoint = program.try_into().map_err(|e| step("type", e))?;
+            program.load(hook.name, btf).map_err(|e| step("load", e))?;
+            program.attach().map_err(|e| step("attach", e))?;
+        }
+        Attach::RawTracepoint => {
+            let program: &mut RawTracePoint = program.try_into().map_err(|e| step("type", e))?;
+            program.load().map_err(|e| step("load", e))?;
+            program.attach(hook.name).map_err(|e| step("attach", e))?;
+        }
+    }
+    Ok(())
 }
 
 /// Loads `program` (named `name` in the object) as a classic tracepoint and

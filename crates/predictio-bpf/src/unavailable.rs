@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use predictio::Event;
 
+use crate::hooks::{Hook, MissingHook};
 use crate::{BpfError, ObserverConfig, ObserverStats};
 
 /// No value of this type exists.
@@ -26,6 +27,16 @@ impl Observer {
 
     /// The name of this event source.
     pub fn source_name(&self) -> &'static str {
+        match self.never {}
+    }
+
+    /// The hooks whose programs are attached.
+    pub fn attached_hooks(&self) -> &[&'static Hook] {
+        match self.never {}
+    }
+
+    /// The optional hooks this observer runs without, and why.
+    pub fn missing_hooks(&self) -> &[MissingHook] {
         match self.never {}
     }
 

@@ -63,7 +63,7 @@ struct tp_filemap_folio {
 	unsigned long i_ino; /* offset 16 */
 	unsigned long index; /* offset 24 */
 	__u32 s_dev;         /* offset 32 */
-	__u8 order;          /* offset 36 */
+	__u8 order;          /* offset 36; read only where tracefs lists it */
 };
 
 /* sched:sched_process_exit. */

@@ -39,6 +39,9 @@ const volatile __u32 cgroup_level = 0;
 /* Non-zero: sched_process_exit has `group_dead` (Linux 6.16+); otherwise the
  * exit of the thread-group leader stands for the group's. */
 const volatile __u32 exit_has_group_dead = 1;
+/* Non-zero: the folio tracepoints carry `order`; otherwise (the page-based
+ * records of Linux 5.14/5.15) a miss or eviction is one page. */
+const volatile __u32 folio_has_order = 1;
 /* Non-zero: evictions are reported whichever process causes them (reclaim,
  * another process's fadvise); the device filter still applies. */
 const volatile __u32 evictions_any_process = 0;
@@ -282,6 +285,13 @@ int pio_fault(__u64 *ctx)
 	return on_mapping((struct address_space *)ctx[0], ctx[1], ctx[1], PIO_KIND_FAULT);
 }
 
+/* The last page of a folio record's folio. */
+static __always_inline __u64 folio_last(struct tp_filemap_folio *ctx, __u64 first)
+{
+	__u32 order = folio_has_order ? ctx->order & 31 : 0;
+	return first + (1ULL << order) - 1;
+}
+
 /*
  * Misses and evictions stay classic tracepoints: their argument is a folio,
  * whose order lives in flag words that have changed shape across kernels,
@@ -299,7 +309,7 @@ int pio_add_page(struct tp_filemap_folio *ctx)
 	if (!device_wanted(dev))
 		return 0;
 	__u64 first = ctx->index;
-	emit(PIO_KIND_MISS, tgid, dev, ctx->i_ino, first, first + (1ULL << (ctx->order & 31)) - 1, 0, 0);
+	emit(PIO_KIND_MISS, tgid, dev, ctx->i_ino, first, folio_last(ctx, first), 0, 0);
 	return 0;
 }
 
@@ -313,7 +323,7 @@ int pio_delete_page(struct tp_filemap_folio *ctx)
 	if (!device_wanted(dev))
 		return 0;
 	__u64 first = ctx->index;
-	emit(PIO_KIND_EVICT, tgid, dev, ctx->i_ino, first, first + (1ULL << (ctx->order & 31)) - 1, 0, 0);
+	emit(PIO_KIND_EVICT, tgid, dev, ctx->i_ino, first, folio_last(ctx, first), 0, 0);
 	return 0;
 }
 

@@ -302,8 +302,13 @@ fn observation(p: &mut Probe<'_>, found: &mut Found) {
         if found.ebpf { Status::Ok } else { Status::Missing },
         match ebpf {
             Ok(observer) => {
+                let missing: Vec<String> = observer.missing_hooks().iter().map(|m| m.hook.label()).collect();
                 observer.close_in_background();
-                "loaded and attached to every tracepoint above (every process), then closed".into()
+                if missing.is_empty() {
+                    "loaded and attached to every tracepoint above (every process), then closed".into()
+                } else {
+                    format!("loaded and attached without {} (every process), then closed", missing.join(", "))
+                }
             }
             Err(err) => format!("does not load: {err}"),
         },
@@ -361,8 +366,9 @@ fn tracepoint(p: &mut Probe<'_>, tracefs: Option<&Path>, hook: &hooks::Hook) {
             let since = hook.since.map(|s| format!(" (added in {s})")).unwrap_or_default();
             let fix = match (&err, hook.since) {
                 (predictio_bpf::BpfError::MissingTracepoint { .. }, Some(since)) => format!(
-                    "a kernel with this tracepoint ({since} or later); without it neither eBPF nor perf \
-                     observation starts, and the daemon falls back to fanotify (execs and opens only)"
+                    "a kernel with this tracepoint ({since} or later); without it the eBPF observer runs \
+                     without its events (launches are learned from page-cache misses) and perf observation \
+                     does not start"
                 ),
                 (predictio_bpf::BpfError::MissingTracepoint { .. }, None) => {
                     "a kernel built with CONFIG_TRACEPOINTS and CONFIG_FTRACE".into()
