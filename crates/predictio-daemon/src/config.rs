@@ -246,6 +246,43 @@ impl fmt::Display for SourceChoice {
     }
 }
 
+/// A kernel feature the daemon runs as if absent (`[observe]
+/// assume_missing`), for test profiles of older kernels on a newer one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AssumedMissing {
+    /// The page-access tracepoints (`filemap:mm_filemap_get_pages`,
+    /// `_fault`, `_map_pages`, Linux 6.11+): the eBPF observer reports
+    /// misses, evictions and the process tree but no hits, as on Linux 6.1
+    /// or 6.8.
+    FilemapAccess,
+}
+
+impl AssumedMissing {
+    /// Every feature.
+    pub const ALL: [AssumedMissing; 1] = [AssumedMissing::FilemapAccess];
+
+    /// The name in the file.
+    pub fn name(self) -> &'static str {
+        match self {
+            AssumedMissing::FilemapAccess => "filemap_access",
+        }
+    }
+
+    /// The observer hooks (`category:name`) the feature stands for.
+    pub fn hooks(self) -> Vec<String> {
+        match self {
+            AssumedMissing::FilemapAccess => predictio_bpf::hooks::filemap_access().map(|h| h.label()).collect(),
+        }
+    }
+}
+
+impl fmt::Display for AssumedMissing {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 /// The backend names, in [`BackendKind::ALL`]'s order (serde wants them as
 /// a static list; a test keeps the two in step).
 const BACKEND_NAMES: [&str; 4] = ["fadvise", "readahead", "uring", "madvise"];
@@ -479,11 +516,14 @@ pub struct ObserveSection {
     /// ms (the notification-latency bound) while events flow; while few
     /// arrive the daemon waits up to 16 ms (exec records never wait).
     pub poll_ms: u64,
+    /// Kernel features to run without as if this kernel lacked them (test
+    /// profiles of older kernels): `filemap_access`.
+    pub assume_missing: Vec<AssumedMissing>,
 }
 
 impl Default for ObserveSection {
     fn default() -> Self {
-        Self { source: SourceChoice::Auto, poll_ms: 2, fanotify_mounts: vec!["/".into()] }
+        Self { source: SourceChoice::Auto, poll_ms: 2, fanotify_mounts: vec!["/".into()], assume_missing: Vec::new() }
     }
 }
 
@@ -802,6 +842,11 @@ impl Config {
         if o.source == SourceChoice::Fanotify && o.fanotify_mounts.is_empty() {
             c.fail("[observe] fanotify_mounts", "[]", "source = \"fanotify\" needs at least one mount to watch");
         }
+        for (i, feature) in o.assume_missing.iter().enumerate() {
+            if o.assume_missing[..i].contains(feature) {
+                c.fail("[observe] assume_missing", quoted(feature.name()), "named twice");
+            }
+        }
     }
 
     fn check_control_and_metrics(&self, c: &mut Checker) {
@@ -1092,6 +1137,11 @@ mod tests {
     #[test]
     fn an_unknown_source_or_policy_names_the_key_and_the_choices() {
         rejects("[observe]\nsource = \"bpf\"\n", &["[observe] source = \"bpf\"", "auto, ebpf, perf, fanotify, none"]);
+        rejects("[observe]\nassume_missing = [\"btf\"]\n", &["[observe] assume_missing: \"btf\"", "filemap_access"]);
+        rejects(
+            "[observe]\nassume_missing = [\"filemap_access\", \"filemap_access\"]\n",
+            &["[observe] assume_missing = \"filemap_access\"", "named twice"],
+        );
         rejects("policies = [\"hints\", \"nope\"]\n", &["line 1: policies: \"nope\"", "expected one of hints, btree"]);
     }
 
@@ -1119,6 +1169,11 @@ mod tests {
         for s in SourceChoice::ALL {
             let c = Config::parse(&format!("[observe]\nsource = \"{s}\"\n")).expect("parses");
             assert_eq!(c.observe.source, s);
+        }
+        for f in AssumedMissing::ALL {
+            let c = Config::parse(&format!("[observe]\nassume_missing = [\"{f}\"]\n")).expect("parses");
+            assert_eq!(c.observe.assume_missing, [f]);
+            assert!(!f.hooks().is_empty(), "{f}");
         }
     }
 

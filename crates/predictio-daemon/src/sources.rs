@@ -22,7 +22,7 @@ use predictio_bpf::fallback::{FanotifyConfig, FanotifyError, FanotifyObserver};
 use predictio_bpf::perf::{PerfConfig, PerfError, PerfObserver};
 use predictio_bpf::{BpfError, FollowAllLookups, Observer, ObserverConfig, ObserverStats};
 
-use crate::config::{Config, SourceChoice};
+use crate::config::{AssumedMissing, Config, SourceChoice};
 
 /// Why a source could not start.
 #[derive(Debug, thiserror::Error)]
@@ -191,6 +191,16 @@ pub fn observer_or_note(follow_all: bool, follow_all_lookups: FollowAllLookups) 
 
 /// Loads the eBPF observer: all processes (`follow_all`) or those followed.
 pub fn load_observer(follow_all: bool, follow_all_lookups: FollowAllLookups) -> Result<Observer, EbpfUnavailable> {
+    load_observer_without(follow_all, follow_all_lookups, &[])
+}
+
+/// [`load_observer`], as if this kernel lacked the features of
+/// `assume_missing` (`[observe] assume_missing`).
+pub fn load_observer_without(
+    follow_all: bool,
+    follow_all_lookups: FollowAllLookups,
+    assume_missing: &[AssumedMissing],
+) -> Result<Observer, EbpfUnavailable> {
     predictio_bpf::available().map_err(EbpfUnavailable::NotBuilt)?;
     // Under follow-all nobody is followed explicitly: without lookups
     // wanted, the path-call programs would cost every system call for
@@ -203,6 +213,7 @@ pub fn load_observer(follow_all: bool, follow_all_lookups: FollowAllLookups) -> 
         evictions_any_process: follow_all,
         // The daemon's own prefetches (`is_own` drops what gets through).
         ignore_own_pages: follow_all,
+        assume_missing: assume_missing.iter().flat_map(|f| f.hooks()).collect(),
         ..ObserverConfig::default()
     };
     Ok(Observer::load(config)?)
@@ -313,7 +324,21 @@ fn start_ebpf(config: &Config) -> Result<Kernel, EbpfUnavailable> {
     } else {
         FollowAllLookups::None
     };
-    load_observer(true, lookups).map(|o| Kernel::Ebpf(Box::new(o)))
+    load_observer_without(true, lookups, &config.observe.assume_missing).map(|o| Kernel::Ebpf(Box::new(o)))
+}
+
+/// What an eBPF observer runs without (its optional hooks this kernel
+/// lacks, or the configuration assumes missing), for the daemon's status.
+fn missing_hooks_note(kernel: &Kernel) -> Option<String> {
+    let Kernel::Ebpf(observer) = kernel else { return None };
+    let missing = observer.missing_hooks();
+    if missing.is_empty() {
+        return None;
+    }
+    let hooks: Vec<String> = missing.iter().map(|m| format!("{} ({})", m.hook.label(), m.reason)).collect();
+    let note =
+        format!("eBPF observation without {}: no page hits; launches learn from page-cache misses", hooks.join(", "));
+    Some(note)
 }
 
 /// The kernel source `config` asks for, opened, and why observation runs
@@ -325,12 +350,20 @@ fn open_kernel(config: &Config) -> Result<(Option<Kernel>, Option<String>), Sour
         SourceChoice::None => {
             Ok((None, Some("observation disabled by configuration ([observe] source = \"none\")".into())))
         }
-        SourceChoice::Ebpf => start_ebpf(config).map(|k| (Some(k), None)).map_err(SourcesError::Ebpf),
+        SourceChoice::Ebpf => start_ebpf(config)
+            .map(|k| {
+                let note = missing_hooks_note(&k);
+                (Some(k), note)
+            })
+            .map_err(SourcesError::Ebpf),
         SourceChoice::Perf => start_perf().map(|k| (Some(k), None)).map_err(SourcesError::Perf),
         SourceChoice::Fanotify => start_fanotify(config).map(|k| (Some(k), None)).map_err(SourcesError::Fanotify),
         SourceChoice::Auto => {
             let ebpf = match start_ebpf(config) {
-                Ok(kernel) => return Ok((Some(kernel), None)),
+                Ok(kernel) => {
+                    let note = missing_hooks_note(&kernel);
+                    return Ok((Some(kernel), note));
+                }
                 Err(why) => why,
             };
             let perf = match start_perf() {
@@ -507,6 +540,26 @@ mod tests {
         if let Some(note) = fallback {
             skip(&format!("the eBPF case: eBPF cannot run here (root: {}): {note}", is_root()));
         }
+    }
+
+    /// `[observe] assume_missing = ["filemap_access"]`: eBPF still runs,
+    /// and the note (the daemon's status) names the hooks it runs without.
+    #[test]
+    fn ebpf_without_the_page_access_hooks_runs_and_names_them() {
+        if !(is_root() && predictio_bpf::available().is_ok()) {
+            skip(&format!("eBPF cannot run here (root: {})", is_root()));
+            return;
+        }
+        let mut config = Config::default();
+        config.observe.source = SourceChoice::Ebpf;
+        config.observe.assume_missing = vec![AssumedMissing::FilemapAccess];
+        let (source, note) = probe_observation(&config).expect("eBPF loads without the page-access hooks");
+        assert_eq!(source, "ebpf");
+        let note = note.expect("a note names the missing hooks");
+        for hook in ["filemap:mm_filemap_get_pages", "filemap:mm_filemap_fault", "filemap:mm_filemap_map_pages"] {
+            assert!(note.contains(hook), "{note}");
+        }
+        assert!(!note.contains("add_to_page_cache"), "{note}");
     }
 
     #[test]
