@@ -144,6 +144,11 @@ pub struct Recorder {
     missed: HashMap<FileId, u64>,
     /// Files the tree read or mapped (any access event; as many at most).
     accessed: HashSet<FileId>,
+    /// Whether any access event of the tree was seen. Until one is, the
+    /// misses stand for the accesses: an observer without the page-access
+    /// tracepoints (kernels before Linux 6.11) reports misses only. The
+    /// first access drops what they recorded.
+    saw_access: bool,
 }
 
 impl Recorder {
@@ -165,6 +170,7 @@ impl Recorder {
             looked_up: HashSet::new(),
             missed: HashMap::new(),
             accessed: HashSet::new(),
+            saw_access: false,
         }
     }
 
@@ -201,8 +207,8 @@ impl Recorder {
                 }
                 self.last_io_ns = self.last_io_ns.max(*time_ns);
                 self.last_ns = self.last_ns.max(*time_ns);
-                if self.source == AccessSource::Misses {
-                    self.touch(*pid, *file, PageRange::page(*page), *time_ns);
+                if self.source == AccessSource::Misses || !self.saw_access {
+                    self.touch(*pid, *file, PageRange::page(*page), *time_ns, true);
                 }
             }
             // Lookups before the exec (a launcher's search of PATH) are
@@ -217,6 +223,12 @@ impl Recorder {
                 }
             }
             Event::PageAccess { pid, file, pages, kind, time_ns } if self.tree.contains(pid) => {
+                if !self.saw_access && self.source == AccessSource::Observed {
+                    self.files.clear();
+                    self.order.clear();
+                    self.pids.clear();
+                }
+                self.saw_access = true;
                 self.last_ns = self.last_ns.max(*time_ns);
                 if self.accessed.len() < self.limits.max_files {
                     self.accessed.insert(*file);
@@ -226,7 +238,7 @@ impl Recorder {
                     AccessSource::Misses if *kind == AccessKind::MapPages => PageRange::new(pages.start, pages.start),
                     AccessSource::Misses => *pages,
                 };
-                self.touch(*pid, *file, counted, *time_ns);
+                self.touch(*pid, *file, counted, *time_ns, self.source == AccessSource::Misses);
             }
             _ => {}
         }
@@ -236,8 +248,8 @@ impl Recorder {
     /// Notes that `pid` touched `pages` of `file` (an empty range only notes
     /// the file). A range that continues or lies within the file's last
     /// access extends it instead of making a new one: with readahead off a
-    /// sequential walk is one miss per page.
-    fn touch(&mut self, pid: u32, file: FileId, pages: PageRange, time_ns: u64) {
+    /// sequential walk is one miss per page (`merge`: for misses).
+    fn touch(&mut self, pid: u32, file: FileId, pages: PageRange, time_ns: u64, merge: bool) {
         if !self.files.contains_key(&file) && self.files.len() < self.limits.max_files {
             self.files.insert(file, Seen { first_ns: time_ns, accesses: Vec::new(), at_ms: Vec::new() });
             self.order.push(file);
@@ -247,7 +259,7 @@ impl Recorder {
         if pages.is_empty() {
             return;
         }
-        if self.source == AccessSource::Misses
+        if merge
             && let Some(last) = seen.accesses.last_mut()
             && pages.start >= last.start
             && pages.start <= last.end
@@ -277,7 +289,8 @@ impl Recorder {
     /// from the cache, whether it was warm or a replay had filled it. Pages
     /// of a file it only wrote are left out: the kernel adds those to the
     /// cache as they are written, with the same event as a read's, but no
-    /// read or fault touches them.
+    /// read or fault touches them (unless no access was seen at all: an
+    /// observer without the page-access tracepoints, where every miss counts).
     pub fn missed_pages(&self) -> u64 {
         self.missed_in(|_| true)
     }
@@ -285,7 +298,8 @@ impl Recorder {
     /// [`Recorder::missed_pages`] of the files `of` picks (a profile's: its
     /// launch read what the profile does not hold).
     pub fn missed_in(&self, of: impl Fn(FileId) -> bool) -> u64 {
-        self.missed.iter().filter(|(file, _)| self.accessed.contains(file) && of(**file)).map(|(_, n)| n).sum()
+        let read = |file: &FileId| !self.saw_access || self.accessed.contains(file);
+        self.missed.iter().filter(|(file, _)| read(file) && of(**file)).map(|(_, n)| n).sum()
     }
 
     /// How long the window has lasted so far, ms: from the exec to the
@@ -362,6 +376,38 @@ mod tests {
         assert_eq!(run.files[0].access_ms, vec![1.0, 4.0], "when each access began, ms after exec");
         assert_eq!(run.files[1].first_touch_ms, 3.0);
         assert_eq!(run.window_ms, 6.0);
+    }
+
+    /// An observer without the page-access tracepoints (kernels before
+    /// Linux 6.11) reports misses only: they stand for the launch's
+    /// accesses and all count as missed. Once an access is seen, what the
+    /// misses recorded is dropped and only accesses are learned.
+    #[test]
+    fn without_access_events_the_misses_are_the_launch() {
+        let miss = |ino, page, ms: u64| Event::PageMiss {
+            pid: 1,
+            file: FileId { dev: 1, ino },
+            page,
+            time_ns: ms * 1_000_000,
+        };
+        let mut r = Recorder::new(1, 0, WindowLimits::default());
+        for (ino, page, ms) in [(5, 0, 1), (5, 1, 1), (5, 2, 2), (6, 4, 3)] {
+            r.on_event(&miss(ino, page, ms));
+        }
+        assert_eq!(r.missed_pages(), 4);
+        assert!(r.on_event(&Event::Exit { pid: 1, time_ns: 4_000_000 }));
+        let run = r.finish(|id, _| ident(id));
+        assert_eq!(run.files.iter().map(|f| f.identity.ino).collect::<Vec<_>>(), vec![5, 6]);
+        assert_eq!(run.files[0].accesses, vec![PageRange::new(0, 3)], "a file's consecutive misses are one range");
+        assert_eq!(run.files[1].accesses, vec![PageRange::page(4)]);
+
+        let mut r = Recorder::new(1, 0, WindowLimits::default());
+        r.on_event(&miss(5, 0, 1));
+        r.on_event(&access(1, 7, 2, 2));
+        r.on_event(&miss(8, 0, 3));
+        assert_eq!(r.missed_pages(), 0, "misses of files never read are not counted once accesses are seen");
+        let run = r.finish(|id, _| ident(id));
+        assert_eq!(run.files.iter().map(|f| f.identity.ino).collect::<Vec<_>>(), vec![7]);
     }
 
     #[test]
