@@ -58,7 +58,7 @@ const CHECKS: &[(&str, &[&str])] = &[
         ],
     ),
     ("resources", &["RLIMIT_MEMLOCK", "page size"]),
-    ("cgroups", &["hierarchy", "memory controller (v2)", "PSI"]),
+    ("cgroups", &["hierarchy", "memory controller", "PSI"]),
     ("daemon", &["configuration", "daemon", "observation source"]),
 ];
 

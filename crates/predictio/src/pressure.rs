@@ -26,8 +26,10 @@
 //! ([`Admission::Issue`]). The guard decides and never blocks; the executor
 //! drops what it is told to, and counts it.
 //!
-//! Without cgroup v2's memory controller (a cgroup v1 or hybrid host, no
-//! cgroup2 mount) the guard watches the machine alone, and says so once.
+//! Where the memory controller is bound to a cgroup v1 hierarchy (a hybrid
+//! or v1 host) the guard reads the same cgroups there: `memory.limit_in_bytes`
+//! and `memory.usage_in_bytes`, with no per-cgroup PSI (v1 has none to
+//! read). With neither, it watches the machine alone, and says so once.
 //! Files are read whole and closed at once: no descriptor is held between
 //! readings.
 
@@ -108,6 +110,17 @@ impl CgroupMemory {
         let current = bytes(current);
         let limit = current.and_then(|_| [bytes(max), bytes(high)].into_iter().flatten().min());
         Self { some_avg10: pressure.map_or(0.0, some_avg10), limit, current: current.unwrap_or(0) }
+    }
+
+    /// Parses a cgroup v1 memory cgroup's `memory.limit_in_bytes` and
+    /// `memory.usage_in_bytes` (page cache included). v1 says "no limit"
+    /// with the largest page-aligned `i64` (`PAGE_COUNTER_MAX` pages);
+    /// anything from 2^62 bytes on is taken as none.
+    pub fn parse_v1(limit: Option<&str>, usage: Option<&str>) -> Self {
+        let bytes = |text: Option<&str>| text.and_then(|t| t.trim().parse::<u64>().ok());
+        let current = bytes(usage);
+        let limit = current.and(bytes(limit)).filter(|&limit| limit < 1 << 62);
+        Self { some_avg10: 0.0, limit, current: current.unwrap_or(0) }
     }
 
     /// Bytes it may still grow by before it reaches its limit; `None` when
@@ -242,47 +255,88 @@ pub fn clamp_runs(runs: &mut Vec<PageRange>, max_pages: u64) -> u64 {
     dropped
 }
 
+/// Which cgroup hierarchy a [`CgroupFs`] reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Hierarchy {
+    /// The unified hierarchy (`cgroup2`): `memory.max`, `memory.high`,
+    /// `memory.current`, `memory.pressure`.
+    V2,
+    /// A cgroup v1 hierarchy the memory controller is bound to:
+    /// `memory.limit_in_bytes`, `memory.usage_in_bytes`.
+    V1Memory,
+}
+
 /// Where the guard reads cgroups from: a procfs (for `PID/cgroup`) and the
-/// cgroup2 mount. Injectable, so the guard's logic is tested over a
-/// directory laid out like `/sys/fs/cgroup`.
+/// hierarchy the memory controller is in. Injectable, so the guard's logic
+/// is tested over a directory laid out like `/sys/fs/cgroup`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CgroupFs {
     proc_root: PathBuf,
     cgroup_root: PathBuf,
+    hierarchy: Hierarchy,
 }
 
 impl CgroupFs {
-    /// The running system's: `/proc` and the first cgroup2 mount of
-    /// `/proc/self/mounts` (`/sys/fs/cgroup` on a unified host,
-    /// `/sys/fs/cgroup/unified` on a hybrid one). Says why not where there
-    /// is none.
+    /// The running system's: `/proc` and, from `/proc/self/mounts`, the
+    /// first cgroup2 mount (`/sys/fs/cgroup` on a unified host,
+    /// `/sys/fs/cgroup/unified` on a hybrid one) if the memory controller
+    /// is there, else the cgroup v1 hierarchy it is bound to
+    /// (`/sys/fs/cgroup/memory`), else the cgroup2 mount without it (whose
+    /// [`CgroupFs::memory_controller`] says why). Says why not where there
+    /// is no cgroup filesystem.
     pub fn system() -> Result<Self, String> {
         let mounts =
             std::fs::read_to_string("/proc/self/mounts").map_err(|err| format!("reading /proc/self/mounts: {err}"))?;
-        let root = mounts
-            .lines()
-            .find_map(|line| {
+        let mount = |want: &dyn Fn(&str, &str) -> bool| {
+            mounts.lines().find_map(|line| {
                 let mut fields = line.split_whitespace();
-                let (_, target, fstype) = (fields.next()?, fields.next()?, fields.next()?);
-                (fstype == "cgroup2").then(|| PathBuf::from(target))
+                let (_, target, fstype, options) = (fields.next()?, fields.next()?, fields.next()?, fields.next()?);
+                want(fstype, options).then(|| PathBuf::from(target))
             })
-            .ok_or_else(|| "no cgroup2 filesystem is mounted".to_owned())?;
-        Ok(Self::at("/proc", root))
+        };
+        let v2 = mount(&|fstype, _| fstype == "cgroup2").map(|root| Self::at("/proc", root));
+        if let Some(v2) = &v2
+            && v2.memory_controller().is_ok()
+        {
+            return Ok(v2.clone());
+        }
+        let v1 = mount(&|fstype, options| fstype == "cgroup" && options.split(',').any(|o| o == "memory"));
+        match (v1, v2) {
+            (Some(root), _) => Ok(Self::at_v1("/proc", root)),
+            (None, Some(v2)) => Ok(v2),
+            (None, None) => Err("no cgroup filesystem with the memory controller is mounted".to_owned()),
+        }
     }
 
     /// A procfs at `proc_root` and a cgroup2 hierarchy at `cgroup_root`.
     pub fn at(proc_root: impl Into<PathBuf>, cgroup_root: impl Into<PathBuf>) -> Self {
-        Self { proc_root: proc_root.into(), cgroup_root: cgroup_root.into() }
+        Self { proc_root: proc_root.into(), cgroup_root: cgroup_root.into(), hierarchy: Hierarchy::V2 }
     }
 
-    /// The cgroup2 hierarchy's root.
+    /// A procfs at `proc_root` and the cgroup v1 memory hierarchy at
+    /// `memory_root`.
+    pub fn at_v1(proc_root: impl Into<PathBuf>, memory_root: impl Into<PathBuf>) -> Self {
+        Self { proc_root: proc_root.into(), cgroup_root: memory_root.into(), hierarchy: Hierarchy::V1Memory }
+    }
+
+    /// The hierarchy's root.
     pub fn cgroup_root(&self) -> &Path {
         &self.cgroup_root
     }
 
+    /// Which hierarchy it reads.
+    pub fn hierarchy(&self) -> Hierarchy {
+        self.hierarchy
+    }
+
     /// Whether the memory controller is available in this hierarchy and
-    /// this process has a cgroup v2 path; says why not.
+    /// this process has a path in it; says why not.
     pub fn memory_controller(&self) -> Result<(), String> {
+        if self.hierarchy == Hierarchy::V1Memory {
+            let usage = self.cgroup_root.join("memory.usage_in_bytes");
+            std::fs::metadata(&usage).map_err(|err| format!("reading {}: {err}", usage.display()))?;
+            return self.cgroup_of(None).map(drop).ok_or_else(|| "this process has no memory cgroup path".to_owned());
+        }
         let controllers = self.cgroup_root.join("cgroup.controllers");
         let text =
             std::fs::read_to_string(&controllers).map_err(|err| format!("reading {}: {err}", controllers.display()))?;
@@ -304,13 +358,21 @@ impl CgroupFs {
             Some(pid) => self.proc_root.join(pid.to_string()).join("cgroup"),
             None => self.proc_root.join("self/cgroup"),
         };
-        parse_cgroup_path(&std::fs::read_to_string(file).ok()?)
+        let text = std::fs::read_to_string(file).ok()?;
+        match self.hierarchy {
+            Hierarchy::V2 => parse_cgroup_path(&text),
+            Hierarchy::V1Memory => parse_v1_memory_path(&text),
+        }
     }
 
     /// Reads the memory files of `cgroup` (relative to the root).
     pub fn read(&self, cgroup: &Path) -> CgroupMemory {
         let dir = self.cgroup_root.join(cgroup);
         let file = |name: &str| std::fs::read_to_string(dir.join(name)).ok();
+        if self.hierarchy == Hierarchy::V1Memory {
+            let (limit, usage) = (file("memory.limit_in_bytes"), file("memory.usage_in_bytes"));
+            return CgroupMemory::parse_v1(limit.as_deref(), usage.as_deref());
+        }
         let (max, high, current, pressure) =
             (file("memory.max"), file("memory.high"), file("memory.current"), file("memory.pressure"));
         CgroupMemory::parse(max.as_deref(), high.as_deref(), current.as_deref(), pressure.as_deref())
@@ -327,6 +389,17 @@ pub fn parse_cgroup_path(text: &str) -> Option<PathBuf> {
     }
     let relative = Path::new(path.strip_prefix('/')?);
     relative.components().all(|c| matches!(c, Component::Normal(_))).then(|| relative.to_path_buf())
+}
+
+/// The memory cgroup v1 path of a `/proc/PID/cgroup` text (the line whose
+/// controllers include `memory`), relative to the hierarchy's root; `None`
+/// as for [`parse_cgroup_path`].
+pub fn parse_v1_memory_path(text: &str) -> Option<PathBuf> {
+    let line = text.lines().find(|line| {
+        let mut fields = line.splitn(3, ':');
+        fields.next().is_some_and(|id| id != "0") && fields.next().is_some_and(|c| c.split(',').any(|c| c == "memory"))
+    })?;
+    parse_cgroup_path(&format!("0::{}", line.splitn(3, ':').nth(2)?))
 }
 
 /// A few values by key, each with the time it was read; the least recently
@@ -599,7 +672,7 @@ impl PressureGuard {
 
 fn say_machine_only(reason: &str) {
     if !SAID_MACHINE_ONLY.swap(true, Ordering::Relaxed) {
-        tracing::info!(reason, "memory cgroup v2 unavailable: the pressure guard watches the machine only");
+        tracing::info!(reason, "no memory cgroup to read: the pressure guard watches the machine only");
     }
 }
 
@@ -609,6 +682,22 @@ mod tests {
 
     const MEMINFO: &str = "MemTotal:       24000000 kB\nMemFree:  1 kB\nMemAvailable:   20000000 kB\n";
     const MIB: u64 = 1 << 20;
+
+    /// cgroup v1: the memory controller's line of `/proc/PID/cgroup`
+    /// names the path; "unlimited" is a huge number, not a limit.
+    #[test]
+    fn parses_cgroup_v1_memory() {
+        let text = "12:cpu,cpuacct:/x\n4:memory:/process_api/abc\n1:name=systemd:/\n0::/\n";
+        assert_eq!(parse_v1_memory_path(text), Some(PathBuf::from("process_api/abc")));
+        assert_eq!(parse_v1_memory_path("4:memory:/\n"), Some(PathBuf::new()));
+        assert_eq!(parse_v1_memory_path("0::/a\n4:blkio:/b\n"), None);
+        assert_eq!(parse_v1_memory_path("4:memory:/gone (deleted)\n"), None);
+        let limited = CgroupMemory::parse_v1(Some("50331648\n"), Some("1048576\n"));
+        assert_eq!((limited.limit, limited.current, limited.headroom()), (Some(48 * MIB), MIB, Some(47 * MIB)));
+        let unlimited = CgroupMemory::parse_v1(Some("9223372036854771712\n"), Some("1048576\n"));
+        assert_eq!(unlimited.headroom(), None);
+        assert_eq!(CgroupMemory::parse_v1(Some("50331648"), None).limit, None, "no usage: not a memory cgroup");
+    }
 
     #[test]
     fn parses_procfs() {

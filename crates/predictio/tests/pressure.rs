@@ -9,14 +9,12 @@
 //! cgroup with no room left sheds it whole.
 //!
 //! The first tests run over a directory laid out like `/proc` and
-//! `/sys/fs/cgroup`. The last makes a real 48 MiB cgroup v2 and moves a
+//! `/sys/fs/cgroup`. The last makes a real 48 MiB memory cgroup and moves a
 //! child process into it: it needs root (outside CI it skips with a message,
-//! under `CI=true` a skip is a failure) and the memory controller in the
-//! cgroup2 hierarchy, which it enables at the root if it is only not yet
-//! enabled there. A host whose memory controller is bound to a cgroup v1
-//! hierarchy cannot give it one without tearing that hierarchy down; there
-//! the guard watches the machine alone by design, and the test checks that
-//! instead.
+//! under `CI=true` a skip is a failure). It uses the hierarchy the guard
+//! reads: cgroup v2 (enabling the memory controller at the root if it is
+//! only not yet enabled there), or the cgroup v1 memory hierarchy of a
+//! hybrid host such as this test machine's.
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -28,7 +26,7 @@ use predictio::accounting::Counters;
 use predictio::executor::{Backend, BackendKind, Executor, ExecutorConfig, Issued, PageCache};
 use predictio::file::FileRef;
 use predictio::page::{PAGE_SIZE, PageRange};
-use predictio::pressure::{CgroupFs, MemoryState, PressureConfig, PressureGuard};
+use predictio::pressure::{CgroupFs, Hierarchy, MemoryState, PressureConfig, PressureGuard};
 use predictio::request::Request;
 use predictio::testing::{is_root, skip};
 
@@ -185,16 +183,22 @@ fn the_executors_own_cgroup_bounds_every_request() {
 struct TestCgroup {
     dir: PathBuf,
     child: std::process::Child,
+    /// `memory.max` (v2) or `memory.limit_in_bytes` (v1).
+    limit: &'static str,
 }
 
 impl TestCgroup {
     #[track_caller]
-    fn new(root: &Path) -> Self {
+    fn new(root: &Path, hierarchy: Hierarchy) -> Self {
         let dir = root.join(format!("predictio-test-{}", std::process::id()));
         std::fs::create_dir(&dir).unwrap_or_else(|e| panic!("mkdir {}: {e}", dir.display()));
         let child = std::process::Command::new("sleep").arg("60").spawn().expect("sleep starts");
-        let cgroup = Self { dir, child };
-        cgroup.write("memory.max", &(48 * MIB).to_string());
+        let limit = match hierarchy {
+            Hierarchy::V2 => "memory.max",
+            Hierarchy::V1Memory => "memory.limit_in_bytes",
+        };
+        let cgroup = Self { dir, child, limit };
+        cgroup.write(limit, &(48 * MIB).to_string());
         cgroup.write("cgroup.procs", &cgroup.child.id().to_string());
         cgroup
     }
@@ -250,26 +254,23 @@ fn a_real_48_mib_cgroup_cuts_a_512_mib_prefetch_for_its_process() {
         }
     };
     let root = fs.cgroup_root().to_path_buf();
-    if !words(&root.join("cgroup.controllers")).iter().any(|c| c == "memory") {
-        if memory_bound_to_v1() {
-            // Not a skip: on this host the guard's answer is the machine's,
-            // by design. Check that it says so instead of guessing limits.
-            eprintln!(
-                "no 48 MiB cgroup v2 here: the memory controller is bound to a cgroup v1 hierarchy; \
-                 checking the machine-only fallback instead"
-            );
-            assert!(fs.memory_controller().is_err());
-            assert!(!PressureGuard::new(PressureConfig::default()).watches_cgroups());
-            return;
+    match fs.hierarchy() {
+        Hierarchy::V2 => {
+            if !words(&root.join("cgroup.controllers")).iter().any(|c| c == "memory") {
+                skip(&format!("the memory controller is not in {}/cgroup.controllers", root.display()));
+                return;
+            }
+            if !words(&root.join("cgroup.subtree_control")).iter().any(|c| c == "memory") {
+                std::fs::write(root.join("cgroup.subtree_control"), "+memory").expect("enabling the memory controller");
+            }
         }
-        skip(&format!("the memory controller is not in {}/cgroup.controllers", root.display()));
-        return;
-    }
-    if !words(&root.join("cgroup.subtree_control")).iter().any(|c| c == "memory") {
-        std::fs::write(root.join("cgroup.subtree_control"), "+memory").expect("enabling the memory controller");
+        Hierarchy::V1Memory => {
+            assert!(memory_bound_to_v1(), "a v1 memory hierarchy where /proc/cgroups says there is none");
+            eprintln!("the memory controller is bound to cgroup v1 here: the guard reads {}", root.display());
+        }
     }
     assert!(PressureGuard::new(PressureConfig::default()).watches_cgroups(), "the executor's guard reads cgroups here");
-    let cgroup = TestCgroup::new(&root);
+    let cgroup = TestCgroup::new(&root, fs.hierarchy());
     let pid = cgroup.child.id();
     let own = fs.cgroup_of(Some(pid)).expect("the child's cgroup");
     assert_eq!(root.join(own), cgroup.dir, "the child is in the test's cgroup");
@@ -280,7 +281,7 @@ fn a_real_48_mib_cgroup_cuts_a_512_mib_prefetch_for_its_process() {
     assert_cut(&d, read, 48 * MIB);
     eprintln!("48 MiB cgroup: {read} of {ASKED} pages issued, {} clamped", d.pressure_clamped_pages);
 
-    cgroup.write("memory.max", "max");
+    cgroup.write(cgroup.limit, if fs.hierarchy() == Hierarchy::V2 { "max" } else { "-1" });
     let (d, read) = prefetch_512_mib(guard(), Some(pid));
     assert_eq!((d.issued_pages, read, d.dropped_pages), (ASKED, ASKED, 0), "without the limit: {d:?}");
 }

@@ -64,7 +64,7 @@ The checks, by group:
   Privileges   euid, the capabilities the service uses (CapEff),
                kernel.unprivileged_bpf_disabled, kernel.perf_event_paranoid
   Resources    RLIMIT_MEMLOCK, the page size
-  Cgroups      the hierarchy (v2, hybrid, v1), the memory controller on v2,
+  Cgroups      the hierarchy (v2, hybrid, v1), the memory controller (v2 or v1),
                PSI
   Daemon       the configuration, a running daemon (its control socket) and
                the observation source it would run on here
@@ -181,6 +181,8 @@ struct Found {
     nowait: bool,
     psi: bool,
     memcg: bool,
+    /// The memory controller is on cgroup v1 (limits, no per-cgroup PSI).
+    memcg_v1: bool,
     ptrace_or_root: bool,
 }
 
@@ -770,7 +772,7 @@ fn cgroups(p: &mut Probe<'_>, found: &mut Found) {
         "hierarchy",
         status,
         detail,
-        "the pressure guard reads cgroup limits and pressure from cgroup v2 only",
+        "the pressure guard reads cgroup limits and pressure from cgroup v2, and limits alone from v1",
         Some("boot with systemd.unified_cgroup_hierarchy=1 (the default of RHEL 9, Ubuntu 22.04+, Debian 12)".into()),
     );
 
@@ -778,16 +780,27 @@ fn cgroups(p: &mut Probe<'_>, found: &mut Found) {
         fs.memory_controller()?;
         Ok(fs)
     });
+    let v1_memory = matches!(&memory, Ok(fs) if fs.hierarchy() == predictio::pressure::Hierarchy::V1Memory);
     found.memcg = memory.is_ok();
+    found.memcg_v1 = v1_memory;
     p.add(
-        "memory controller (v2)",
-        if found.memcg { Status::Ok } else { Status::Missing },
+        "memory controller",
+        match (found.memcg, v1_memory) {
+            (true, false) => Status::Ok,
+            (true, true) => Status::Degraded,
+            (false, _) => Status::Missing,
+        },
         match memory {
-            Ok(fs) => format!("enabled in {}", fs.cgroup_root().display()),
+            Ok(fs) if v1_memory => format!(
+                "cgroup v1, at {}: limits and usage are read, but v1 has no per-cgroup pressure (PSI)",
+                fs.cgroup_root().display()
+            ),
+            Ok(fs) => format!("cgroup v2, enabled in {}", fs.cgroup_root().display()),
             Err(why) => why,
         },
-        "the pressure guard's cgroup limits: memory.max, memory.high, memory.current and memory.pressure of the \
-         daemon's cgroup and of the process a prefetch is for (without it: the machine's memory only)",
+        "the pressure guard's cgroup limits (v2: memory.max, memory.high, memory.current, memory.pressure; v1: \
+         memory.limit_in_bytes, memory.usage_in_bytes) of the daemon's cgroup and of the process a prefetch is for \
+         (without it: the machine's memory only)",
         Some(
             "a unified hierarchy (systemd.unified_cgroup_hierarchy=1), or cgroup_no_v1=memory on a hybrid host".into(),
         ),
@@ -983,11 +996,11 @@ fn capabilities(f: &Found) -> Vec<Capability> {
         guard.push("PSI");
     }
     if f.memcg {
-        guard.push("cgroup v2 memory limits and pressure");
+        guard.push(if f.memcg_v1 { "cgroup v1 memory limits" } else { "cgroup v2 memory limits and pressure" });
     }
     out.push(Capability {
         name: "pressure guard",
-        status: if f.psi && f.memcg { Status::Ok } else { Status::Degraded },
+        status: if f.psi && f.memcg && !f.memcg_v1 { Status::Ok } else { Status::Degraded },
         detail: format!("watches {}", guard.join(", ")),
     });
     out
