@@ -468,8 +468,10 @@ const FLOOD_CONTROL: &str = "PREDICTIO_TEST_FLOOD_CONTROL";
 /// The daemon's budgets as a whole, under one hostile user with the
 /// default configuration (docs/DESIGN.md, "Budgets").
 const RSS_BUDGET_MIB: u64 = 256;
-/// The user's 4,096 handles, a replay's 1,024 files, and the daemon's own.
-const FD_BUDGET: usize = 4096 + 1024 + 256;
+/// The user's 4,096 handles, the held files of observed processes (8,192
+/// in all, oldest closed first), a replay's 1,024 files, and the daemon's
+/// own.
+const FD_BUDGET: usize = 4096 + 8192 + 1024 + 256;
 /// Of the machine's CPU, averaged over the flood: the user's frame and
 /// byte budgets bound the daemon's decoding, and the kernel's socket queue
 /// the rest.
