@@ -119,7 +119,7 @@ struct Outcome {
     /// How windows not all cached were read: `advised`, `readahead`,
     /// `parallel`, or `direct` (everything, bypassing the cache).
     cold_read: &'static str,
-    /// With `parallel`: the engine's settings.
+    /// With `parallel` or `direct`: the engine's settings.
     backend: Option<ReadBackend>,
     depth: Option<u32>,
     chunk: Option<u64>,
