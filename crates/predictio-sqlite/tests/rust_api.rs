@@ -42,17 +42,16 @@ fn walk(image: &[u8], geometry: &sqlite::Geometry, page_no: u32, reads: &mut Vec
     }
 }
 
-#[test]
-fn a_cold_walk_through_the_observer_issues_prefetches() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let db = dir.path().join("walk.db");
+/// A 20,000-row table inserted in random key order in `dir/name`, its
+/// bytes, and the pages a full walk of its tree reads, in order (the header
+/// page first); `None` without the sqlite3 shell.
+fn scattered_table(dir: &std::path::Path, name: &str) -> Option<(std::path::PathBuf, Vec<u8>, Vec<u32>)> {
+    let db = dir.join(name);
     let build = "PRAGMA page_size = 4096;
         CREATE TABLE usertable(k TEXT PRIMARY KEY, v BLOB) WITHOUT ROWID;
         WITH RECURSIVE c(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM c WHERE i + 1 < 20000)
         INSERT INTO usertable SELECT printf('user%010d', i), randomblob(400) FROM c ORDER BY random();";
-    if sqlite3(&db, build).is_none() {
-        return;
-    }
+    sqlite3(&db, build)?;
     let root: u32 = sqlite3(&db, "SELECT rootpage FROM sqlite_schema WHERE name = 'usertable';")
         .expect("sqlite3")
         .trim()
@@ -62,6 +61,13 @@ fn a_cold_walk_through_the_observer_issues_prefetches() {
     let geometry = sqlite::Header::parse(&image).expect("header").geometry();
     let mut reads = vec![1];
     walk(&image, &geometry, root, &mut reads);
+    Some((db, image, reads))
+}
+
+#[test]
+fn a_cold_walk_through_the_observer_issues_prefetches() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let Some((db, image, reads)) = scattered_table(dir.path(), "walk.db") else { return };
     assert!(reads.len() > 1000, "{} pages", reads.len());
 
     let prefetcher: &'static Prefetcher =
@@ -99,23 +105,7 @@ fn a_cold_walk_through_the_observer_issues_prefetches() {
 #[test]
 fn a_lazy_observer_starts_the_runtime_at_the_first_slow_read_only() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let db = dir.path().join("lazy.db");
-    let build = "PRAGMA page_size = 4096;
-        CREATE TABLE usertable(k TEXT PRIMARY KEY, v BLOB) WITHOUT ROWID;
-        WITH RECURSIVE c(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM c WHERE i + 1 < 20000)
-        INSERT INTO usertable SELECT printf('user%010d', i), randomblob(400) FROM c ORDER BY random();";
-    if sqlite3(&db, build).is_none() {
-        return;
-    }
-    let root: u32 = sqlite3(&db, "SELECT rootpage FROM sqlite_schema WHERE name = 'usertable';")
-        .expect("sqlite3")
-        .trim()
-        .parse()
-        .expect("root page");
-    let image = std::fs::read(&db).expect("read db");
-    let geometry = sqlite::Header::parse(&image).expect("header").geometry();
-    let mut reads = vec![1];
-    walk(&image, &geometry, root, &mut reads);
+    let Some((db, image, reads)) = scattered_table(dir.path(), "lazy.db") else { return };
     let page = |page_no: u32| {
         let start = (page_no as usize - 1) * PAGE;
         (start as u64, &image[start..start + PAGE])
