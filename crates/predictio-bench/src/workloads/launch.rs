@@ -216,8 +216,18 @@ fn fill_alone(h: &Harness, p: &mut Prepared, disk: Option<&Path>, clock: &mut u6
         make_cold(h, p)?;
         settle();
         *clock += 10_000_000_000;
+        let jobs = p.replayer.counts().jobs;
         let start = Instant::now();
         p.exec(std::process::id(), *clock);
+        // The policy hands the replay to the replayer thread, which opens
+        // its files and submits its requests: the executor is idle until
+        // then, so wait for the job first.
+        while p.replayer.counts().jobs == jobs {
+            if start.elapsed() >= Duration::from_secs(30) {
+                return Err(BenchError::Options("the replayer did not take the replay within 30 s".into()));
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
         if !p.executor.wait_idle(Duration::from_secs(30)) {
             return Err(BenchError::Options("the replay alone was not done after 30 s".into()));
         }
@@ -285,7 +295,7 @@ struct Prepared {
     /// Names the replay looks up again (`Replay::lookups`).
     lookups: usize,
     /// Runs the replays the policy hands over, as the daemon's does.
-    _replayer: Replayer,
+    replayer: Replayer,
 }
 
 /// An exec starting, as the daemon sees it at `execve`'s entry (with
@@ -404,7 +414,7 @@ fn prepare(profile: &Profile, exe: FileId, argv: &[String]) -> Result<Prepared, 
         changed,
         dirs,
         lookups,
-        _replayer: replayer,
+        replayer,
     })
 }
 
@@ -550,12 +560,13 @@ fn measure(
         store.get(&key.path, &launch.shape).map_err(|e| BenchError::Options(e.to_string()))?
     };
     let profile = profile.ok_or_else(|| BenchError::Options(format!("no profile learned for {}", argv.join(" "))))?;
-    // The replay's descriptors (files, and the directories on their paths)
-    // are the daemon's standing state: held, they keep those inodes and
-    // dentries cached across drop_caches. So they are held only for the
-    // sides that have a daemon (predictio, and whole-file, which uses them
-    // too); before a baseline or preload pass they are closed, so that
-    // those passes start with cold metadata as well as cold data.
+    // The profile's descriptors, held, keep its inodes and dentries cached
+    // across drop_caches. They are held for the predictio side (its
+    // residency check; the daemon's replayer opens them at the exec and
+    // holds none in between, so this favours the predictio side, as the
+    // report says) and the whole-file side, which uses them; before a
+    // baseline or preload pass they are closed, so that those passes start
+    // with cold metadata as well as cold data.
     let mut held: Option<Prepared> = None;
 
     let mut secs: Vec<Vec<f64>> = vec![Vec::new(); sides.len()];
@@ -765,13 +776,14 @@ pub fn run(options: &BenchOptions) -> Result<Report, BenchError> {
         notes.extend(case_notes(c));
     }
     notes.push(
-        "as in the daemon, the replay's descriptors (files, and the directories on their paths) are held by the \
-         predictio side: opened outside the timed region (the daemon's standing state) and kept across its passes, \
-         so those inodes and dentries stay cached across drop_caches, but not the directories' blocks (the replay's \
-         metadata request lists the directories at exec, on the executor's metadata threads); the whole-file peer \
-         uses the same held descriptors and no metadata request; before every baseline and preload pass they are \
-         closed, so those passes start with cold metadata too (their resident-before check is drop_caches alone: \
-         opening the files to check them would cache their inodes)"
+        "the replay runs as in the daemon (the replayer opens its files at the exec), but this bench also holds the \
+         profile's files open for the predictio and whole-file sides, outside the timed region and across their \
+         passes, so those inodes and dentries stay cached across drop_caches, which the daemon's replay does not \
+         have (the directories' blocks are not: the replay's metadata request lists them at exec, on the \
+         executor's metadata threads); the whole-file peer uses the held descriptors and no metadata request; \
+         before every baseline and preload pass they are closed, so those passes start with cold metadata too \
+         (their resident-before check is drop_caches alone: opening the files to check them would cache their \
+         inodes)"
             .into(),
     );
     if options.quick {
