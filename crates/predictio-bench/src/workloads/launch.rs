@@ -213,6 +213,8 @@ fn fill_alone(h: &Harness, p: &mut Prepared, disk: Option<&Path>, clock: &mut u6
     let mut runs = Vec::with_capacity(FILL_RUNS);
     let mut busy = false;
     for _ in 0..FILL_RUNS {
+        // The replay opens its files itself, as at an exec in the daemon.
+        p.close_files();
         make_cold(h, p)?;
         settle();
         *clock += 10_000_000_000;
@@ -289,7 +291,14 @@ struct Prepared {
     whole: Vec<Request>,
     replay_pages: HashMap<FileId, Vec<PageRange>>,
     whole_pages: u64,
+    /// The replayed files, open (for the whole-file peer and the residency
+    /// check) or closed ([`Prepared::close_files`]: the predictio side, as
+    /// the daemon's replayer opens them at the exec and holds none before).
     files: Vec<FileRef>,
+    /// Their paths, to open them again.
+    paths: Vec<String>,
+    /// The whole-file peer's origin.
+    whole_origin: predictio::policy::PolicyId,
     changed: usize,
     dirs: usize,
     /// Names the replay looks up again (`Replay::lookups`).
@@ -316,6 +325,33 @@ impl Prepared {
     /// Dispatches the exec of the profile's executable by `pid` at
     /// `time_ns`, as the daemon's exec event does: the `launch` policy
     /// replays the profile.
+    /// Opens the replayed files (if they are not) and builds the
+    /// whole-file peer's requests over them.
+    fn open_files(&mut self) -> Result<(), BenchError> {
+        if !self.files.is_empty() || self.paths.is_empty() {
+            return Ok(());
+        }
+        let (mut whole, mut whole_pages) = (Vec::new(), 0);
+        for path in &self.paths {
+            let f = FileRef::open_no_follow(path)?;
+            let pages = f.file().metadata().doing(|| "stat".into())?.len().div_ceil(predictio::PAGE_SIZE);
+            if pages > 0 {
+                whole_pages += pages;
+                let request = Request::new(f.clone(), vec![PageRange::new(0, pages)], self.whole_origin);
+                whole.push(request.with_urgency(Urgency::Imminent));
+            }
+            self.files.push(f);
+        }
+        (self.whole, self.whole_pages) = (whole, whole_pages);
+        Ok(())
+    }
+
+    /// Closes the replayed files: nothing of the workload is held open.
+    fn close_files(&mut self) {
+        self.whole.clear();
+        self.files.clear();
+    }
+
     fn exec(&mut self, pid: u32, time_ns: u64) {
         self.runtime.dispatch(&Event::Exec { pid, exe: self.key.exe, shape: Arc::clone(&self.key.shape), time_ns });
     }
@@ -360,22 +396,12 @@ fn prepare(profile: &Profile, exe: FileId, argv: &[String]) -> Result<Prepared, 
     let mut replay = plan_replay(profile, &WalkLimits::default(), &ReplayPacing::default());
     check_files(&mut replay);
     let mut replay_pages: HashMap<FileId, Vec<PageRange>> = HashMap::new();
-    let mut files: Vec<FileRef> = Vec::new();
+    let mut paths = Vec::new();
     for f in replay.at_exec.iter().chain(replay.on_trigger.iter().flat_map(|t| t.1.iter())) {
         replay_pages.entry(f.identity.id()).or_default().extend(f.ranges.iter().copied());
-        files.push(FileRef::open_no_follow(&f.identity.path)?);
+        paths.push(f.identity.path.clone());
     }
-    let origin = executor.register_origin("whole-file");
-    let mut whole = Vec::new();
-    let mut whole_pages = 0;
-    for f in &files {
-        let size = f.file().metadata().doing(|| "stat".into())?.len();
-        let pages = size.div_ceil(predictio::PAGE_SIZE);
-        if pages > 0 {
-            whole_pages += pages;
-            whole.push(Request::new(f.clone(), vec![PageRange::new(0, pages)], origin).with_urgency(Urgency::Imminent));
-        }
-    }
+    let whole_origin = executor.register_origin("whole-file");
     let changed = replay.changed.len() + replay.missing.len();
     let dirs = replay.dirs.len();
     let lookups = replay.lookups.iter().map(|l| l.names.len()).sum();
@@ -402,20 +428,24 @@ fn prepare(profile: &Profile, exe: FileId, argv: &[String]) -> Result<Prepared, 
     runtime.dispatch(&start.event(seed, 0));
     runtime.dispatch(&Event::Exec { pid: seed, exe, shape: Arc::clone(&key.shape), time_ns: 0 });
     book.insert(key.clone(), replay);
-    Ok(Prepared {
+    let mut prepared = Prepared {
         key,
         start,
         runtime,
         executor,
-        whole,
+        whole: Vec::new(),
         replay_pages,
-        whole_pages,
-        files,
+        whole_pages: 0,
+        files: Vec::new(),
+        paths,
+        whole_origin,
         changed,
         dirs,
         lookups,
         replayer,
-    })
+    };
+    prepared.open_files()?;
+    Ok(prepared)
 }
 
 fn pass(
@@ -561,12 +591,10 @@ fn measure(
     };
     let profile = profile.ok_or_else(|| BenchError::Options(format!("no profile learned for {}", argv.join(" "))))?;
     // The profile's descriptors, held, keep its inodes and dentries cached
-    // across drop_caches. They are held for the predictio side (its
-    // residency check; the daemon's replayer opens them at the exec and
-    // holds none in between, so this favours the predictio side, as the
-    // report says) and the whole-file side, which uses them; before a
-    // baseline or preload pass they are closed, so that those passes start
-    // with cold metadata as well as cold data.
+    // across drop_caches. Only the whole-file side holds them through its
+    // passes; the predictio side closes them first, as the daemon's
+    // replayer opens them at the exec and holds none in between; baseline
+    // and preload passes drop the whole preparation.
     let mut held: Option<Prepared> = None;
 
     let mut secs: Vec<Vec<f64>> = vec![Vec::new(); sides.len()];
@@ -579,8 +607,18 @@ fn measure(
         for k in 0..sides.len() {
             let s = (k + pair) % sides.len();
             let p = match sides[s] {
-                Side::Predictio | Side::WholeFile => {
+                Side::Predictio => {
+                    // As the daemon: the replay opens its files at the
+                    // exec, so nothing is held through drop_caches (and
+                    // the resident-before check is drop_caches alone).
                     let p = hold(&mut held, &profile, key.id(), argv)?;
+                    p.close_files();
+                    h.make_cold(&[])?;
+                    Some(p)
+                }
+                Side::WholeFile => {
+                    let p = hold(&mut held, &profile, key.id(), argv)?;
+                    p.open_files()?;
                     resident_before = resident_before.max(make_cold(h, p)?);
                     Some(p)
                 }
@@ -776,14 +814,12 @@ pub fn run(options: &BenchOptions) -> Result<Report, BenchError> {
         notes.extend(case_notes(c));
     }
     notes.push(
-        "the replay runs as in the daemon (the replayer opens its files at the exec), but this bench also holds the \
-         profile's files open for the predictio and whole-file sides, outside the timed region and across their \
-         passes, so those inodes and dentries stay cached across drop_caches, which the daemon's replay does not \
-         have (the directories' blocks are not: the replay's metadata request lists them at exec, on the \
-         executor's metadata threads); the whole-file peer uses the held descriptors and no metadata request; \
-         before every baseline and preload pass they are closed, so those passes start with cold metadata too \
-         (their resident-before check is drop_caches alone: opening the files to check them would cache their \
-         inodes)"
+        "the replay runs as in the daemon: nothing of the workload is held through drop_caches, and the \
+         replayer opens the profile's files (and the directories on their paths) at the exec, so those inodes, \
+         dentries and directory blocks are read cold in every predictio pass; the whole-file peer holds the files \
+         open across its passes (it has no exec-time opening of its own), so its inodes stay cached; baseline and \
+         preload passes hold nothing (their resident-before check, like the predictio side's, is drop_caches \
+         alone: opening the files to check them would cache their inodes)"
             .into(),
     );
     if options.quick {
