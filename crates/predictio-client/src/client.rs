@@ -486,6 +486,15 @@ impl Client {
         }
     }
 
+    /// Before a frame goes out: sends the registrations the daemon lacks (in
+    /// a fork child, or after the daemon restarted), when it is connected.
+    fn catch_up(&self) {
+        self.check_fork();
+        if self.any_pending.load(Ordering::Acquire) && self.is_connected() {
+            self.flush_pending();
+        }
+    }
+
     /// In a fork child the daemon sees a new pid, hence a new client without
     /// handles: mark every registration pending so it is sent again.
     fn check_fork(&self) {
@@ -578,10 +587,7 @@ impl Client {
                 }
             };
         }
-        self.check_fork();
-        if self.any_pending.load(Ordering::Acquire) && self.is_connected() {
-            self.flush_pending();
-        }
+        self.catch_up();
         let result = SCRATCH.try_with(|scratch| {
             let Ok(mut buf) = scratch.try_borrow_mut() else {
                 return self.send_frame_fresh(frame);
@@ -735,13 +741,8 @@ impl Client {
         let token = self.next_token.fetch_add(1, Ordering::Relaxed);
         // Never buffered, and naming no handle: sent as it is, after any
         // registrations a (new) daemon lacks.
-        self.check_fork();
-        if self.any_pending.load(Ordering::Acquire) && self.is_connected() {
-            self.flush_pending();
-        }
-        let mut frame = Vec::with_capacity(protocol::HEADER_LEN + 4);
-        protocol::encode(&Frame::Sync { token }, &mut frame).map_err(|err| SyncError::Send(err.into()))?;
-        self.transmit(&frame, &[]).map_err(SyncError::Send)?;
+        self.catch_up();
+        self.send_frame_fresh(&Frame::Sync { token }).map_err(SyncError::Send)?;
         let deadline = Instant::now() + timeout;
         let mut buf = [0u8; protocol::ACK_LEN + 1];
         loop {
@@ -776,10 +777,7 @@ impl Client {
         if batch.is_empty() {
             return Ok(());
         }
-        self.check_fork();
-        if self.any_pending.load(Ordering::Acquire) && self.is_connected() {
-            self.flush_pending();
-        }
+        self.catch_up();
         self.transmit(batch.as_bytes(), &[])
     }
 

@@ -30,7 +30,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
-//! This crate depends on `rustix` (its `fs` and `net` modules) and `libc`
+//! This crate depends on `rustix` (its `event`, `fs` and `net` modules) and `libc`
 //! only. Its `unsafe` code lives in two modules, each block with a
 //! `SAFETY:` comment: `sys`, the syscall edge (rustix for the socket and
 //! descriptor checks, libc for `pthread_atfork`), and [`ffi`], the C ABI,

@@ -383,7 +383,13 @@ impl CgroupFs {
 /// relative to the root; `None` without one, for a removed cgroup, or for a
 /// path that is not plain components below the root.
 pub fn parse_cgroup_path(text: &str) -> Option<PathBuf> {
-    let path = text.lines().find_map(|line| line.strip_prefix("0::"))?.trim_end();
+    relative_cgroup(text.lines().find_map(|line| line.strip_prefix("0::"))?)
+}
+
+/// The path field of a `/proc/PID/cgroup` line, relative to the root; see
+/// [`parse_cgroup_path`].
+fn relative_cgroup(path: &str) -> Option<PathBuf> {
+    let path = path.trim_end();
     if path.ends_with(" (deleted)") {
         return None;
     }
@@ -395,11 +401,13 @@ pub fn parse_cgroup_path(text: &str) -> Option<PathBuf> {
 /// controllers include `memory`), relative to the hierarchy's root; `None`
 /// as for [`parse_cgroup_path`].
 pub fn parse_v1_memory_path(text: &str) -> Option<PathBuf> {
-    let line = text.lines().find(|line| {
-        let mut fields = line.splitn(3, ':');
-        fields.next().is_some_and(|id| id != "0") && fields.next().is_some_and(|c| c.split(',').any(|c| c == "memory"))
-    })?;
-    parse_cgroup_path(&format!("0::{}", line.splitn(3, ':').nth(2)?))
+    text.lines()
+        .find_map(|line| {
+            let mut fields = line.splitn(3, ':');
+            let (id, controllers, path) = (fields.next()?, fields.next()?, fields.next()?);
+            (id != "0" && controllers.split(',').any(|c| c == "memory")).then_some(path)
+        })
+        .and_then(relative_cgroup)
 }
 
 /// A few values by key, each with the time it was read; the least recently
