@@ -8,7 +8,7 @@
 //! with a message, and fail under `CI=true`.
 
 mod common;
-use common::{bin, ok};
+use common::{bin, launch_requested_pages, ok};
 
 use predictio::launch::profile::{LaunchRun, RunFile};
 use predictio::launch::{FileIdentity, LearnLimits, Profile};
@@ -245,15 +245,7 @@ fn a_replay_opens_its_files_at_exec_and_lets_them_go() {
     let config = config(dir.path(), &run, &store, "auto", "learn = false\n");
     let daemon = answering(spawn(&config, None), &run, Duration::from_secs(30));
     assert!(daemon.files_under(&data).is_empty(), "a booked profile holds none of its files");
-    let requested = |d: &Daemon| {
-        d.status()["executor"]["origins"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .find(|o| o["name"] == "launch")
-            .and_then(|o| o["counters"]["requested_pages"].as_u64())
-            .unwrap_or(0)
-    };
+    let requested = |d: &Daemon| launch_requested_pages(&d.status());
     let deadline = Instant::now() + Duration::from_secs(20);
     while requested(&daemon) < 300 {
         assert!(Instant::now() < deadline, "the exec was never replayed: {}", daemon.status());

@@ -6,11 +6,11 @@
 //! message, under `CI=true` they must run.
 
 mod common;
-use common::{bin, fails_with, ok};
+use common::{Daemon, bin, fails_with, launch_requested_pages, ok, start_launch_daemon};
 
 use predictio::testing::{is_root, skip};
 use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -166,18 +166,6 @@ fn replayed_pages(store: &Path, command: &[&str]) -> u64 {
     launch_requested_pages(&status)
 }
 
-/// Pages the `launch` policy asked for, from a status document (`run
-/// --json`, `stat --json`).
-fn launch_requested_pages(status: &serde_json::Value) -> u64 {
-    status["executor"]["origins"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .find(|o| o["name"] == "launch")
-        .and_then(|o| o["counters"]["requested_pages"].as_u64())
-        .unwrap_or(0)
-}
-
 #[test]
 fn each_command_shape_of_an_executable_has_its_own_profile() {
     if !needs_root_and_ebpf() {
@@ -235,51 +223,11 @@ fn each_command_shape_of_an_executable_has_its_own_profile() {
     fails_with(&predictio(&store, &["profile", "show", PYTHON]), "no profile");
 }
 
-struct Daemon(Child);
-
 /// Starts the daemon on a config in `dir` that learns and replays only
 /// `exe`, its `[launch]` section ending with `launch_extra`; returns once
 /// its control socket is up.
 fn start_daemon(dir: &Path, store: &Path, exe: &str, launch_extra: &str) -> Daemon {
-    start_daemon_allowing(dir, store, &[exe], launch_extra)
-}
-
-/// [`start_daemon`] learning and replaying the executables under any of
-/// `allow`.
-fn start_daemon_allowing(dir: &Path, store: &Path, allow: &[&str], launch_extra: &str) -> Daemon {
-    let config = dir.join("predictio.toml");
-    let allow: Vec<String> = allow.iter().map(|p| format!("{p:?}")).collect();
-    std::fs::write(
-        &config,
-        format!(
-            "policies = [\"hints\"]\n[hints]\nsocket = \"{d}/hint.sock\"\n[control]\nsocket = \"{d}/control.sock\"\n[observe]\nsource = \"ebpf\"\n\
-             [launch]\nstore = \"{s}\"\nallow = [{allow}]\n{launch_extra}",
-            d = dir.display(),
-            s = store.display(),
-            allow = allow.join(", ")
-        ),
-    )
-    .expect("config");
-    let daemon = Daemon(
-        Command::new(bin())
-            .args(["daemon", "--config", config.to_str().expect("utf8")])
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("daemon starts"),
-    );
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !dir.join("control.sock").exists() {
-        assert!(Instant::now() < deadline, "daemon did not start");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    daemon
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
+    start_launch_daemon(dir, store, &[exe], "", launch_extra)
 }
 
 /// The program the daemon test launches: `clang -c` of a small C file
@@ -483,7 +431,7 @@ fn the_daemon_does_not_learn_trivial_commands_but_learns_heavy_ones() {
         let store = dir.path().join("store");
         let lines = dir.path().join("lines.txt");
         std::fs::write(&lines, "a\nb\nc\n").expect("write");
-        let daemon = start_daemon_allowing(dir.path(), &store, &[&head, &python], launch_extra);
+        let daemon = start_launch_daemon(dir.path(), &store, &[&head, &python], "", launch_extra);
         // Cold each time: a cold `head -2` reads its binary (~50 KiB) in a
         // few ms.
         for _ in 0..3 {

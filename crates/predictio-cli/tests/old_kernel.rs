@@ -8,11 +8,11 @@
 //! skips with a message, under `CI=true` it must run.
 
 mod common;
-use common::{bin, ok};
+use common::{Daemon, bin, launch_requested_pages, ok, start_launch_daemon};
 
 use predictio::testing::{is_root, skip};
 use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 const PYTHON: &str = "/usr/bin/python3";
@@ -29,43 +29,10 @@ fn drop_caches() {
     std::fs::write("/proc/sys/vm/drop_caches", "3").expect("drop_caches (root)");
 }
 
-struct Daemon(Child);
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// Starts the daemon on eBPF without the page-access hooks, learning and
 /// replaying only `exe`; returns once its control socket is up.
 fn start_daemon(dir: &Path, store: &Path, exe: &str) -> Daemon {
-    let config = dir.join("predictio.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "policies = [\"hints\"]\n[hints]\nsocket = \"{d}/hint.sock\"\n[control]\nsocket = \"{d}/control.sock\"\n\
-             [observe]\nsource = \"ebpf\"\nassume_missing = [\"filemap_access\"]\n\
-             [launch]\nstore = \"{s}\"\nallow = [{exe:?}]\n",
-            d = dir.display(),
-            s = store.display(),
-        ),
-    )
-    .expect("config");
-    let daemon = Daemon(
-        Command::new(bin())
-            .args(["daemon", "--config", config.to_str().expect("utf8")])
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("daemon starts"),
-    );
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !dir.join("control.sock").exists() {
-        assert!(Instant::now() < deadline, "daemon did not start");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    daemon
+    start_launch_daemon(dir, store, &[exe], "assume_missing = [\"filemap_access\"]", "")
 }
 
 fn status(dir: &Path) -> serde_json::Value {
@@ -75,17 +42,6 @@ fn status(dir: &Path) -> serde_json::Value {
         .output()
         .expect("stat runs");
     serde_json::from_str(&ok(&out)).expect("stat --json")
-}
-
-/// Pages the daemon's `launch` policy asked for so far.
-fn replayed_pages(status: &serde_json::Value) -> u64 {
-    status["executor"]["origins"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .find(|o| o["name"] == "launch")
-        .and_then(|o| o["counters"]["requested_pages"].as_u64())
-        .unwrap_or(0)
 }
 
 fn stored_runs(store: &Path, exe: &str) -> u64 {
@@ -136,11 +92,11 @@ fn without_page_access_tracepoints_the_daemon_learns_and_replays_launches_from_m
     assert!(files > 1, "the launch's files are learned: {shown}");
 
     // The next cold launch is replayed.
-    let replayed_before = replayed_pages(&status(dir.path()));
+    let replayed_before = launch_requested_pages(&status(dir.path()));
     cold_launch();
     let deadline = Instant::now() + Duration::from_secs(10);
     let mut after = status(dir.path());
-    while replayed_pages(&after) <= replayed_before {
+    while launch_requested_pages(&after) <= replayed_before {
         assert!(Instant::now() < deadline, "the third launch was not replayed: {after}");
         std::thread::sleep(Duration::from_millis(100));
         after = status(dir.path());

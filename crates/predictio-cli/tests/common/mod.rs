@@ -29,3 +29,65 @@ pub fn fails_with(out: &Output, needle: &str) {
 pub fn disk_dir(prefix: &str) -> tempfile::TempDir {
     tempfile::Builder::new().prefix(prefix).tempdir_in("/var/tmp").expect("temp dir on disk")
 }
+
+/// A daemon process, killed when dropped.
+pub struct Daemon(pub std::process::Child);
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts the daemon on eBPF with a config in `dir` that learns and
+/// replays only the executables under any of `allow`, its `[observe]`
+/// section ending with `observe_extra` and its `[launch]` section with
+/// `launch_extra`; returns once its control socket is up.
+pub fn start_launch_daemon(
+    dir: &std::path::Path,
+    store: &std::path::Path,
+    allow: &[&str],
+    observe_extra: &str,
+    launch_extra: &str,
+) -> Daemon {
+    use std::time::{Duration, Instant};
+    let config = dir.join("predictio.toml");
+    let allow: Vec<String> = allow.iter().map(|p| format!("{p:?}")).collect();
+    std::fs::write(
+        &config,
+        format!(
+            "policies = [\"hints\"]\n[hints]\nsocket = \"{d}/hint.sock\"\n[control]\nsocket = \"{d}/control.sock\"\n\
+             [observe]\nsource = \"ebpf\"\n{observe_extra}\n[launch]\nstore = \"{s}\"\nallow = [{allow}]\n{launch_extra}",
+            d = dir.display(),
+            s = store.display(),
+            allow = allow.join(", ")
+        ),
+    )
+    .expect("config");
+    let daemon = Daemon(
+        std::process::Command::new(bin())
+            .args(["daemon", "--config", config.to_str().expect("utf8")])
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("daemon starts"),
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !dir.join("control.sock").exists() {
+        assert!(Instant::now() < deadline, "daemon did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    daemon
+}
+
+/// Pages the `launch` policy asked for, from a status document (`run
+/// --json`, `stat --json`).
+pub fn launch_requested_pages(status: &serde_json::Value) -> u64 {
+    status["executor"]["origins"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|o| o["name"] == "launch")
+        .and_then(|o| o["counters"]["requested_pages"].as_u64())
+        .unwrap_or(0)
+}
