@@ -47,8 +47,8 @@ pub mod testing;
 pub mod os {
     pub use crate::sys::socket::poll_readable;
     pub use crate::sys::{
-        Advice, CacheStat, FileMapping, IoPriority, cachestat, fadvise, file_mappings, page_size, set_thread_nice,
-        thread_io_priority,
+        Advice, CacheStat, FileMapping, IoPriority, NewerCall, assume_missing, assumed_missing, cachestat, fadvise,
+        file_mappings, page_size, set_thread_nice, thread_io_priority,
     };
 }
 

@@ -401,12 +401,17 @@ impl ModelDetector {
             return None;
         }
         use std::os::fd::AsFd;
-        match crate::sys::cachestat(file.as_fd(), 0, crate::page::PAGE_SIZE) {
-            Ok(stat) if stat.nr_cache > 0 => {}
-            _ => {
-                self.later.insert(id, now + Duration::from_secs(1));
-                return None;
+        // Before Linux 6.5 (no cachestat), mincore on a mapping of the page.
+        let first_cached = match crate::sys::cachestat(file.as_fd(), 0, crate::page::PAGE_SIZE) {
+            Ok(stat) => stat.nr_cache > 0,
+            Err(err) if err.raw_os_error() == Some(libc::ENOSYS) => {
+                crate::cache::uptodate_pages(file, &[crate::page::PageRange::new(0, 1)]).is_ok_and(|n| n > 0)
             }
+            Err(_) => false,
+        };
+        if !first_cached {
+            self.later.insert(id, now + Duration::from_secs(1));
+            return None;
         }
         self.later.remove(&id);
         self.checked.insert(id);

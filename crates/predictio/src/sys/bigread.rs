@@ -52,6 +52,7 @@ impl ReadRing {
     /// A ring that keeps up to `depth` reads (1..=4096) in flight.
     pub fn new(depth: u32) -> io::Result<Self> {
         let depth = depth.clamp(1, 4096);
+        super::refuse_if_assumed_missing()?;
         let ring = IoUring::builder().build(depth.next_power_of_two())?;
         Ok(Self { ring, depth, done: Vec::with_capacity(depth as usize) })
     }

@@ -35,6 +35,58 @@ use rustix::io::Errno;
 
 use crate::page::PageRange;
 
+/// A call of a newer kernel that this process can be told to treat as
+/// absent ([`assume_missing`]), so that a test profile of an older kernel
+/// runs every fallback on a newer one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum NewerCall {
+    /// `cachestat(2)` (Linux 6.5): answers `ENOSYS`, as before 6.5;
+    /// residency is then counted with `mincore(2)`.
+    Cachestat,
+    /// io_uring: ring set-up answers `EPERM`, as under
+    /// `kernel.io_uring_disabled = 2`; the executor issues through fadvise.
+    IoUring,
+    /// The `PROCMAP_QUERY` ioctl (Linux 6.11): answers `ENOTTY`, as before
+    /// 6.11; mappings are read from the text of `/proc/PID/maps`.
+    ProcmapQuery,
+}
+
+impl NewerCall {
+    fn bit(self) -> u8 {
+        match self {
+            NewerCall::Cachestat => 1,
+            NewerCall::IoUring => 2,
+            NewerCall::ProcmapQuery => 4,
+        }
+    }
+}
+
+/// The calls [`assume_missing`] took away, as bits of [`NewerCall::bit`].
+static ASSUMED_MISSING: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+
+/// Makes `call` fail in this whole process from now on as on a kernel
+/// without it, so that every caller takes its fallback. For test profiles
+/// of older kernels (the daemon's `[observe] assume_missing`); there is no
+/// way back.
+pub fn assume_missing(call: NewerCall) {
+    ASSUMED_MISSING.fetch_or(call.bit(), std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Whether [`assume_missing`] took `call` away.
+pub fn assumed_missing(call: NewerCall) -> bool {
+    ASSUMED_MISSING.load(std::sync::atomic::Ordering::Relaxed) & call.bit() != 0
+}
+
+/// `EPERM` where io_uring is [assumed missing](assume_missing), as ring
+/// set-up answers under `kernel.io_uring_disabled = 2`.
+#[cfg(feature = "uring")]
+fn refuse_if_assumed_missing() -> io::Result<()> {
+    if assumed_missing(NewerCall::IoUring) {
+        return Err(io::Error::new(io::ErrorKind::PermissionDenied, "io_uring assumed disabled"));
+    }
+    Ok(())
+}
+
 /// `cachestat(2)`'s syscall number (the same on every architecture since 6.5).
 const SYS_CACHESTAT: libc::c_long = 451;
 
@@ -63,6 +115,9 @@ struct CacheStatRange {
 /// `cachestat(2)` over the bytes `[offset, offset + len)`. `len` must be
 /// non-zero (the kernel reads 0 as "to end of file"; say so explicitly).
 pub fn cachestat(fd: BorrowedFd<'_>, offset: u64, len: u64) -> io::Result<CacheStat> {
+    if assumed_missing(NewerCall::Cachestat) {
+        return Err(io::Error::from_raw_os_error(libc::ENOSYS));
+    }
     let range = CacheStatRange { off: offset, len };
     let mut stat = CacheStat::default();
     // SAFETY: both pointers reference live, properly laid out #[repr(C)]
@@ -319,8 +374,8 @@ impl Drop for Mapping {
 ///
 /// `RWF_NOWAIT` alone is not enough: it fails with `EAGAIN` on a page that is
 /// not cached, but the kernel starts readahead for it first (since Linux 5.9,
-/// for io_uring's sake). So the range is checked with `cachestat(2)` first and
-/// only cached pages are read; `RWF_NOWAIT` then covers a page evicted or
+/// for io_uring's sake). So the range is checked with `cachestat(2)` first
+/// (`mincore(2)` before Linux 6.5) and only cached pages are read; `RWF_NOWAIT` then covers a page evicted or
 /// still being read in between (`EAGAIN`, no wait). Looking at a page a
 /// program just read therefore never reads an absent page in.
 pub fn pread_resident(fd: BorrowedFd<'_>, buf: &mut [u8], offset: u64) -> io::Result<Option<usize>> {
@@ -348,14 +403,28 @@ fn cached_prefix(fd: BorrowedFd<'_>, offset: u64, len: u64) -> io::Result<Option
     let first = offset - offset % PAGE;
     let end = offset.saturating_add(len);
     let pages = end.div_ceil(PAGE) - first / PAGE;
-    let whole = cachestat(fd, first, pages * PAGE)?;
-    if whole.nr_cache >= pages {
-        return Ok(Some(len as usize));
-    }
-    if pages > 1 && cachestat(fd, first, PAGE)?.nr_cache >= 1 {
-        return Ok(Some((first + PAGE - offset) as usize));
-    }
-    Ok(None)
+    let (all, head) = match cachestat(fd, first, pages * PAGE) {
+        Ok(whole) if whole.nr_cache >= pages => (true, true),
+        Ok(_) => (false, pages > 1 && cachestat(fd, first, PAGE)?.nr_cache >= 1),
+        Err(err) if err.raw_os_error() == Some(libc::ENOSYS) => {
+            // Before Linux 6.5: mincore over a mapping of the range. It
+            // reports the page cache of a file the caller owns or may
+            // write, or with CAP_FOWNER (the daemon's unit grants it).
+            let mapping = Mapping::map(fd, first + pages * PAGE)?;
+            let mut resident = Vec::new();
+            mapping.residency(PageRange::new(first / PAGE, first / PAGE + pages), &mut resident)?;
+            let all = resident.len() as u64 == pages && resident.iter().all(|b| b & 1 == 1);
+            (all, resident.first().is_some_and(|b| b & 1 == 1))
+        }
+        Err(err) => return Err(err),
+    };
+    Ok(if all {
+        Some(len as usize)
+    } else if head && pages > 1 {
+        Some((first + PAGE - offset) as usize)
+    } else {
+        None
+    })
 }
 
 /// `struct file_handle` with room for the 8-byte `FILEID_INO32_GEN` handle.
@@ -449,6 +518,9 @@ const PROCMAP_QUERY_FILE_BACKED_VMA: u64 = 0x20;
 /// path. Kernels before 6.11 (and anything that is not a procfs `maps`)
 /// answer `ENOTTY`; a process that exited answers `ESRCH`.
 pub fn file_mappings(maps: BorrowedFd<'_>, max: usize, out: &mut Vec<FileMapping>) -> io::Result<()> {
+    if assumed_missing(NewerCall::ProcmapQuery) {
+        return Err(io::Error::from_raw_os_error(libc::ENOTTY));
+    }
     let mut addr = 0u64;
     for _ in 0..max {
         let mut query = ProcmapQuery {

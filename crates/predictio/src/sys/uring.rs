@@ -35,6 +35,7 @@ impl ScratchRing {
     /// bytes.
     pub fn new(depth: u32, max_read: u32) -> io::Result<Self> {
         let depth = depth.clamp(1, 4096);
+        super::refuse_if_assumed_missing()?;
         let ring = IoUring::builder().build(depth.next_power_of_two())?;
         Ok(Self {
             ring,
