@@ -57,7 +57,8 @@ pub struct ObserverConfig {
     pub poll_interval: Duration,
     /// Capacity of the in-kernel followed-process set.
     pub max_followed: u32,
-    /// Mount tracefs at `/sys/kernel/tracing` if it is not mounted.
+    /// Mount tracefs at `/sys/kernel/tracing` if it is mounted neither there
+    /// nor at `/sys/kernel/debug/tracing`.
     pub mount_tracefs: bool,
     /// Hooks to treat as absent from this kernel, by label
     /// (`filemap:mm_filemap_get_pages`, as [`crate::hooks::Hook::label`]

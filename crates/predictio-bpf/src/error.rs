@@ -17,10 +17,12 @@ pub enum BpfError {
         /// What the build script reported.
         reason: &'static str,
     },
-    /// tracefs is not mounted and mounting it failed.
-    #[error("tracefs is not mounted and mounting it at /sys/kernel/tracing failed: {source}")]
+    /// tracefs cannot be read: mounted at neither `/sys/kernel/tracing` nor
+    /// `/sys/kernel/debug/tracing` (and mounting it at the first failed or
+    /// was not asked for), or not readable by this user.
+    #[error("tracefs: {source}")]
     Tracefs {
-        /// Why the mount failed.
+        /// What was looked at and why it failed.
         source: io::Error,
     },
     /// A tracepoint the programs need does not exist on this kernel.

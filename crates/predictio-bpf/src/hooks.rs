@@ -67,7 +67,8 @@ impl Hook {
 
 /// Every tracepoint the eBPF observer attaches to, in its attach order. The
 /// process-tree ones are required; the page-cache ones are attached where
-/// the kernel has them (and the perf fallback needs them all). Launch
+/// the kernel has them (the perf fallback also requires misses and
+/// evictions, and opens the page accesses where they exist). Launch
 /// learning and replay need only misses (`mm_filemap_add_to_page_cache`) and
 /// the process tree; page accesses (Linux 6.11+) add hits.
 pub const HOOKS: &[Hook] = &[

@@ -63,12 +63,115 @@ const GROUP_DEAD: Field = ("group_dead", 32, 1);
 /// or eviction is one page.
 const FOLIO_ORDER: Field = ("order", 36, 1);
 
-/// Where tracefs is mounted, if anywhere.
-pub(crate) fn find_tracefs() -> Option<PathBuf> {
-    ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"]
+/// Where tracefs may be mounted, in the order they are tried: its own
+/// mount point (Linux 4.1+), and the one under debugfs that older setups
+/// (and some distributions' defaults) still use. The first is where it is
+/// mounted when neither holds it.
+pub(crate) const TRACEFS_MOUNTS: [&str; 2] = ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"];
+
+/// What one candidate mount point of tracefs holds.
+#[derive(Debug)]
+pub(crate) enum TracefsAt {
+    /// tracefs, readable: its `events/` directory is there.
+    Ready,
+    /// Something this user may not look into (tracefs is root-only by
+    /// default): mounting again would not help.
+    Denied(std::io::Error),
+    /// Nothing (not mounted, or not a directory at all).
+    Absent,
+}
+
+impl TracefsAt {
+    /// What `mount` holds, looked at on this machine.
+    fn look(mount: &Path) -> TracefsAt {
+        match std::fs::metadata(mount.join("events")) {
+            Ok(meta) if meta.is_dir() => TracefsAt::Ready,
+            Err(err) if err.kind() == std::io::ErrorKind::PermissionDenied => TracefsAt::Denied(err),
+            _ => TracefsAt::Absent,
+        }
+    }
+}
+
+/// Which tracefs to read, from what each candidate holds
+/// ([`TRACEFS_MOUNTS`], in order).
+#[derive(Debug)]
+pub(crate) enum TracefsChoice {
+    /// Read the tracefs mounted here.
+    Use(PathBuf),
+    /// None is mounted: mount one here, then read it.
+    Mount(PathBuf),
+    /// The first candidate this user may not look into, and why.
+    Denied(PathBuf, std::io::Error),
+    /// None is mounted and mounting was not asked for.
+    Absent,
+}
+
+/// The first readable tracefs; else, when one is there but unreadable, that
+/// one (mounting another would not make it readable); else the first
+/// candidate to mount it at, if `mount`.
+pub(crate) fn choose_tracefs(candidates: Vec<(PathBuf, TracefsAt)>, mount: bool) -> TracefsChoice {
+    let first = candidates.first().map(|(path, _)| path.clone());
+    let mut denied = None;
+    for (path, at) in candidates {
+        match at {
+            TracefsAt::Ready => return TracefsChoice::Use(path),
+            TracefsAt::Denied(err) if denied.is_none() => denied = Some((path, err)),
+            TracefsAt::Denied(_) | TracefsAt::Absent => {}
+        }
+    }
+    match (denied, first) {
+        (Some((path, err)), _) => TracefsChoice::Denied(path, err),
+        (None, Some(path)) if mount => TracefsChoice::Mount(path),
+        (None, _) => TracefsChoice::Absent,
+    }
+}
+
+/// What each of [`TRACEFS_MOUNTS`] holds on this machine.
+fn look_at_tracefs_mounts() -> Vec<(PathBuf, TracefsAt)> {
+    TRACEFS_MOUNTS
         .into_iter()
-        .map(PathBuf::from)
-        .find(|p| p.join("events").is_dir())
+        .map(|mount| {
+            let path = PathBuf::from(mount);
+            let at = TracefsAt::look(&path);
+            (path, at)
+        })
+        .collect()
+}
+
+/// Where tracefs is mounted and readable, if anywhere.
+pub(crate) fn find_tracefs() -> Option<PathBuf> {
+    match choose_tracefs(look_at_tracefs_mounts(), false) {
+        TracefsChoice::Use(path) => Some(path),
+        _ => None,
+    }
+}
+
+/// Where tracefs is mounted and readable; when it is mounted nowhere and
+/// `mount` is set, mounts it at `/sys/kernel/tracing` first (needs
+/// `CAP_SYS_ADMIN`). The error says which mount point was looked at.
+pub(crate) fn find_or_mount_tracefs(mount: bool) -> std::io::Result<PathBuf> {
+    let path = match choose_tracefs(look_at_tracefs_mounts(), mount) {
+        TracefsChoice::Use(path) => return Ok(path),
+        TracefsChoice::Denied(path, err) => {
+            return Err(std::io::Error::new(err.kind(), format!("{}: {err}", path.display())));
+        }
+        TracefsChoice::Absent => {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                format!("mounted at neither {}", TRACEFS_MOUNTS.join(" nor ")),
+            ));
+        }
+        TracefsChoice::Mount(path) => path,
+    };
+    crate::sys::mount_tracefs(&path)
+        .map_err(|err| std::io::Error::new(err.kind(), format!("mounting it at {}: {err}", path.display())))?;
+    match TracefsAt::look(&path) {
+        TracefsAt::Ready => Ok(path),
+        _ => Err(std::io::Error::new(
+            std::io::ErrorKind::NotFound,
+            format!("mounted at {}, but events/ is missing", path.display()),
+        )),
+    }
 }
 
 /// What the kernel's tracepoints offer beyond the required fields.
@@ -228,6 +331,37 @@ format:
         let exit = "\tfield:char comm[16];\toffset:8;\tsize:16;\tsigned:0;\n\tfield:bool group_dead;\toffset:32;\tsize:1;\tsigned:0;";
         assert_eq!(parse_field(exit, "comm"), Some((8, 16)));
         assert_eq!(parse_field(exit, "group_dead"), Some((32, 1)));
+    }
+
+    fn candidates(states: Vec<TracefsAt>) -> Vec<(PathBuf, TracefsAt)> {
+        TRACEFS_MOUNTS.into_iter().map(PathBuf::from).zip(states).collect()
+    }
+
+    fn denied() -> TracefsAt {
+        TracefsAt::Denied(std::io::ErrorKind::PermissionDenied.into())
+    }
+
+    #[test]
+    fn tracefs_is_read_where_it_is_mounted_and_mounted_only_where_it_is_nowhere() {
+        use TracefsAt::{Absent, Ready};
+        let chosen = |states, mount| match choose_tracefs(candidates(states), mount) {
+            TracefsChoice::Use(path) => format!("use {}", path.display()),
+            TracefsChoice::Mount(path) => format!("mount {}", path.display()),
+            TracefsChoice::Denied(path, _) => format!("denied {}", path.display()),
+            TracefsChoice::Absent => "absent".to_owned(),
+        };
+        assert_eq!(chosen(vec![Ready, Ready], true), "use /sys/kernel/tracing");
+        // Only under debugfs (the automount of older setups): read there,
+        // mount nothing.
+        assert_eq!(chosen(vec![Absent, Ready], true), "use /sys/kernel/debug/tracing");
+        assert_eq!(chosen(vec![denied(), Ready], true), "use /sys/kernel/debug/tracing");
+        // Mounted but root-only: mounting again would not help.
+        assert_eq!(chosen(vec![denied(), Absent], true), "denied /sys/kernel/tracing");
+        assert_eq!(chosen(vec![Absent, denied()], true), "denied /sys/kernel/debug/tracing");
+        // Nowhere: mounted at its own mount point, if asked to.
+        assert_eq!(chosen(vec![Absent, Absent], true), "mount /sys/kernel/tracing");
+        assert_eq!(chosen(vec![Absent, Absent], false), "absent");
+        assert_eq!(chosen(vec![], true), "absent");
     }
 
     #[test]

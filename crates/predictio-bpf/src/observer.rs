@@ -77,16 +77,8 @@ impl Observer {
     /// whether to fall back to another source.
     pub fn load(config: ObserverConfig) -> Result<Observer, BpfError> {
         validate(&config)?;
-        let tracefs = match layout::find_tracefs() {
-            Some(path) => path,
-            None if config.mount_tracefs => {
-                sys::mount_tracefs().map_err(|source| BpfError::Tracefs { source })?;
-                layout::find_tracefs().ok_or_else(|| BpfError::Tracefs {
-                    source: std::io::Error::other("mounted, but events/ is missing"),
-                })?
-            }
-            None => return Err(BpfError::Tracefs { source: std::io::ErrorKind::NotFound.into() }),
-        };
+        let tracefs =
+            layout::find_or_mount_tracefs(config.mount_tracefs).map_err(|source| BpfError::Tracefs { source })?;
         let layouts = layout::check_all(&tracefs)?;
         let exit_has_group_dead = u32::from(layouts.exit_has_group_dead);
         let folio_has_order = u32::from(layouts.folio_has_order);

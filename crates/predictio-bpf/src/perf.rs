@@ -25,7 +25,21 @@
 //! Field offsets are read from each tracepoint's tracefs `format` file at
 //! [`PerfObserver::open`], not compiled in: a kernel that moves a field is
 //! read correctly, one that drops a field is refused with
-//! [`PerfError::Layout`].
+//! [`PerfError::Layout`]. tracefs is read where it is mounted,
+//! `/sys/kernel/tracing` or `/sys/kernel/debug/tracing`; where it is mounted
+//! at neither, it is mounted at the first ([`PerfConfig::mount_tracefs`]).
+//!
+//! # Older kernels
+//!
+//! Misses, evictions, execs and exits are required. The page-access
+//! tracepoints (`mm_filemap_get_pages`, `_fault`, `_map_pages`) exist from
+//! Linux 6.11 only: before it (RHEL 9, Ubuntu 22.04 and 24.04, Debian 12)
+//! the observer opens without them, reports no hits, and names what it runs
+//! without ([`PerfObserver::missing_hooks`]), as the eBPF observer does; a
+//! page-access tracepoint laid out in a way the decoder cannot read is left
+//! out likewise. [`PerfConfig::assume_missing`] makes a newer kernel behave
+//! so, for tests. The page-based miss and eviction records of Linux
+//! 5.14/5.15 carry no folio order; each is one page there.
 //!
 //! # Differences from the eBPF observer
 //!
@@ -96,6 +110,7 @@ use std::time::Duration;
 
 use predictio::{Event, FileId};
 
+use crate::hooks::{HOOKS, Hook, MissingHook};
 use crate::record::Record;
 use crate::record::consts::{
     PIO_KIND_EVICT, PIO_KIND_EXIT, PIO_KIND_FAULT, PIO_KIND_FORK, PIO_KIND_MAP_PAGES, PIO_KIND_MISS, PIO_KIND_READ,
@@ -124,8 +139,17 @@ pub struct PerfConfig {
     pub wakeup_bytes: u32,
     /// Poll timeout a draining loop should use ([`PerfObserver::poll_interval`]).
     pub poll_interval: Duration,
-    /// Mount tracefs at `/sys/kernel/tracing` if it is not mounted.
+    /// Mount tracefs at `/sys/kernel/tracing` if it is mounted neither there
+    /// nor at `/sys/kernel/debug/tracing`.
     pub mount_tracefs: bool,
+    /// Tracepoints to treat as absent from this kernel, by label
+    /// (`filemap:mm_filemap_fault`, as [`crate::hooks::Hook::label`] gives):
+    /// they are not opened, as on a kernel without them, and
+    /// [`PerfObserver::missing_hooks`] names them. For testing older
+    /// kernels' behaviour on a newer one. Only the page-access tracepoints
+    /// ([`crate::hooks::filemap_access`]) may be named: the others are
+    /// required.
+    pub assume_missing: Vec<String>,
 }
 
 impl Default for PerfConfig {
@@ -137,6 +161,7 @@ impl Default for PerfConfig {
             wakeup_bytes: 128 << 10,
             poll_interval: Duration::from_millis(1),
             mount_tracefs: true,
+            assume_missing: Vec::new(),
         }
     }
 }
@@ -145,10 +170,11 @@ impl Default for PerfConfig {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum PerfError {
-    /// tracefs cannot be read: not mounted (and mounting it failed or was not
-    /// asked for), or not readable by this user (`EACCES`: it is root-only
-    /// by default).
-    #[error("tracefs at /sys/kernel/tracing is not mounted or not readable: {source}")]
+    /// tracefs cannot be read: mounted at neither `/sys/kernel/tracing` nor
+    /// `/sys/kernel/debug/tracing` (and mounting it at the first failed or
+    /// was not asked for), or not readable by this user (`EACCES`: it is
+    /// root-only by default).
+    #[error("tracefs: {source}")]
     Tracefs {
         /// Why it could not be read or mounted.
         source: std::io::Error,
@@ -308,6 +334,22 @@ impl Tracepoint {
         }
     }
 
+    /// Whether the observer needs it to open. The page-access tracepoints
+    /// (Linux 6.11+) are opened where the kernel has them; misses,
+    /// evictions, execs and exits always.
+    fn required(self) -> bool {
+        !matches!(self, Tracepoint::GetPages | Tracepoint::Fault | Tracepoint::MapPages)
+    }
+
+    /// Its row of [`crate::hooks::HOOKS`].
+    fn hook(self) -> &'static Hook {
+        let (category, name) = self.category_and_name();
+        HOOKS
+            .iter()
+            .find(|hook| hook.category == category && hook.name == name)
+            .expect("every perf tracepoint is a hook (unit-tested)")
+    }
+
     fn label(self) -> &'static str {
         match self {
             Tracepoint::Exit => "sched:sched_process_exit",
@@ -399,7 +441,8 @@ impl Format {
 #[derive(Clone, Copy, Debug)]
 enum Decode {
     /// A filemap record: the page range is `index..=last` (`last` absent for
-    /// a fault), or `index` and `2^order` pages for misses and evictions.
+    /// a fault), or `index` and `2^order` pages for misses and evictions
+    /// (one page where the record has no `order`).
     Filemap { kind: u32, ino: FieldAt, dev: FieldAt, index: FieldAt, last: Option<FieldAt>, order: Option<FieldAt> },
     /// `sched_process_exec`: the `__data_loc` of the file name.
     Exec { filename: FieldAt },
@@ -430,7 +473,12 @@ impl Decoder {
                     dev: format.require(tp, "s_dev", &[4])?,
                     index: format.require(tp, "index", long)?,
                     last: if ranged { Some(format.require(tp, "last_index", long)?) } else { None },
-                    order: if folio { Some(format.require(tp, "order", &[1, 2, 4])?) } else { None },
+                    // The page-based records of Linux 5.14/5.15 have no
+                    // order: each is one page.
+                    order: match format.field("order") {
+                        Some(_) if folio => Some(format.require(tp, "order", &[1, 2, 4])?),
+                        _ => None,
+                    },
                 })
             };
             let decode = match tp {
@@ -591,11 +639,16 @@ pub struct PerfObserver {
     scratch: Vec<u8>,
     stats: PerfStats,
     poll_interval: Duration,
+    missing: Vec<MissingHook>,
 }
 
 impl std::fmt::Debug for PerfObserver {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PerfObserver").field("rings", &self.rings.len()).field("stats", &self.stats).finish()
+        f.debug_struct("PerfObserver")
+            .field("rings", &self.rings.len())
+            .field("stats", &self.stats)
+            .field("missing", &self.missing)
+            .finish()
     }
 }
 
@@ -603,12 +656,19 @@ impl PerfObserver {
     /// Reads the tracepoints' ids and layouts from tracefs, opens their
     /// events on every online CPU, maps the rings and enables the events.
     ///
+    /// A page-access tracepoint (Linux 6.11+) that this kernel lacks, lays
+    /// out otherwise, or that is [assumed missing](PerfConfig::assume_missing)
+    /// is not opened: the observer runs without its events and
+    /// [`PerfObserver::missing_hooks`] says why. The other tracepoints are
+    /// required.
+    ///
     /// Errors name the failing step; [`PerfError::is_unavailable`] tells
     /// whether to fall back to another source.
     pub fn open(config: PerfConfig) -> Result<PerfObserver, PerfError> {
         let target = validate(&config)?;
-        let tracefs = find_or_mount_tracefs(config.mount_tracefs)?;
-        let formats = read_formats(&tracefs)?;
+        let tracefs =
+            layout::find_or_mount_tracefs(config.mount_tracefs).map_err(|source| PerfError::Tracefs { source })?;
+        let (formats, missing) = read_formats(&tracefs, &config.assume_missing)?;
         let decoder = Decoder::new(&formats)?;
         let cpus = online_cpus().map_err(|source| PerfError::Syscall { call: "read cpu/online", source })?;
 
@@ -681,12 +741,19 @@ impl PerfObserver {
             scratch: Vec::new(),
             stats: PerfStats::default(),
             poll_interval: config.poll_interval,
+            missing,
         })
     }
 
     /// The name of this event source, for logs and `predictio stat`.
     pub fn source_name(&self) -> &'static str {
         "perf"
+    }
+
+    /// The page-access tracepoints this observer runs without, and why
+    /// (empty on a kernel with them all: Linux 6.11 and later).
+    pub fn missing_hooks(&self) -> &[MissingHook] {
+        &self.missing
     }
 
     /// The configured poll timeout ([`PerfConfig::poll_interval`]).
@@ -779,39 +846,48 @@ fn validate(config: &PerfConfig) -> Result<Option<u32>, PerfError> {
     if !config.ring_pages.is_power_of_two() {
         return Err(PerfError::Config(format!("ring_pages {} must be a power of two", config.ring_pages)));
     }
-    match (config.follow_all, config.pid) {
+    let target = match (config.follow_all, config.pid) {
         (true, None) => Ok(None),
         (false, Some(pid)) if pid > 0 && pid <= i32::MAX as u32 => Ok(Some(pid)),
         (false, Some(pid)) => Err(PerfError::Config(format!("pid {pid} out of range"))),
         (true, Some(_)) => Err(PerfError::Config("follow_all and pid are exclusive".into())),
         (false, None) => Err(PerfError::Config("nothing to observe: set follow_all or pid".into())),
-    }
-}
-
-/// Where tracefs is, mounting it if it is absent and `mount` is set.
-fn find_or_mount_tracefs(mount: bool) -> Result<std::path::PathBuf, PerfError> {
-    if let Some(path) = layout::find_tracefs() {
-        return Ok(path);
-    }
-    match std::fs::metadata("/sys/kernel/tracing/events") {
-        // Mounted but root-only: mounting again would not help.
-        Err(source) if source.kind() == std::io::ErrorKind::PermissionDenied => {
-            return Err(PerfError::Tracefs { source });
+    }?;
+    for label in &config.assume_missing {
+        if !Tracepoint::ALL.iter().any(|tp| !tp.required() && tp.label() == label) {
+            let optional: Vec<&str> = Tracepoint::ALL.iter().filter(|tp| !tp.required()).map(|tp| tp.label()).collect();
+            return Err(PerfError::Config(format!(
+                "assume_missing: {label} is not an optional tracepoint of the perf observer; optional: {}",
+                optional.join(", ")
+            )));
         }
-        _ if !mount => return Err(PerfError::Tracefs { source: std::io::ErrorKind::NotFound.into() }),
-        _ => {}
     }
-    sys::mount_tracefs().map_err(|source| PerfError::Tracefs { source })?;
-    layout::find_tracefs().ok_or_else(|| PerfError::Tracefs {
-        source: std::io::Error::new(std::io::ErrorKind::NotFound, "mounted, but events/ is missing"),
-    })
+    Ok(target)
 }
 
-/// Reads every tracepoint's `format` file.
-fn read_formats(tracefs: &Path) -> Result<Vec<(Tracepoint, Format)>, PerfError> {
-    Tracepoint::ALL
-        .iter()
-        .map(|&tracepoint| {
+/// The tracepoints to open, each with its `format`.
+type Formats = Vec<(Tracepoint, Format)>;
+
+/// Reads every tracepoint's `format` file: the formats of those to open,
+/// and the optional ones left out (absent, assumed missing, or laid out in
+/// a way the decoder cannot read). A required one's failure is the error.
+fn read_formats(
+    tracefs: &Path,
+    assume_missing: &[String],
+) -> Result<(Formats, Vec<MissingHook>), PerfError> {
+    let mut formats = Vec::new();
+    let mut missing = Vec::new();
+    for &tracepoint in &Tracepoint::ALL {
+        let read = || {
+            if assume_missing.iter().any(|label| label == tracepoint.label()) {
+                return Err(PerfError::MissingTracepoint {
+                    tracepoint: tracepoint.label(),
+                    source: std::io::Error::new(
+                        std::io::ErrorKind::NotFound,
+                        "assumed missing (PerfConfig::assume_missing)",
+                    ),
+                });
+            }
             let (category, name) = tracepoint.category_and_name();
             let path = tracefs.join("events").join(category).join(name).join("format");
             let text = std::fs::read_to_string(&path)
@@ -821,9 +897,22 @@ fn read_formats(tracefs: &Path) -> Result<Vec<(Tracepoint, Format)>, PerfError> 
                 field: "ID",
                 problem: "no `ID:` line in the format file".into(),
             })?;
-            Ok((tracepoint, format))
-        })
-        .collect()
+            // The decoder's own check, one tracepoint at a time, so that an
+            // optional one it cannot read is left out rather than fatal.
+            let pair = (tracepoint, format);
+            Decoder::new(std::slice::from_ref(&pair))?;
+            Ok(pair)
+        };
+        match read() {
+            Ok(pair) => formats.push(pair),
+            Err(err) if !tracepoint.required() && err.is_unavailable() => {
+                tracing::debug!("perf observer: {} not opened: {err}", tracepoint.label());
+                missing.push(MissingHook { hook: tracepoint.hook(), reason: err.to_string() });
+            }
+            Err(err) => return Err(err),
+        }
+    }
+    Ok((formats, missing))
 }
 
 /// The online CPUs, from `/sys/devices/system/cpu/online` (`0-3,6,8-9`).
@@ -998,6 +1087,24 @@ mod tests {
         assert_eq!(pages, [4, 5, 6, 7]);
     }
 
+    /// Linux 5.15's page-based record of `mm_filemap_add_to_page_cache`:
+    /// no `order`, one page per record.
+    #[test]
+    fn a_page_miss_without_order_is_one_page() {
+        let text = FORMATS[3].1.replace("\tfield:unsigned char order;\toffset:36;\tsize:1;\tsigned:0;\n", "");
+        assert!(!text.contains("order"), "{text}");
+        let format = Format::parse(&text).expect("parse");
+        let decoder = Decoder::new(&[(Tracepoint::AddToPageCache, format)]).expect("no order is fine");
+        let mut raw = Vec::new();
+        put(&mut raw, 0, &600u16.to_ne_bytes());
+        put(&mut raw, 16, &9u64.to_ne_bytes());
+        put(&mut raw, 24, &4u64.to_ne_bytes());
+        put(&mut raw, 32, &((259u32 << 20) | 3).to_ne_bytes());
+        put(&mut raw, 36, &[2]); // not a field of this layout
+        let item = decoder.sample(5, 5, 1, &raw).expect("decodes").expect("an item");
+        assert!(matches!(item, Item::Record(Record { first: 4, last: 4, .. })), "{item:?}");
+    }
+
     #[test]
     fn exec_reads_its_data_loc_filename() {
         let mut raw = Vec::new();
@@ -1069,6 +1176,82 @@ mod tests {
         ));
         let odd = PerfConfig { follow_all: true, ring_pages: 3, ..Default::default() };
         assert!(!err(odd).is_unavailable());
+    }
+
+    /// A tracefs holding `tracepoints`' format files (the trimmed 6.18
+    /// ones; a deletion's record is laid out as an insertion's).
+    fn fake_tracefs(tracepoints: &[Tracepoint]) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().expect("tempdir");
+        for &tp in tracepoints {
+            let like = match tp {
+                Tracepoint::DeleteFromPageCache => Tracepoint::AddToPageCache,
+                Tracepoint::Fault | Tracepoint::MapPages => Tracepoint::GetPages,
+                other => other,
+            };
+            let text = FORMATS.iter().find(|(t, _)| *t == like).map(|(_, text)| *text).expect("a format");
+            let (category, name) = tp.category_and_name();
+            let at = dir.path().join("events").join(category).join(name);
+            std::fs::create_dir_all(&at).expect("mkdir");
+            std::fs::write(at.join("format"), text).expect("format");
+        }
+        dir
+    }
+
+    const REQUIRED: [Tracepoint; 4] =
+        [Tracepoint::Exit, Tracepoint::Exec, Tracepoint::AddToPageCache, Tracepoint::DeleteFromPageCache];
+
+    fn labels(missing: &[MissingHook]) -> Vec<String> {
+        missing.iter().map(|m| m.hook.label()).collect()
+    }
+
+    /// A kernel before 6.11: no page-access tracepoints. The rest opens;
+    /// what is left out is named.
+    #[test]
+    fn the_page_access_tracepoints_are_optional() {
+        let before_6_11 = fake_tracefs(&REQUIRED);
+        let (formats, missing) = read_formats(before_6_11.path(), &[]).expect("opens without them");
+        let opened: Vec<Tracepoint> = formats.iter().map(|(tp, _)| *tp).collect();
+        assert_eq!(opened, REQUIRED);
+        let access: Vec<String> = crate::hooks::filemap_access().map(Hook::label).collect();
+        assert_eq!(labels(&missing), access);
+        assert!(missing.iter().all(|m| m.reason.contains("format")), "{missing:?}");
+
+        // All there, one assumed missing.
+        let all = fake_tracefs(&Tracepoint::ALL);
+        let (formats, missing) = read_formats(all.path(), &[]).expect("all");
+        assert_eq!((formats.len(), missing.len()), (7, 0));
+        let fault = "filemap:mm_filemap_fault".to_owned();
+        let (formats, missing) = read_formats(all.path(), std::slice::from_ref(&fault)).expect("assumed");
+        assert_eq!((formats.len(), labels(&missing)), (6, vec![fault.clone()]));
+        assert!(missing[0].reason.contains("assumed missing"), "{missing:?}");
+
+        // A page access laid out otherwise is left out too; a required
+        // tracepoint absent or laid out otherwise is the error.
+        let at = all.path().join("events/filemap/mm_filemap_map_pages/format");
+        std::fs::write(&at, FORMATS[2].1.replace("last_index", "end_index")).expect("rewrite");
+        let (_, missing) = read_formats(all.path(), &[]).expect("without map_pages");
+        assert_eq!(labels(&missing), ["filemap:mm_filemap_map_pages"]);
+        std::fs::remove_dir_all(all.path().join("events/filemap/mm_filemap_delete_from_page_cache")).expect("rm");
+        let err = read_formats(all.path(), &[]).expect_err("deletions are required");
+        assert!(matches!(err, PerfError::MissingTracepoint { tracepoint, .. } if tracepoint.contains("delete")));
+        for tp in Tracepoint::ALL {
+            assert_eq!(tp.hook().label(), tp.label());
+            assert_eq!(tp.required(), !crate::hooks::filemap_access().any(|h| h.name == tp.hook().name));
+        }
+    }
+
+    #[test]
+    fn only_page_access_tracepoints_can_be_assumed_missing() {
+        let config = |label: &str| PerfConfig {
+            follow_all: true,
+            assume_missing: vec![label.to_owned()],
+            ..PerfConfig::default()
+        };
+        validate(&config("filemap:mm_filemap_get_pages")).expect("optional");
+        for label in ["filemap:mm_filemap_add_to_page_cache", "sched:sched_process_exec", "fault"] {
+            let err = validate(&config(label)).expect_err(label);
+            assert!(matches!(err, PerfError::Config(_)) && !err.is_unavailable(), "{err}");
+        }
     }
 
     #[test]

@@ -35,12 +35,11 @@ pub(crate) fn poll_readable(fd: BorrowedFd<'_>, timeout: Duration) -> io::Result
     Ok(poll(&mut [PollFd::from_borrowed_fd(fd, PollFlags::IN)], timeout)? > 0)
 }
 
-/// Mounts tracefs at `/sys/kernel/tracing` (aya needs it to attach
-/// tracepoints; so does the layout check).
-#[cfg_attr(predictio_bpf_unavailable, allow(dead_code, reason = "used by the eBPF observer only"))]
-pub(crate) fn mount_tracefs() -> io::Result<()> {
+/// Mounts tracefs at `target` (aya needs it to attach tracepoints; so do
+/// the layout check and the perf observer).
+pub(crate) fn mount_tracefs(target: &std::path::Path) -> io::Result<()> {
     let flags = rustix::mount::MountFlags::empty();
-    Ok(rustix::mount::mount(c"nodev", c"/sys/kernel/tracing", c"tracefs", flags, None)?)
+    Ok(rustix::mount::mount("nodev", target, "tracefs", flags, None)?)
 }
 
 /// `fanotify_init(2)`: a notification-class group whose events carry a
