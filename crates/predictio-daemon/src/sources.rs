@@ -301,8 +301,11 @@ impl Kernel {
     }
 }
 
-fn start_perf() -> Result<Kernel, PerfError> {
-    let config = PerfConfig { follow_all: true, pid: None, ..PerfConfig::default() };
+/// The perf observer as the daemon runs it: every process, without the
+/// features `[observe] assume_missing` names.
+fn start_perf(config: &Config) -> Result<Kernel, PerfError> {
+    let assume_missing = config.observe.assume_missing.iter().flat_map(|f| f.hooks()).collect();
+    let config = PerfConfig { follow_all: true, pid: None, assume_missing, ..PerfConfig::default() };
     PerfObserver::open(config).map(|o| Kernel::Perf(Box::new(o)))
 }
 
@@ -327,18 +330,28 @@ fn start_ebpf(config: &Config) -> Result<Kernel, EbpfUnavailable> {
     load_observer_without(true, lookups, &config.observe.assume_missing).map(|o| Kernel::Ebpf(Box::new(o)))
 }
 
-/// What an eBPF observer runs without (its optional hooks this kernel
-/// lacks, or the configuration assumes missing), for the daemon's status.
+/// What an eBPF or perf observer runs without (its optional hooks this
+/// kernel lacks, or the configuration assumes missing), for the daemon's
+/// status.
 fn missing_hooks_note(kernel: &Kernel) -> Option<String> {
-    let Kernel::Ebpf(observer) = kernel else { return None };
-    let missing = observer.missing_hooks();
+    let (what, missing) = match kernel {
+        Kernel::Ebpf(observer) => ("eBPF observation", observer.missing_hooks()),
+        Kernel::Perf(observer) => ("perf observation", observer.missing_hooks()),
+        Kernel::Fanotify(_) => return None,
+    };
     if missing.is_empty() {
         return None;
     }
     let hooks: Vec<String> = missing.iter().map(|m| format!("{} ({})", m.hook.label(), m.reason)).collect();
-    let note =
-        format!("eBPF observation without {}: no page hits; launches learn from page-cache misses", hooks.join(", "));
-    Some(note)
+    Some(format!("{what} without {}: no page hits; launches learn from page-cache misses", hooks.join(", ")))
+}
+
+/// `first` and `then`, as one note.
+fn join_notes(first: Option<String>, then: Option<String>) -> Option<String> {
+    match (first, then) {
+        (Some(first), Some(then)) => Some(format!("{first}; {then}")),
+        (first, then) => first.or(then),
+    }
 }
 
 /// The kernel source `config` asks for, opened, and why observation runs
@@ -356,7 +369,12 @@ fn open_kernel(config: &Config) -> Result<(Option<Kernel>, Option<String>), Sour
                 (Some(k), note)
             })
             .map_err(SourcesError::Ebpf),
-        SourceChoice::Perf => start_perf().map(|k| (Some(k), None)).map_err(SourcesError::Perf),
+        SourceChoice::Perf => start_perf(config)
+            .map(|k| {
+                let note = missing_hooks_note(&k);
+                (Some(k), note)
+            })
+            .map_err(SourcesError::Perf),
         SourceChoice::Fanotify => start_fanotify(config).map(|k| (Some(k), None)).map_err(SourcesError::Fanotify),
         SourceChoice::Auto => {
             let ebpf = match start_ebpf(config) {
@@ -366,11 +384,12 @@ fn open_kernel(config: &Config) -> Result<(Option<Kernel>, Option<String>), Sour
                 }
                 Err(why) => why,
             };
-            let perf = match start_perf() {
+            let perf = match start_perf(config) {
                 Ok(kernel) => {
                     let note =
                         format!("eBPF observation unavailable ({ebpf}); falling back to perf_event_open tracepoints");
-                    return Ok((Some(kernel), Some(note)));
+                    let note = join_notes(Some(note), missing_hooks_note(&kernel));
+                    return Ok((Some(kernel), note));
                 }
                 Err(why) => why,
             };
@@ -560,6 +579,30 @@ mod tests {
             assert!(note.contains(hook), "{note}");
         }
         assert!(!note.contains("add_to_page_cache"), "{note}");
+    }
+
+    /// The same for the perf fallback: it opens without the page-access
+    /// tracepoints, and the note names them.
+    #[test]
+    fn perf_without_the_page_access_hooks_runs_and_names_them() {
+        if !is_root() {
+            skip("perf tracepoint events need root here");
+            return;
+        }
+        let mut config = Config::default();
+        config.observe.source = SourceChoice::Perf;
+        config.observe.assume_missing = vec![AssumedMissing::FilemapAccess];
+        let (source, note) = probe_observation(&config).expect("perf opens without the page-access tracepoints");
+        assert_eq!(source, "perf");
+        let note = note.expect("a note names the missing tracepoints");
+        assert!(note.starts_with("perf observation without"), "{note}");
+        for hook in ["filemap:mm_filemap_get_pages", "filemap:mm_filemap_fault", "filemap:mm_filemap_map_pages"] {
+            assert!(note.contains(hook), "{note}");
+        }
+        assert!(!note.contains("add_to_page_cache"), "{note}");
+        config.observe.assume_missing.clear();
+        let (source, note) = probe_observation(&config).expect("perf opens");
+        assert_eq!((source, note), ("perf", None));
     }
 
     #[test]
