@@ -247,32 +247,70 @@ impl fmt::Display for SourceChoice {
 }
 
 /// A kernel feature the daemon runs as if absent (`[observe]
-/// assume_missing`), for test profiles of older kernels on a newer one.
+/// assume_missing`), for test profiles of older kernels on a newer one:
+/// each takes the fallback it would take on a kernel without it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum AssumedMissing {
     /// The page-access tracepoints (`filemap:mm_filemap_get_pages`,
-    /// `_fault`, `_map_pages`, Linux 6.11+): the eBPF observer reports
-    /// misses, evictions and the process tree but no hits, as on Linux 6.1
-    /// or 6.8.
+    /// `_fault`, `_map_pages`, Linux 6.11+): the observer reports misses,
+    /// evictions and the process tree but no hits, as before 6.11.
     FilemapAccess,
+    /// `cachestat(2)` (Linux 6.5+): residency is counted with `mincore(2)`,
+    /// as before 6.5.
+    Cachestat,
+    /// The `PROCMAP_QUERY` ioctl (Linux 6.11+): a process's file mappings
+    /// are read from the text of `/proc/PID/maps`, as before 6.11.
+    ProcmapQuery,
+    /// io_uring (refused as under `kernel.io_uring_disabled = 2`): the
+    /// executor issues through fadvise.
+    IoUring,
 }
 
 impl AssumedMissing {
     /// Every feature.
-    pub const ALL: [AssumedMissing; 1] = [AssumedMissing::FilemapAccess];
+    pub const ALL: [AssumedMissing; 4] = [
+        AssumedMissing::FilemapAccess,
+        AssumedMissing::Cachestat,
+        AssumedMissing::ProcmapQuery,
+        AssumedMissing::IoUring,
+    ];
 
     /// The name in the file.
     pub fn name(self) -> &'static str {
         match self {
             AssumedMissing::FilemapAccess => "filemap_access",
+            AssumedMissing::Cachestat => "cachestat",
+            AssumedMissing::ProcmapQuery => "procmap_query",
+            AssumedMissing::IoUring => "io_uring",
         }
     }
 
-    /// The observer hooks (`category:name`) the feature stands for.
+    /// The observer hooks (`category:name`) the feature stands for (none
+    /// for a system call).
     pub fn hooks(self) -> Vec<String> {
         match self {
             AssumedMissing::FilemapAccess => predictio_bpf::hooks::filemap_access().map(|h| h.label()).collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// The system call the feature stands for, if it is one.
+    pub fn call(self) -> Option<predictio::os::NewerCall> {
+        match self {
+            AssumedMissing::FilemapAccess => None,
+            AssumedMissing::Cachestat => Some(predictio::os::NewerCall::Cachestat),
+            AssumedMissing::ProcmapQuery => Some(predictio::os::NewerCall::ProcmapQuery),
+            AssumedMissing::IoUring => Some(predictio::os::NewerCall::IoUring),
+        }
+    }
+
+    /// Takes the system calls of `features` away from this whole process
+    /// ([`predictio::os::assume_missing`]); the hooks are left to the
+    /// observer's configuration.
+    pub fn apply(features: &[AssumedMissing]) {
+        for call in features.iter().filter_map(|f| f.call()) {
+            predictio::os::assume_missing(call);
         }
     }
 }
@@ -1173,7 +1211,7 @@ mod tests {
         for f in AssumedMissing::ALL {
             let c = Config::parse(&format!("[observe]\nassume_missing = [\"{f}\"]\n")).expect("parses");
             assert_eq!(c.observe.assume_missing, [f]);
-            assert!(!f.hooks().is_empty(), "{f}");
+            assert!(!f.hooks().is_empty() != f.call().is_some(), "{f} is hooks or a call");
         }
     }
 

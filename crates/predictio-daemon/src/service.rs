@@ -9,7 +9,7 @@ use predictio::Executor;
 use predictio::executor::ExecutorError;
 use predictio::pipeline::Pipeline;
 
-use crate::config::{Config, Invalid};
+use crate::config::{AssumedMissing, Config, Invalid};
 use crate::control::{ControlError, ControlServer};
 use crate::metrics::{MetricsError, MetricsServer};
 use crate::sources::{Sources, SourcesError};
@@ -85,6 +85,9 @@ pub fn run(config: &Config, exit_after: Option<Duration>) -> Result<(), ServiceE
     for warning in config.warnings() {
         tracing::warn!("{warning}");
     }
+    // Before anything calls them: the executor, the observer and the
+    // policies all take their fallbacks from here on.
+    AssumedMissing::apply(&config.observe.assume_missing);
     let stop = Arc::new(AtomicBool::new(false));
     for signal in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
         signal_hook::flag::register(signal, Arc::clone(&stop)).map_err(ServiceError::Signals)?;
@@ -172,6 +175,7 @@ pub fn run(config: &Config, exit_after: Option<Duration>) -> Result<(), ServiceE
     let status = {
         let pipeline = Arc::clone(&pipeline);
         let sources = Arc::clone(&sources);
+        let assumed: Vec<String> = config.observe.assume_missing.iter().map(|f| f.name().to_owned()).collect();
         move || {
             let sources = sources.lock().unwrap_or_else(|e| e.into_inner());
             Status {
@@ -182,6 +186,7 @@ pub fn run(config: &Config, exit_after: Option<Duration>) -> Result<(), ServiceE
                 fallback: pipeline.executor().fallback_reason().map(str::to_owned),
                 source: sources.source_name().into(),
                 source_note: sources.source_note(),
+                assumed_missing: assumed.clone(),
                 policies: pipeline.policies().to_vec(),
                 executor: pipeline.executor().stats(),
                 pipeline: pipeline.stats(),

@@ -22,6 +22,10 @@ pub struct Status {
     pub source: String,
     /// Why observation runs on a fallback or not at all.
     pub source_note: Option<String>,
+    /// The kernel features the daemon runs as if absent (`[observe]
+    /// assume_missing`), by name.
+    #[serde(default)]
+    pub assumed_missing: Vec<String>,
     /// Running policies.
     pub policies: Vec<String>,
     /// Executor accounting: total, per origin, per file.

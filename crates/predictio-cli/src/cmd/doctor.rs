@@ -18,11 +18,12 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Result;
 use predictio::executor::BackendKind;
+use predictio::os::NewerCall;
 use predictio_bpf::FollowAllLookups;
 use predictio_bpf::fallback::{FanotifyConfig, FanotifyObserver};
 use predictio_bpf::hooks::{self, Attach};
 use predictio_bpf::perf::{PerfConfig, PerfObserver};
-use predictio_daemon::config::Config;
+use predictio_daemon::config::{AssumedMissing, Config};
 use serde::Serialize;
 
 /// Arguments of `doctor`.
@@ -152,6 +153,9 @@ struct Report {
     kernel: String,
     /// The effective uid the probes ran as.
     euid: Option<u32>,
+    /// The features the configuration's `[observe] assume_missing` takes
+    /// away, as the daemon would run: each is reported missing.
+    assumed_missing: Vec<&'static str>,
     checks: Vec<Check>,
     capabilities: Vec<Capability>,
 }
@@ -173,6 +177,9 @@ pub fn run(args: Args) -> Result<()> {
 #[derive(Default, Clone, Copy)]
 struct Found {
     ebpf: bool,
+    /// The observer that opened reports page hits (the page-access
+    /// tracepoints of Linux 6.11+ attached), not misses alone.
+    hits: bool,
     perf: bool,
     fanotify: bool,
     cachestat: bool,
@@ -210,17 +217,21 @@ fn examine(config_path: Option<&Path>) -> Report {
     let has_cap = |bit: u32| caps.is_some_and(|c| c & (1 << bit) != 0);
     let loaded = Config::load_from(config_path);
     let config = loaded.as_ref().map(|(c, _)| c.clone()).unwrap_or_default();
+    // As the daemon runs: the calls the configuration takes away fail from
+    // here on, and the hooks it takes away are not attached.
+    AssumedMissing::apply(&config.observe.assume_missing);
+    let assumed_missing: Vec<&'static str> = config.observe.assume_missing.iter().map(|f| f.name()).collect();
 
     let mut checks = Vec::new();
     let mut found = Found { ptrace_or_root: euid == Some(0) || has_cap(CAP_SYS_PTRACE), ..Found::default() };
-    observation(&mut Probe { checks: &mut checks, group: Group::Observation }, &mut found);
+    observation(&mut Probe { checks: &mut checks, group: Group::Observation }, &config, &mut found);
     calls(&mut Probe { checks: &mut checks, group: Group::Calls }, &config, &mut found);
     privileges(&mut Probe { checks: &mut checks, group: Group::Privileges }, euid, caps);
     resources(&mut Probe { checks: &mut checks, group: Group::Resources }, version, has_cap(CAP_IPC_LOCK));
     cgroups(&mut Probe { checks: &mut checks, group: Group::Cgroups }, &mut found);
     daemon(&mut Probe { checks: &mut checks, group: Group::Daemon }, &loaded, &config, &found);
     let capabilities = capabilities(&found);
-    Report { kernel, euid, checks, capabilities }
+    Report { kernel, euid, assumed_missing, checks, capabilities }
 }
 
 // Capability bits (linux/capability.h).
@@ -234,7 +245,7 @@ const CAP_BPF: u32 = 39;
 const AS_ROOT: &str = "run as root: the systemd unit (dist/predictio.service) runs the daemon as root with \
                        CAP_BPF CAP_PERFMON CAP_SYS_ADMIN CAP_DAC_READ_SEARCH CAP_SYS_PTRACE CAP_FOWNER";
 
-fn observation(p: &mut Probe<'_>, found: &mut Found) {
+fn observation(p: &mut Probe<'_>, config: &Config, found: &mut Found) {
     let tracefs = hooks::find_tracefs();
     match &tracefs {
         Some(path) => p.add("tracefs", Status::Ok, format!("mounted at {}", path.display()), TRACEFS_AFFECTS, None),
@@ -290,14 +301,26 @@ fn observation(p: &mut Probe<'_>, found: &mut Found) {
         ),
     );
 
+    let assumed: Vec<String> = config.observe.assume_missing.iter().flat_map(|f| f.hooks()).collect();
     for hook in hooks::HOOKS {
-        tracepoint(p, tracefs.as_deref(), hook);
+        if assumed.contains(&hook.label()) {
+            p.add(
+                hook.label(),
+                Status::Missing,
+                format!("{ASSUMED} (the kernel has it)"),
+                hook.feeds,
+                Some("remove it from [observe] assume_missing".into()),
+            );
+        } else {
+            tracepoint(p, tracefs.as_deref(), hook);
+        }
     }
     syscall_tracepoints(p, tracefs.as_deref());
 
     // The real thing, as the daemon does it (every process, no lookups),
     // closed again without waiting for the kernel to detach.
-    let ebpf = predictio_daemon::sources::load_observer(true, FollowAllLookups::None);
+    let ebpf =
+        predictio_daemon::sources::load_observer_without(true, FollowAllLookups::None, &config.observe.assume_missing);
     found.ebpf = ebpf.is_ok();
     p.add(
         "eBPF observer",
@@ -305,6 +328,7 @@ fn observation(p: &mut Probe<'_>, found: &mut Found) {
         match ebpf {
             Ok(observer) => {
                 let missing: Vec<String> = observer.missing_hooks().iter().map(|m| m.hook.label()).collect();
+                found.hits = missing.is_empty();
                 observer.close_in_background();
                 if missing.is_empty() {
                     "loaded and attached to every tracepoint above (every process), then closed".into()
@@ -321,6 +345,10 @@ fn observation(p: &mut Probe<'_>, found: &mut Found) {
 
     let perf = PerfObserver::open(PerfConfig { follow_all: true, pid: None, ..PerfConfig::default() });
     found.perf = perf.is_ok();
+    if !found.ebpf {
+        // The perf fallback opens only with every page-access tracepoint.
+        found.hits = found.perf;
+    }
     p.add(
         "perf tracepoints",
         if found.perf { Status::Ok } else { Status::Missing },
@@ -336,6 +364,9 @@ fn observation(p: &mut Probe<'_>, found: &mut Found) {
         )),
     );
 }
+
+/// The detail of a feature the configuration takes away.
+const ASSUMED: &str = "assumed missing ([observe] assume_missing)";
 
 const TRACEFS_AFFECTS: &str = "eBPF and perf observation: tracepoint layouts and ids are read from it";
 
@@ -447,6 +478,7 @@ fn calls(p: &mut Probe<'_>, config: &Config, found: &mut Found) {
     let (_backend, fallback) =
         predictio::executor::backend::open_backend(BackendKind::Uring, executor.io_depth, executor.limits.max_io_pages);
     let sysctl = match disabled.as_deref() {
+        _ if predictio::os::assumed_missing(NewerCall::IoUring) => ASSUMED.to_owned(),
         Some(v) => format!("kernel.io_uring_disabled = {v}"),
         None => "no kernel.io_uring_disabled (before Linux 6.6: not restricted)".to_owned(),
     };
@@ -474,6 +506,9 @@ fn calls(p: &mut Probe<'_>, config: &Config, found: &mut Found) {
         .and_then(|maps| predictio::os::file_mappings(maps.as_fd(), 1, &mut Vec::new()));
     let (status, detail) = match procmap {
         Ok(()) => (Status::Ok, "answers on /proc/self/maps (Linux 6.11+)".to_owned()),
+        Err(_) if predictio::os::assumed_missing(NewerCall::ProcmapQuery) => {
+            (Status::Degraded, format!("{ASSUMED}: mapped files are found by reading the maps text"))
+        }
         Err(err) if err.raw_os_error() == Some(libc::ENOTTY) => (
             Status::Degraded,
             "ENOTTY: not in this kernel (added in Linux 6.11); mapped files are found by reading the maps text"
@@ -523,6 +558,11 @@ fn cachestat(p: &mut Probe<'_>, found: &mut Found) {
     found.cachestat = result.is_ok();
     let (status, detail, fix) = match result {
         Ok(_) => (Status::Ok, "answers (Linux 6.5+)".to_owned(), None),
+        Err(_) if predictio::os::assumed_missing(NewerCall::Cachestat) => (
+            Status::Missing,
+            format!("{ASSUMED}: residency falls back to mincore(2)"),
+            Some("remove it from [observe] assume_missing".to_owned()),
+        ),
         Err(err) if err.raw_os_error() == Some(libc::ENOSYS) => (
             Status::Missing,
             "ENOSYS: this kernel has no cachestat (added in Linux 6.5); residency falls back to mincore(2)".to_owned(),
@@ -934,9 +974,8 @@ fn capabilities(f: &Found) -> Vec<Capability> {
     let mut lacking = Vec::new();
     if pages.is_none() {
         lacking.push("page-access observation (eBPF or perf)");
-    }
-    if !f.cachestat {
-        lacking.push("cachestat");
+    } else if !f.hits {
+        lacking.push("page hits (the filemap page-access tracepoints of Linux 6.11+; the SQLite, LMDB and RocksDB adapters work without them)");
     }
     if !f.nowait {
         lacking.push("preadv2(RWF_NOWAIT)");
@@ -945,10 +984,14 @@ fn capabilities(f: &Found) -> Vec<Capability> {
         lacking.push("root or CAP_SYS_PTRACE to resolve observed files");
     }
     const OWN_FILES: &str = "; only of files the daemon may write or owns (cachestat is refused on the others)";
-    let own_files_only = if f.cachestat_read_only { "" } else { OWN_FILES };
+    let own_files_only = match (f.cachestat, f.cachestat_read_only) {
+        (true, true) => "",
+        (true, false) => OWN_FILES,
+        (false, _) => "; cached pages found with mincore (no cachestat before Linux 6.5)",
+    };
     out.push(Capability {
         name: "B-tree observation",
-        status: match (lacking.is_empty(), f.cachestat_read_only) {
+        status: match (lacking.is_empty(), f.cachestat && f.cachestat_read_only) {
             (true, true) => Status::Ok,
             (true, false) => Status::Degraded,
             (false, _) => Status::Missing,
@@ -960,23 +1003,24 @@ fn capabilities(f: &Found) -> Vec<Capability> {
         },
     });
 
-    out.push(if !f.cachestat || !f.nowait {
+    out.push(if !f.nowait {
         Capability {
             name: "tensor observation",
             status: Status::Missing,
-            detail: "model headers are read from cached pages only, which needs cachestat and preadv2(RWF_NOWAIT)"
-                .into(),
+            detail: "model headers are read from cached pages only, which needs preadv2(RWF_NOWAIT)".into(),
         }
-    } else if pages.is_none() || !f.ptrace_or_root {
+    } else if pages.is_none() || !f.hits || !f.ptrace_or_root {
         Capability {
             name: "tensor observation",
             status: Status::Degraded,
-            detail: "models handed over by hints only: no observed reads or faults".into(),
+            detail: "models handed over by hints only: no observed reads or faults (they need page hits, the \
+                     filemap page-access tracepoints of Linux 6.11+)"
+                .into(),
         }
     } else {
         Capability {
             name: "tensor observation",
-            status: if f.cachestat_read_only { Status::Ok } else { Status::Degraded },
+            status: if f.cachestat && f.cachestat_read_only { Status::Ok } else { Status::Degraded },
             detail: format!("model files recognised among observed files; their loads followed{own_files_only}"),
         }
     });
@@ -1014,6 +1058,9 @@ fn write_text(out: &mut impl Write, r: &Report) -> std::io::Result<()> {
         None => "as an unknown user".to_owned(),
     };
     writeln!(out, "predictio doctor: Linux {}, {who}", r.kernel)?;
+    if !r.assumed_missing.is_empty() {
+        writeln!(out, "as if the kernel lacked: {} ([observe] assume_missing)", r.assumed_missing.join(", "))?;
+    }
     let width = r.checks.iter().map(|c| c.name.len()).max().unwrap_or(0);
     for group in Group::ALL {
         writeln!(out, "\n{}", group.title())?;
@@ -1087,22 +1134,49 @@ mod tests {
 
     #[test]
     fn capabilities_without_newer_calls_say_what_is_lacking() {
-        // A 5.15 kernel as root: no cachestat, no page-access tracepoints.
+        // As root without eBPF or perf (fanotify only) and without cachestat.
         let found = Found { fanotify: true, nowait: true, psi: true, ptrace_or_root: true, ..Found::default() };
         let caps = capabilities(&found);
         let get = |name: &str| caps.iter().find(|c| c.name == name).expect(name);
         assert_eq!(get("launch learning + replay").status, Status::Degraded);
         assert_eq!(get("B-tree observation").status, Status::Missing);
-        assert!(get("B-tree observation").detail.contains("cachestat"), "{:?}", get("B-tree observation"));
-        assert_eq!(get("tensor observation").status, Status::Missing);
+        assert!(get("B-tree observation").detail.contains("page-access"), "{:?}", get("B-tree observation"));
+        assert_eq!(get("tensor observation").status, Status::Degraded);
         assert_eq!(get("residency checks").status, Status::Degraded);
         assert_eq!(get("pressure guard").status, Status::Degraded);
+
+        // A 5.15 kernel as root: eBPF, but no cachestat: cached pages are
+        // found with mincore.
+        let caps = capabilities(&Found { ebpf: true, hits: true, ..found });
+        let get = |name: &str| caps.iter().find(|c| c.name == name).expect(name);
+        assert_eq!(get("launch learning + replay").status, Status::Ok);
+        assert_eq!(get("B-tree observation").status, Status::Degraded);
+        assert!(get("B-tree observation").detail.contains("mincore"), "{:?}", get("B-tree observation"));
+        assert_eq!(get("tensor observation").status, Status::Degraded);
+        assert!(get("tensor observation").detail.contains("mincore"), "{:?}", get("tensor observation"));
+        assert!(get("residency checks").detail.contains("mincore"), "{:?}", get("residency checks"));
+
+        // Without preadv2(RWF_NOWAIT), nothing reads cached pages.
+        let caps = capabilities(&Found { ebpf: true, hits: true, nowait: false, ..found });
+        let get = |name: &str| caps.iter().find(|c| c.name == name).expect(name);
+        assert_eq!(get("B-tree observation").status, Status::Missing);
+        assert_eq!(get("tensor observation").status, Status::Missing);
+
+        // Before Linux 6.11 (no page hits): launches only, from misses.
+        let caps = capabilities(&Found { ebpf: true, ..found });
+        let get = |name: &str| caps.iter().find(|c| c.name == name).expect(name);
+        assert_eq!(get("launch learning + replay").status, Status::Ok);
+        assert_eq!(get("B-tree observation").status, Status::Missing);
+        assert!(get("B-tree observation").detail.contains("6.11"), "{:?}", get("B-tree observation"));
+        assert_eq!(get("tensor observation").status, Status::Degraded);
+        assert!(get("tensor observation").detail.contains("hints only"), "{:?}", get("tensor observation"));
     }
 
     #[test]
     fn cachestat_refused_on_read_only_files_limits_what_reads_cached_pages() {
         let all = Found {
             ebpf: true,
+            hits: true,
             cachestat: true,
             cachestat_read_only: true,
             nowait: true,

@@ -179,6 +179,7 @@ pub fn run(args: Args) -> Result<()> {
             fallback: executor.fallback_reason().map(str::to_owned),
             source: source.into(),
             source_note: note,
+            assumed_missing: Vec::new(),
             policies: names,
             executor: executor.stats(),
             pipeline: pipeline.stats(),

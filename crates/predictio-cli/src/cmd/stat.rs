@@ -49,8 +49,11 @@ pub fn write_text(out: &mut impl Write, s: &Status, files: usize) -> std::io::Re
         s.source,
         s.policies.join(", ")
     )?;
-    if let Some(note) = s.fallback.as_ref().or(s.source_note.as_ref()) {
+    for note in [&s.fallback, &s.source_note].into_iter().flatten() {
         writeln!(out, "note: {note}")?;
+    }
+    if !s.assumed_missing.is_empty() {
+        writeln!(out, "running as if the kernel lacked: {}", s.assumed_missing.join(", "))?;
     }
     let p = &s.pipeline;
     writeln!(
