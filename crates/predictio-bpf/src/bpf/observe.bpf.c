@@ -293,6 +293,15 @@ static __always_inline __u64 folio_last(struct tp_filemap_folio *ctx, __u64 firs
 }
 
 /*
+ * What every classic tracepoint program returns. The kernel hands a classic
+ * tracepoint's record to the perf events open on it only when the BPF
+ * programs attached there return non-zero: returning 0 would blind every
+ * perf user of these tracepoints (`perf record`, predictio's own perf
+ * fallback, another observer) for as long as this observer is loaded.
+ */
+#define PIO_PASS_ON 1
+
+/*
  * Misses and evictions stay classic tracepoints: their argument is a folio,
  * whose order lives in flag words that have changed shape across kernels,
  * while the classic record carries it ready-made (checked against tracefs at
@@ -304,13 +313,13 @@ int pio_add_page(struct tp_filemap_folio *ctx)
 {
 	__u32 tgid = current_tgid();
 	if (!pages_wanted(tgid))
-		return 0;
+		return PIO_PASS_ON;
 	__u32 dev = ctx->s_dev;
 	if (!device_wanted(dev))
-		return 0;
+		return PIO_PASS_ON;
 	__u64 first = ctx->index;
 	emit(PIO_KIND_MISS, tgid, dev, ctx->i_ino, first, folio_last(ctx, first), 0, 0);
-	return 0;
+	return PIO_PASS_ON;
 }
 
 SEC("tracepoint/filemap/mm_filemap_delete_from_page_cache")
@@ -318,13 +327,13 @@ int pio_delete_page(struct tp_filemap_folio *ctx)
 {
 	__u32 tgid = current_tgid();
 	if (!evictions_any_process && !process_wanted(tgid))
-		return 0;
+		return PIO_PASS_ON;
 	__u32 dev = ctx->s_dev;
 	if (!device_wanted(dev))
-		return 0;
+		return PIO_PASS_ON;
 	__u64 first = ctx->index;
 	emit(PIO_KIND_EVICT, tgid, dev, ctx->i_ino, first, folio_last(ctx, first), 0, 0);
-	return 0;
+	return PIO_PASS_ON;
 }
 
 SEC("tracepoint/sched/sched_process_exec")
@@ -339,10 +348,10 @@ int pio_exec(void *ctx)
 		bpf_map_update_elem(&launching, &tgid, &launch, BPF_ANY);
 	}
 	if (!process_wanted(tgid))
-		return 0;
+		return PIO_PASS_ON;
 	struct pio_exec *exec = reserve(sizeof(*exec));
 	if (!exec)
-		return 0;
+		return PIO_PASS_ON;
 	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
 	struct mm_struct *mm = BPF_CORE_READ(task, mm);
 	struct inode *inode = BPF_CORE_READ(mm, exe_file, f_inode);
@@ -364,7 +373,7 @@ int pio_exec(void *ctx)
 		len = 0;
 	fill(&exec->record, PIO_KIND_EXEC, tgid, dev, ino, 0, 0, (__u32)len);
 	bpf_ringbuf_submit(exec, wakeup_flags(1));
-	return 0;
+	return PIO_PASS_ON;
 }
 
 /* Whether the user-space string at `user_path` starts with '/'. */
@@ -437,14 +446,16 @@ static __always_inline int on_exec_start(const char *user_path, const char *cons
 SEC("tracepoint/syscalls/sys_enter_execve")
 int pio_exec_start(struct tp_sys_enter *ctx)
 {
-	return on_exec_start((const char *)ctx->args[0], (const char *const *)ctx->args[1]);
+	on_exec_start((const char *)ctx->args[0], (const char *const *)ctx->args[1]);
+	return PIO_PASS_ON;
 }
 
 /* execveat(dirfd, path, argv, envp, flags): an absolute path ignores dirfd. */
 SEC("tracepoint/syscalls/sys_enter_execveat")
 int pio_exec_start_at(struct tp_sys_enter *ctx)
 {
-	return on_exec_start((const char *)ctx->args[1], (const char *const *)ctx->args[2]);
+	on_exec_start((const char *)ctx->args[1], (const char *const *)ctx->args[2]);
+	return PIO_PASS_ON;
 }
 
 /* A raw tracepoint: the classic one carries only pids, and telling a new
@@ -488,17 +499,17 @@ int pio_exit(struct tp_sched_exit *ctx)
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	__u32 tgid = pid_tgid >> 32;
 	if (exit_has_group_dead ? !ctx->group_dead : (__u32)pid_tgid != tgid)
-		return 0; /* a thread, or not the last one */
+		return PIO_PASS_ON; /* a thread, or not the last one */
 	bpf_map_delete_elem(&launching, &tgid);
 	int explicitly_followed = bpf_map_lookup_elem(&followed, &tgid) != 0;
 	if (explicitly_followed)
 		bpf_map_delete_elem(&followed, &tgid);
 	else if (!follow_all())
-		return 0;
+		return PIO_PASS_ON;
 	if (!cgroup_wanted())
-		return 0;
+		return PIO_PASS_ON;
 	emit(PIO_KIND_EXIT, tgid, 0, 0, 0, 0, 0, 0);
-	return 0;
+	return PIO_PASS_ON;
 }
 
 /*
@@ -561,14 +572,16 @@ static __always_inline int on_path(const char *user_path)
 	SEC("tracepoint/syscalls/sys_enter_" #call)                    \
 	int pio_path_##call(struct tp_sys_enter *ctx)                  \
 	{                                                              \
-		return on_path((const char *)ctx->args[1]);            \
+		on_path((const char *)ctx->args[1]);                   \
+		return PIO_PASS_ON;                                    \
 	}
 /* Calls whose path is the first argument. */
 #define PATH_FIRST(call)                                                \
 	SEC("tracepoint/syscalls/sys_enter_" #call)                    \
 	int pio_path_##call(struct tp_sys_enter *ctx)                  \
 	{                                                              \
-		return on_path((const char *)ctx->args[0]);            \
+		on_path((const char *)ctx->args[0]);                   \
+		return PIO_PASS_ON;                                    \
 	}
 
 PATH_AT(openat)
