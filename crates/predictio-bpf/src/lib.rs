@@ -174,6 +174,7 @@ mod observer;
 pub mod perf;
 #[cfg_attr(predictio_bpf_unavailable, allow(dead_code, reason = "used by the eBPF observer only"))]
 mod record;
+pub mod self_check;
 mod sys;
 
 pub use config::{FollowAllLookups, ObserverConfig, ObserverStats};

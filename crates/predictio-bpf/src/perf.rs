@@ -871,10 +871,7 @@ type Formats = Vec<(Tracepoint, Format)>;
 /// Reads every tracepoint's `format` file: the formats of those to open,
 /// and the optional ones left out (absent, assumed missing, or laid out in
 /// a way the decoder cannot read). A required one's failure is the error.
-fn read_formats(
-    tracefs: &Path,
-    assume_missing: &[String],
-) -> Result<(Formats, Vec<MissingHook>), PerfError> {
+fn read_formats(tracefs: &Path, assume_missing: &[String]) -> Result<(Formats, Vec<MissingHook>), PerfError> {
     let mut formats = Vec::new();
     let mut missing = Vec::new();
     for &tracepoint in &Tracepoint::ALL {

@@ -2,7 +2,8 @@
 //! through aya). The only module allowed `unsafe`.
 //!
 //! rustix wherever it has the call (`poll`, `mount`, `pipe2`, `read`,
-//! `clock_gettime`, `mmap`/`munmap`, the perf `ioctl`s, the page size);
+//! `pread`, `waitpid`, `clock_gettime`, `mmap`/`munmap`, the perf
+//! `ioctl`s, the page size);
 //! libc for what rustix 1.x does not wrap: `fanotify_init(2)` and
 //! `fanotify_mark(2)`, `perf_event_open(2)`, and `fork(2)`/`_exit(2)`
 //! (rustix's `fork` is the raw system call, which skips the C library's
@@ -194,6 +195,46 @@ pub(crate) fn release_in_helper(release: impl FnOnce()) -> io::Result<u32> {
             // Dropping the write end lets the helper go.
             drop((read_end, write_end));
             Ok(child as u32)
+        }
+    }
+}
+
+/// Forks a child that reads `len` bytes at `offset` of `file` with one
+/// `pread(2)` and exits, and waits for it: a read by another process than
+/// this one, which an observer ignoring this process's own pages
+/// ([`crate::ObserverConfig::ignore_own_pages`]) still reports. Returns the
+/// child's pid and whether it read all `len` bytes (`None`: its status
+/// could not be collected, as when `SIGCHLD` is ignored).
+pub(crate) fn pread_in_child(file: BorrowedFd<'_>, offset: u64, len: usize) -> io::Result<(u32, Option<bool>)> {
+    // Allocated before the fork: the child must not allocate.
+    let mut buf = vec![0u8; len];
+    // SAFETY: the child calls only async-signal-safe functions (pread and
+    // _exit, as raw system calls; no allocation, no lock: the buffer exists
+    // already) before it exits, as a fork of a multi-threaded process must;
+    // it never returns into Rust code.
+    let pid = unsafe { libc::fork() };
+    match pid {
+        -1 => Err(io::Error::last_os_error()),
+        0 => {
+            let read = rustix::io::pread(file, &mut buf[..], offset);
+            let status = if read == Ok(len) { 0 } else { 1 };
+            // SAFETY: ends the child without running exit handlers or
+            // unwinding, as the child of a fork must.
+            unsafe { libc::_exit(status) }
+        }
+        child => {
+            let pid = rustix::process::Pid::from_raw(child).ok_or_else(|| io::Error::other("fork returned pid 0"))?;
+            let status = loop {
+                match rustix::process::waitpid(Some(pid), rustix::process::WaitOptions::empty()) {
+                    Ok(Some((_, status))) => break status.exit_status().map(|code| code == 0),
+                    Ok(None) => break None,
+                    Err(Errno::INTR) => {}
+                    // Reaped already (SIGCHLD ignored): it has exited.
+                    Err(Errno::CHILD) => break None,
+                    Err(err) => return Err(err.into()),
+                }
+            };
+            Ok((child as u32, status))
         }
     }
 }
