@@ -8,6 +8,13 @@
 //! none; a named source must open or the daemon does not start.
 //! [`probe_observation`] makes the same choice without starting anything,
 //! for `predictio daemon --check`.
+//!
+//! An eBPF or perf observer that opens must then pass the start-up
+//! self-check ([`predictio_bpf::self_check`]) before it is used: a page read
+//! from a probe file of the daemon's own must be reported as that file's
+//! miss. One that fails is refused like one that cannot open (`auto` moves
+//! on to the next source and the note says why; a named source is an
+//! error). The check's own events never reach the policies.
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -20,6 +27,7 @@ use predictio::hints::{HintConfig, HintError, HintServer, HintStats};
 use predictio::pipeline::EventSender;
 use predictio_bpf::fallback::{FanotifyConfig, FanotifyError, FanotifyObserver};
 use predictio_bpf::perf::{PerfConfig, PerfError, PerfObserver};
+use predictio_bpf::self_check::{self, Outcome, ProbeSpec, Refusal};
 use predictio_bpf::{BpfError, FollowAllLookups, Observer, ObserverConfig, ObserverStats};
 
 use crate::config::{AssumedMissing, Config, SourceChoice};
@@ -53,6 +61,15 @@ pub enum SourcesError {
     /// `[observe] source = "fanotify"` and fanotify cannot start.
     #[error("[observe] source = \"fanotify\": fanotify cannot start: {0}")]
     Fanotify(#[source] FanotifyError),
+    /// `[observe] source` names eBPF or perf, which opened but reported the
+    /// start-up self-check's read wrongly or not at all.
+    #[error("[observe] source = \"{name}\": refused by the start-up self-check: {refusal}")]
+    SelfCheck {
+        /// `ebpf` or `perf`.
+        name: &'static str,
+        /// What the observer reported of the check's read.
+        refusal: Refusal,
+    },
 }
 
 /// Why eBPF observation cannot run.
@@ -263,6 +280,7 @@ impl PollPace {
 }
 
 /// A running kernel event source.
+#[derive(Debug)]
 enum Kernel {
     Ebpf(Box<Observer>),
     Perf(Box<PerfObserver>),
@@ -354,58 +372,100 @@ fn join_notes(first: Option<String>, then: Option<String>) -> Option<String> {
     }
 }
 
-/// The kernel source `config` asks for, opened, and why observation runs
-/// on a fallback or not at all. `auto`: eBPF → perf_event_open on the same
-/// tracepoints → fanotify (opens and execs only) → hints only; a named
-/// source opens or is an error.
-fn open_kernel(config: &Config) -> Result<(Option<Kernel>, Option<String>), SourcesError> {
+/// Where the self-check's probe file may go, in order: the daemon's state
+/// directory (the launch store), then the system's disk-backed temporary
+/// and state directories. The first on a disk file system where the daemon
+/// can create a file is used; the file has no name (or loses it at once).
+fn probe_dirs(config: &Config) -> Vec<PathBuf> {
+    let mut dirs = vec![config.launch.store.clone()];
+    dirs.extend(["/var/tmp", "/var/lib", "/tmp"].map(PathBuf::from));
+    dirs
+}
+
+/// Runs the start-up self-check on a just-opened eBPF or perf observer
+/// (see [`predictio_bpf::self_check`]); events that are not the check's go
+/// to `on_other`. A check that cannot run here (no disk directory for the
+/// probe file) passes with a log line: it says nothing against the
+/// observer.
+fn self_check(
+    kernel: &mut Kernel,
+    dirs: &[PathBuf],
+    spec: ProbeSpec,
+    on_other: &mut dyn FnMut(predictio::Event),
+) -> Result<(), Refusal> {
+    let name = kernel.name();
+    let mut poll = |timeout, on: &mut dyn FnMut(predictio::Event)| kernel.poll(timeout, &mut |e| on(e));
+    match self_check::run(dirs, spec, &mut poll, on_other) {
+        Outcome::Passed { took } => {
+            tracing::debug!(source = name, ?took, "observation self-check passed");
+            Ok(())
+        }
+        Outcome::Refused(refusal) => {
+            tracing::warn!(source = name, %refusal, "observation self-check failed");
+            Err(refusal)
+        }
+        Outcome::Unchecked(why) => {
+            tracing::info!(source = name, %why, "observation self-check skipped");
+            Ok(())
+        }
+    }
+}
+
+/// The kernel source `config` asks for, opened and self-checked, and why
+/// observation runs on a fallback or not at all. `auto`: eBPF →
+/// perf_event_open on the same tracepoints → fanotify (opens and execs
+/// only) → hints only; a named source opens and passes or is an error.
+/// Events the observers deliver during the checks (not the checks' own)
+/// go to `on_other`.
+fn open_kernel(
+    config: &Config,
+    spec: ProbeSpec,
+    on_other: &mut dyn FnMut(predictio::Event),
+) -> Result<(Option<Kernel>, Option<String>), SourcesError> {
+    let dirs = probe_dirs(config);
+    let mut checked = |mut kernel: Kernel| match self_check(&mut kernel, &dirs, spec, on_other) {
+        Ok(()) => Ok(kernel),
+        Err(refusal) => Err((kernel.name(), refusal)),
+    };
+    let refused = |(name, refusal)| SourcesError::SelfCheck { name, refusal };
     match config.observe.source {
         SourceChoice::None => {
             Ok((None, Some("observation disabled by configuration ([observe] source = \"none\")".into())))
         }
-        SourceChoice::Ebpf => start_ebpf(config)
-            .map(|k| {
-                let note = missing_hooks_note(&k);
-                (Some(k), note)
-            })
-            .map_err(SourcesError::Ebpf),
-        SourceChoice::Perf => start_perf(config)
-            .map(|k| {
-                let note = missing_hooks_note(&k);
-                (Some(k), note)
-            })
-            .map_err(SourcesError::Perf),
+        SourceChoice::Ebpf => {
+            let kernel = checked(start_ebpf(config).map_err(SourcesError::Ebpf)?).map_err(refused)?;
+            let note = missing_hooks_note(&kernel);
+            Ok((Some(kernel), note))
+        }
+        SourceChoice::Perf => {
+            let kernel = checked(start_perf(config).map_err(SourcesError::Perf)?).map_err(refused)?;
+            let note = missing_hooks_note(&kernel);
+            Ok((Some(kernel), note))
+        }
         SourceChoice::Fanotify => start_fanotify(config).map(|k| (Some(k), None)).map_err(SourcesError::Fanotify),
         SourceChoice::Auto => {
-            let ebpf = match start_ebpf(config) {
-                Ok(kernel) => {
+            let ebpf = match start_ebpf(config).map(&mut checked) {
+                Ok(Ok(kernel)) => {
                     let note = missing_hooks_note(&kernel);
                     return Ok((Some(kernel), note));
                 }
-                Err(why) => why,
+                Ok(Err((_, refusal))) => format!("eBPF observation refused by the start-up self-check ({refusal})"),
+                Err(why) => format!("eBPF observation unavailable ({why})"),
             };
-            let perf = match start_perf(config) {
-                Ok(kernel) => {
-                    let note =
-                        format!("eBPF observation unavailable ({ebpf}); falling back to perf_event_open tracepoints");
+            let perf = match start_perf(config).map(&mut checked) {
+                Ok(Ok(kernel)) => {
+                    let note = format!("{ebpf}; falling back to perf_event_open tracepoints");
                     let note = join_notes(Some(note), missing_hooks_note(&kernel));
                     return Ok((Some(kernel), note));
                 }
-                Err(why) => why,
+                Ok(Err((_, refusal))) => format!("perf refused by the start-up self-check ({refusal})"),
+                Err(why) => format!("perf unavailable ({why})"),
             };
             Ok(match start_fanotify(config) {
-                Ok(kernel) => (
-                    Some(kernel),
-                    Some(format!(
-                        "eBPF observation unavailable ({ebpf}); perf unavailable ({perf}); falling back to fanotify (opens and execs only)"
-                    )),
-                ),
-                Err(fanotify) => (
-                    None,
-                    Some(format!(
-                        "eBPF observation unavailable ({ebpf}); perf: {perf}; fanotify: {fanotify}; running on hints only"
-                    )),
-                ),
+                Ok(kernel) => {
+                    (Some(kernel), Some(format!("{ebpf}; {perf}; falling back to fanotify (opens and execs only)")))
+                }
+                Err(fanotify) => (None, Some(format!("{ebpf}; {perf}; fanotify: {fanotify}; running on hints only"))),
             })
         }
     }
@@ -418,7 +478,7 @@ fn open_kernel(config: &Config) -> Result<(Option<Kernel>, Option<String>), Sour
 /// Nothing is bound and no thread started. A source the configuration
 /// names that cannot open is the error `start` would fail with.
 pub fn probe_observation(config: &Config) -> Result<(&'static str, Option<String>), SourcesError> {
-    let (kernel, note) = open_kernel(config)?;
+    let (kernel, note) = open_kernel(config, ProbeSpec::default(), &mut |_| {})?;
     Ok((kernel.as_ref().map_or("none", Kernel::name), note))
 }
 
@@ -443,7 +503,17 @@ impl Sources {
             None
         };
         let observer_stats = Arc::new(Mutex::new(serde_json::Value::Null));
-        let (kernel, note) = open_kernel(config)?;
+        let me = std::process::id();
+        let (kernel, note) = {
+            // What the observer delivers while it is checked, less the
+            // check's own events, goes where the thread will send the rest.
+            let sender = sender.clone();
+            open_kernel(config, ProbeSpec::default(), &mut |event| {
+                if !is_own(&event, me) {
+                    sender.send(event, None);
+                }
+            })?
+        };
         if let Some(note) = &note {
             tracing::warn!("{note}");
         }
@@ -452,7 +522,6 @@ impl Sources {
             source = kernel.name();
             let mut pace = PollPace::new(Duration::from_millis(config.observe.poll_ms.max(1)));
             let (shared, flag) = (Arc::clone(&observer_stats), Arc::clone(&stop));
-            let me = std::process::id();
             let thread = std::thread::Builder::new().name("predictio-observe".into()).spawn(move || {
                 let mut forward = |event: predictio::Event| {
                     if !is_own(&event, me) {
@@ -603,6 +672,39 @@ mod tests {
         config.observe.assume_missing.clear();
         let (source, note) = probe_observation(&config).expect("perf opens");
         assert_eq!((source, note), ("perf", None));
+    }
+
+    /// The refusal path of the start-up self-check, on the real kernel: a
+    /// probe expecting a page the read did not touch fails every observer,
+    /// so `auto` refuses eBPF, then perf, falls back to fanotify and says
+    /// why; a named source is an error. The real probe passes (the `auto`
+    /// test above: eBPF, no note).
+    #[test]
+    fn an_observer_failing_the_self_check_is_refused_and_the_next_one_tried() {
+        if !(is_root() && predictio_bpf::available().is_ok()) {
+            skip(&format!("eBPF cannot run here (root: {})", is_root()));
+            return;
+        }
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut config = Config::default();
+        config.observe.fanotify_mounts = vec![dir.path().to_owned()];
+        let wrong = ProbeSpec { read_page: 37, expect_page: 38 };
+        let (kernel, note) = open_kernel(&config, wrong, &mut |_| {}).expect("auto falls back");
+        assert_eq!(kernel.as_ref().map(Kernel::name), Some("fanotify"));
+        let note = note.expect("the note says why");
+        for refused in
+            ["eBPF observation refused by the start-up self-check", "perf refused by the start-up self-check"]
+        {
+            assert!(note.contains(refused), "{note}");
+        }
+        assert!(
+            note.contains("page 38") && note.ends_with("falling back to fanotify (opens and execs only)"),
+            "{note}"
+        );
+        config.observe.source = SourceChoice::Ebpf;
+        let err = open_kernel(&config, wrong, &mut |_| {}).expect_err("a named source that fails is an error");
+        assert!(matches!(err, SourcesError::SelfCheck { name: "ebpf", .. }), "{err}");
+        assert!(err.to_string().starts_with("[observe] source = \"ebpf\": refused by the start-up self-check"));
     }
 
     #[test]
