@@ -29,7 +29,20 @@
 //! names what it runs without ([`Observer::missing_hooks`]). The page-based
 //! miss and eviction records of Linux 5.14/5.15 carry no folio order; each
 //! is one page there. [`ObserverConfig::assume_missing`] makes a newer
-//! kernel behave so, for tests.
+//! kernel behave so, for tests. The [`perf`] fallback does the same with the
+//! page-access tracepoints ([`perf::PerfObserver::missing_hooks`]).
+//!
+//! tracefs is read where it is mounted, `/sys/kernel/tracing` or (older
+//! setups) `/sys/kernel/debug/tracing`; only where it is mounted at neither
+//! is it mounted at the first ([`ObserverConfig::mount_tracefs`]).
+//!
+//! The layout checks catch fields that moved, not a kernel that reports
+//! something else under the same names. So the daemon proves an observer
+//! before using it: [`self_check`] has a forked child read one page of a
+//! probe file whose pages were dropped, and the observer must report that
+//! page's miss for that file's [`predictio::FileId`]. An observer that does
+//! not is refused, and the daemon falls back to the next source (perf, then
+//! fanotify) and says why in its status.
 //!
 //! # Filtering in the kernel
 //!
@@ -124,7 +137,9 @@
 //! tracepoints through `perf_event_open`, and [`fallback`] observes opens
 //! and execs with fanotify. Which one runs is the daemon's choice
 //! (`predictio-daemon`'s `sources` module, from its `[observe] source`),
-//! made in one place.
+//! made in one place. Classic tracepoint programs return 1, so that a loaded
+//! observer leaves the perf events on the same tracepoints their records
+//! (the kernel drops them when a program returns 0).
 //!
 //! # Build
 //!

@@ -52,7 +52,7 @@ pub const WAIT: Duration = Duration::from_secs(2);
 /// The largest folio (in pages) a one-page read with readahead off may
 /// plausibly bring in around its page: file systems whose blocks are
 /// larger than a page (up to 64 KiB) cache whole blocks.
-const MAX_FOLIO_PAGES: u64 = 16;
+pub const MAX_FOLIO_PAGES: u64 = 16;
 
 /// Which page the check reads and which page's miss it expects. They are
 /// the same page ([`Default`]) except in a test of the refusal, which
