@@ -53,6 +53,8 @@ pub fn start_launch_daemon(
 ) -> Daemon {
     use std::time::{Duration, Instant};
     let config = dir.join("predictio.toml");
+    // A daemon killed before leaves its socket: wait for this one's.
+    let _ = std::fs::remove_file(dir.join("control.sock"));
     let allow: Vec<String> = allow.iter().map(|p| format!("{p:?}")).collect();
     std::fs::write(
         &config,

@@ -285,9 +285,24 @@ fn learn(
         );
         return Ok(false);
     }
+    // A replayed launch seen through misses alone (no page-access
+    // tracepoints) only adds files: the replayed pages it used went unseen.
+    let replayed = config.replay && book.get(&LaunchKey::new(done.exe, &done.shape)).is_some();
+    let partial = replayed && done.recorder.misses_only();
     let run = done.recorder.finish(|id, pid| namer.name(id, pid));
     if run.files.is_empty() {
         return Ok(false);
+    }
+    if partial && let Some(mut profile) = learned {
+        profile.add_unseen(&run, &LearnLimits::default());
+        store.put(&profile)?;
+        drop(store);
+        tracing::info!(exe = %exe.path, files = profile.files.len(), "launch seen through misses: files added");
+        book.insert(
+            LaunchKey::new(exe.id(), &done.shape),
+            plan_replay(&profile, &config.walk_limits(), &config.replay_pacing()),
+        );
+        return Ok(true);
     }
     // A shape reaches the store at its second launch (see `FirstRuns`).
     let runs = match learned {

@@ -284,6 +284,13 @@ impl Recorder {
         self.done
     }
 
+    /// Whether the window saw only misses (an observer without the
+    /// page-access tracepoints): the launch's pages that were already
+    /// cached, a replay's among them, were used unseen.
+    pub fn misses_only(&self) -> bool {
+        !self.saw_access
+    }
+
     /// Pages of files the launch read or mapped that it brought into the
     /// page cache itself so far (its read misses): none for a launch served
     /// from the cache, whether it was warm or a replay had filled it. Pages
