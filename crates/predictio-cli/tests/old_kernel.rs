@@ -6,6 +6,7 @@
 //! | `full` | this kernel | nothing |
 //! | `6.8` | Ubuntu 24.04 (6.8) | the page-access tracepoints (`mm_filemap_get_pages`, `_fault`, `_map_pages`, 6.11+), `PROCMAP_QUERY` (6.11+) |
 //! | `5.15` (the default) | RHEL 9 (5.14), Ubuntu 22.04 (5.15), Debian 12 (6.1) | also `cachestat` (6.5+) |
+//! | `5.15-no-btf` | the same built without BTF | also BTF: the daemon observes through perf |
 //!
 //! Under each, the daemon must say what it runs without (`stat`), `doctor`
 //! must report the same from the same configuration, and a real program's
@@ -30,10 +31,11 @@ struct Profile {
     missing: &'static [&'static str],
 }
 
-const PROFILES: [Profile; 3] = [
+const PROFILES: [Profile; 4] = [
     Profile { name: "full", missing: &[] },
     Profile { name: "6.8", missing: &["filemap_access", "procmap_query"] },
     Profile { name: "5.15", missing: &["filemap_access", "procmap_query", "cachestat"] },
+    Profile { name: "5.15-no-btf", missing: &["filemap_access", "procmap_query", "cachestat", "btf"] },
 ];
 
 const ACCESS_HOOKS: [&str; 3] =
@@ -45,7 +47,7 @@ const PAIRS: usize = 5;
 fn profile() -> &'static Profile {
     let name = std::env::var("PREDICTIO_KERNEL_PROFILE").unwrap_or_else(|_| "5.15".into());
     PROFILES.iter().find(|p| p.name == name).unwrap_or_else(|| {
-        panic!("PREDICTIO_KERNEL_PROFILE={name}: expected one of full, 6.8, 5.15");
+        panic!("PREDICTIO_KERNEL_PROFILE={name}: expected one of full, 6.8, 5.15, 5.15-no-btf");
     })
 }
 
@@ -95,7 +97,9 @@ fn median(mut v: Vec<f64>) -> f64 {
 /// The daemon under the profile, learning and replaying `exe` only.
 fn start_daemon(dir: &Path, store: &Path, exe: &str, p: &Profile) -> Daemon {
     let missing: Vec<String> = p.missing.iter().map(|m| format!("{m:?}")).collect();
-    start_launch_daemon(dir, store, &[exe], &format!("assume_missing = [{}]", missing.join(", ")), "")
+    // Without BTF the daemon must fall back on its own: `auto`.
+    let source = if p.missing.contains(&"btf") { "source = \"auto\"\n" } else { "" };
+    start_launch_daemon(dir, store, &[exe], &format!("{source}assume_missing = [{}]", missing.join(", ")), "")
 }
 
 #[test]
@@ -125,7 +129,8 @@ fn a_learned_launch_is_faster_under_each_kernel_profile() {
 
     // What the daemon says it runs without.
     let before = status(dir.path());
-    assert_eq!(before["source"], "ebpf", "{before}");
+    let no_btf = p.missing.contains(&"btf");
+    assert_eq!(before["source"], if no_btf { "perf" } else { "ebpf" }, "{before}");
     let assumed: Vec<&str> =
         before["assumed_missing"].as_array().expect("assumed_missing").iter().filter_map(|v| v.as_str()).collect();
     assert_eq!(assumed, p.missing, "{before}");
@@ -151,7 +156,8 @@ fn a_learned_launch_is_faster_under_each_kernel_profile() {
         assert_eq!(check(hook), want(p.missing.contains(&"filemap_access")), "{hook}");
     }
     assert_eq!(check("cachestat(2)"), want(p.missing.contains(&"cachestat")));
-    assert_eq!(check("eBPF observer"), "ok");
+    assert_eq!(check("eBPF observer"), if no_btf { "missing" } else { "ok" });
+    assert_eq!(check("perf tracepoints"), "ok");
     let launch = report["capabilities"]
         .as_array()
         .expect("capabilities")

@@ -265,15 +265,21 @@ pub enum AssumedMissing {
     /// io_uring (refused as under `kernel.io_uring_disabled = 2`): the
     /// executor issues through fadvise.
     IoUring,
+    /// The kernel's BTF (`/sys/kernel/btf/vmlinux`, which the eBPF
+    /// observer's CO-RE reads need): eBPF observation does not load, and
+    /// the daemon falls back to perf on the same tracepoints, their record
+    /// layouts read from tracefs.
+    Btf,
 }
 
 impl AssumedMissing {
     /// Every feature.
-    pub const ALL: [AssumedMissing; 4] = [
+    pub const ALL: [AssumedMissing; 5] = [
         AssumedMissing::FilemapAccess,
         AssumedMissing::Cachestat,
         AssumedMissing::ProcmapQuery,
         AssumedMissing::IoUring,
+        AssumedMissing::Btf,
     ];
 
     /// The name in the file.
@@ -283,11 +289,12 @@ impl AssumedMissing {
             AssumedMissing::Cachestat => "cachestat",
             AssumedMissing::ProcmapQuery => "procmap_query",
             AssumedMissing::IoUring => "io_uring",
+            AssumedMissing::Btf => "btf",
         }
     }
 
     /// The observer hooks (`category:name`) the feature stands for (none
-    /// for a system call).
+    /// for a system call or BTF).
     pub fn hooks(self) -> Vec<String> {
         match self {
             AssumedMissing::FilemapAccess => predictio_bpf::hooks::filemap_access().map(|h| h.label()).collect(),
@@ -298,7 +305,7 @@ impl AssumedMissing {
     /// The system call the feature stands for, if it is one.
     pub fn call(self) -> Option<predictio::os::NewerCall> {
         match self {
-            AssumedMissing::FilemapAccess => None,
+            AssumedMissing::FilemapAccess | AssumedMissing::Btf => None,
             AssumedMissing::Cachestat => Some(predictio::os::NewerCall::Cachestat),
             AssumedMissing::ProcmapQuery => Some(predictio::os::NewerCall::ProcmapQuery),
             AssumedMissing::IoUring => Some(predictio::os::NewerCall::IoUring),
@@ -1175,7 +1182,7 @@ mod tests {
     #[test]
     fn an_unknown_source_or_policy_names_the_key_and_the_choices() {
         rejects("[observe]\nsource = \"bpf\"\n", &["[observe] source = \"bpf\"", "auto, ebpf, perf, fanotify, none"]);
-        rejects("[observe]\nassume_missing = [\"btf\"]\n", &["[observe] assume_missing: \"btf\"", "filemap_access"]);
+        rejects("[observe]\nassume_missing = [\"bpf\"]\n", &["[observe] assume_missing: \"bpf\"", "filemap_access"]);
         rejects(
             "[observe]\nassume_missing = [\"filemap_access\", \"filemap_access\"]\n",
             &["[observe] assume_missing = \"filemap_access\"", "named twice"],
@@ -1211,7 +1218,7 @@ mod tests {
         for f in AssumedMissing::ALL {
             let c = Config::parse(&format!("[observe]\nassume_missing = [\"{f}\"]\n")).expect("parses");
             assert_eq!(c.observe.assume_missing, [f]);
-            assert!(f.hooks().is_empty() == f.call().is_some(), "{f} is hooks or a call");
+            assert!(f == AssumedMissing::Btf || f.hooks().is_empty() == f.call().is_some(), "{f} is hooks or a call");
         }
     }
 

@@ -83,6 +83,10 @@ pub enum EbpfUnavailable {
     /// missing tracepoint…).
     #[error(transparent)]
     Load(#[from] BpfError),
+    /// The kernel's BTF is assumed missing (`[observe] assume_missing =
+    /// ["btf"]`): the programs' CO-RE reads cannot be relocated.
+    #[error("no kernel BTF (assumed missing by [observe] assume_missing)")]
+    NoBtf,
 }
 
 /// The hint server on its own thread.
@@ -219,6 +223,9 @@ pub fn load_observer_without(
     assume_missing: &[AssumedMissing],
 ) -> Result<Observer, EbpfUnavailable> {
     predictio_bpf::available().map_err(EbpfUnavailable::NotBuilt)?;
+    if assume_missing.contains(&AssumedMissing::Btf) {
+        return Err(EbpfUnavailable::NoBtf);
+    }
     // Under follow-all nobody is followed explicitly: without lookups
     // wanted, the path-call programs would cost every system call for
     // nothing.
@@ -672,6 +679,23 @@ mod tests {
         config.observe.assume_missing.clear();
         let (source, note) = probe_observation(&config).expect("perf opens");
         assert_eq!((source, note), ("perf", None));
+    }
+
+    /// Without BTF (assumed missing), `auto` falls back from eBPF to perf on
+    /// the same tracepoints, and says why.
+    #[test]
+    fn without_btf_auto_falls_back_to_perf() {
+        if !is_root() {
+            skip("perf tracepoint events need root here");
+            return;
+        }
+        let mut config = Config::default();
+        config.observe.assume_missing = vec![AssumedMissing::Btf, AssumedMissing::FilemapAccess];
+        let (source, note) = probe_observation(&config).expect("auto opens a source");
+        assert_eq!(source, "perf");
+        let note = note.expect("a note says why");
+        assert!(note.contains("no kernel BTF"), "{note}");
+        assert!(note.contains("perf_event_open"), "{note}");
     }
 
     /// The refusal path of the start-up self-check, on the real kernel: a

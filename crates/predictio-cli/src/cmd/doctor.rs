@@ -270,19 +270,23 @@ fn observation(p: &mut Probe<'_>, config: &Config, found: &mut Found) {
     }
 
     let btf = hooks::kernel_btf();
+    let no_btf = config.observe.assume_missing.contains(&AssumedMissing::Btf);
     p.add(
         "BTF",
-        if btf.is_ok() { Status::Ok } else { Status::Missing },
+        if btf.is_ok() && !no_btf { Status::Ok } else { Status::Missing },
         match &btf {
+            Ok(()) if no_btf => format!("{ASSUMED} (the kernel has it)"),
             Ok(()) => "/sys/kernel/btf/vmlinux read and parsed".into(),
             Err(err) => err.to_string(),
         },
         "eBPF observation: the BTF-typed page-access programs and the CO-RE reads of exec and fork",
-        Some(
+        Some(if no_btf {
+            "remove it from [observe] assume_missing".into()
+        } else {
             "a kernel built with CONFIG_DEBUG_INFO_BTF=y (the stock kernels of RHEL 9, Ubuntu 22.04+ and \
              Debian 12 are); without it the daemon falls back to perf tracepoints"
-                .into(),
-        ),
+                .into()
+        }),
     );
 
     let built = predictio_bpf::available();
@@ -343,24 +347,34 @@ fn observation(p: &mut Probe<'_>, config: &Config, found: &mut Found) {
         Some(format!("see the checks above it; {AS_ROOT}")),
     );
 
-    let perf = PerfObserver::open(PerfConfig { follow_all: true, pid: None, ..PerfConfig::default() });
+    let perf = PerfObserver::open(PerfConfig {
+        follow_all: true,
+        pid: None,
+        assume_missing: assumed,
+        ..PerfConfig::default()
+    });
     found.perf = perf.is_ok();
+    let perf_missing: Vec<String> =
+        perf.as_ref().map(|o| o.missing_hooks().iter().map(|m| m.hook.label()).collect()).unwrap_or_default();
     if !found.ebpf {
-        // The perf fallback opens only with every page-access tracepoint.
-        found.hits = found.perf;
+        found.hits = found.perf && perf_missing.is_empty();
     }
     p.add(
         "perf tracepoints",
         if found.perf { Status::Ok } else { Status::Missing },
         match perf {
-            Ok(_) => "the same tracepoints opened with perf_event_open on every CPU, then closed".into(),
+            Ok(_) if perf_missing.is_empty() => {
+                "the same tracepoints opened with perf_event_open on every CPU, then closed".into()
+            }
+            Ok(_) => format!("opened on every CPU without {}, then closed", perf_missing.join(", ")),
             Err(err) => format!("do not open: {err}"),
         },
         "the first fallback source: the same events as eBPF at about twice the cost per record, with no \
          device or cgroup filter",
         Some(format!(
-            "needs every filemap and sched tracepoint above, readable tracefs, and CAP_PERFMON \
-             (or kernel.perf_event_paranoid=-1 for one command tree); {AS_ROOT}"
+            "needs the sched tracepoints and filemap's add and delete ones above (the page-access ones \
+             where the kernel has them), readable tracefs, and CAP_PERFMON (or \
+             kernel.perf_event_paranoid=-1 for one command tree); {AS_ROOT}"
         )),
     );
 }
@@ -399,9 +413,8 @@ fn tracepoint(p: &mut Probe<'_>, tracefs: Option<&Path>, hook: &hooks::Hook) {
             let since = hook.since.map(|s| format!(" (added in {s})")).unwrap_or_default();
             let fix = match (&err, hook.since) {
                 (predictio_bpf::BpfError::MissingTracepoint { .. }, Some(since)) => format!(
-                    "a kernel with this tracepoint ({since} or later); without it the eBPF observer runs \
-                     without its events (launches are learned from page-cache misses) and perf observation \
-                     does not start"
+                    "a kernel with this tracepoint ({since} or later); without it the eBPF and perf observers \
+                     run without its events (launches are learned from page-cache misses)"
                 ),
                 (predictio_bpf::BpfError::MissingTracepoint { .. }, None) => {
                     "a kernel built with CONFIG_TRACEPOINTS and CONFIG_FTRACE".into()

@@ -40,7 +40,8 @@ impl Drop for Daemon {
     }
 }
 
-/// Starts the daemon on eBPF with a config in `dir` that learns and
+/// Starts the daemon on eBPF (unless `observe_extra` names the source)
+/// with a config in `dir` that learns and
 /// replays only the executables under any of `allow`, its `[observe]`
 /// section ending with `observe_extra` and its `[launch]` section with
 /// `launch_extra`; returns once its control socket is up.
@@ -60,7 +61,9 @@ pub fn start_launch_daemon(
         &config,
         format!(
             "policies = [\"hints\"]\n[hints]\nsocket = \"{d}/hint.sock\"\n[control]\nsocket = \"{d}/control.sock\"\n\
-             [observe]\nsource = \"ebpf\"\n{observe_extra}\n[launch]\nstore = \"{s}\"\nallow = [{allow}]\n{launch_extra}",
+             [observe]\n{source}{observe_extra}\n[launch]\nstore = \"{s}\"\nallow = [{allow}]\n{launch_extra}",
+            // eBPF unless the caller names the source.
+            source = if observe_extra.contains("source =") { "" } else { "source = \"ebpf\"\n" },
             d = dir.display(),
             s = store.display(),
             allow = allow.join(", ")
