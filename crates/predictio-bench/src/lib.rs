@@ -54,6 +54,8 @@ pub enum Workload {
     SqliteScan,
     /// Seeds 000 §4.1 and 001: cold starts of real programs; baseline, launch replay, whole-file prefetch.
     Launch,
+    /// Cold starts of real programs with the daemon as installed (default configuration, its own learning).
+    LaunchDaemon,
     /// Seed 000 §6.3: RocksDB long scan, YCSB-E, YCSB-C; its own readahead, off, the scan policy.
     RocksDb,
     /// Random 4 KiB reads and an unpredictable scan: stream and learned stay out of the way.
@@ -75,6 +77,7 @@ impl Workload {
         Workload::LlmLoad,
         Workload::SqliteScan,
         Workload::Launch,
+        Workload::LaunchDaemon,
         Workload::RocksDb,
         Workload::NoStructure,
         Workload::DaemonCost,
@@ -98,6 +101,7 @@ impl Workload {
             Workload::LlmLoad => "llm-load",
             Workload::SqliteScan => "sqlite-scan",
             Workload::Launch => "launch",
+            Workload::LaunchDaemon => "launch-daemon",
             Workload::RocksDb => "rocksdb",
             Workload::NoStructure => "no-structure",
             Workload::DaemonCost => "daemon-cost",
@@ -147,6 +151,12 @@ pub struct BenchOptions {
     pub max_io_pages: u64,
     /// Model sizes in GiB (llm-load); empty: the workload's default.
     pub sizes: Vec<u64>,
+    /// Kernel features the daemon runs as if absent (launch-daemon:
+    /// `[observe] assume_missing`).
+    pub assume_missing: Vec<String>,
+    /// Only the programs whose names contain one of these (launch-daemon);
+    /// empty: every installed one.
+    pub programs: Vec<String>,
 }
 
 impl Default for BenchOptions {
@@ -162,6 +172,8 @@ impl Default for BenchOptions {
             depth: 64,
             max_io_pages: 64,
             sizes: Vec::new(),
+            assume_missing: Vec::new(),
+            programs: Vec::new(),
         }
     }
 }
@@ -179,6 +191,7 @@ pub fn run(workload: Workload, options: &BenchOptions) -> Result<Report, BenchEr
         Workload::LlmLoad => workloads::llm_load::run(options),
         Workload::SqliteScan => workloads::sqlite_scan::run(options),
         Workload::Launch => workloads::launch::run(options),
+        Workload::LaunchDaemon => workloads::launch_daemon::run(options),
         Workload::RocksDb => workloads::rocksdb::run(options),
         Workload::NoStructure => workloads::no_structure::run(options),
         Workload::DaemonCost => workloads::daemon_cost::run(options),

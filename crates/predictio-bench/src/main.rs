@@ -41,7 +41,7 @@ use predictio_bench::{BenchOptions, Workload};
 struct Args {
     /// The workload: access-patterns, control-path, backends, large-read,
     /// shuffle-read, seq-read, sqlite-scan, lmdb-scan, rocksdb, no-structure,
-    /// llm-load, launch or daemon-cost.
+    /// llm-load, launch, launch-daemon or daemon-cost.
     workload: Workload,
     /// A/B pairs per case (at least 5 for a reported result).
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=1000))]
@@ -75,6 +75,16 @@ struct Args {
     /// Model sizes in GiB for llm-load (default 1,2,4), e.g. --sizes 2,4.
     #[arg(long, value_delimiter = ',')]
     sizes: Vec<u64>,
+    /// launch-daemon: run the daemon as if the kernel lacked these
+    /// (`[observe] assume_missing`), e.g. filemap_access,procmap_query,cachestat
+    /// for a 5.15-like kernel; the result is written as
+    /// launch-daemon-without-….json.
+    #[arg(long, value_delimiter = ',')]
+    assume_missing: Vec<String>,
+    /// launch-daemon: only the programs whose names contain one of these,
+    /// e.g. --programs clang,rustc.
+    #[arg(long, value_delimiter = ',')]
+    programs: Vec<String>,
 }
 
 /// The README's table of headline numbers, rendered from the committed
@@ -154,6 +164,8 @@ fn run(args: Args) -> Result<()> {
         depth: args.depth,
         max_io_pages: args.max_io_kib * 1024 / predictio::PAGE_SIZE,
         sizes: args.sizes,
+        assume_missing: args.assume_missing,
+        programs: args.programs,
     };
     let report = predictio_bench::run(args.workload, &options).context("running the benchmark")?;
     let paths = report.write(&args.out).with_context(|| format!("writing results to {}", args.out.display()))?;

@@ -609,6 +609,12 @@ fn rows_of(workload: Workload, file: &ResultFile, notes: &mut Vec<String>) -> Re
                 rows.push(file.case(name)?.value_row(workload)?);
             }
         }
+        Workload::LaunchDaemon => {
+            for case in file.cases()? {
+                let reduction = case.num("reduction_pct")?;
+                rows.push(case.ab_row(workload, &format!(", {}", change(reduction, 0)))?);
+            }
+        }
         Workload::DaemonCost => {
             for name in ["idle daemon CPU", "idle daemon wake-ups", "daemon resident memory"] {
                 rows.push(file.case(name)?.value_row(workload)?);

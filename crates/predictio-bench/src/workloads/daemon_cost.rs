@@ -64,7 +64,7 @@ const IDLE_CPU_BAR_MS_PER_S: f64 = 0.5;
 const IDLE_WAKEUPS_BAR_PER_S: f64 = 2.0;
 
 /// One running daemon.
-struct Daemon {
+pub(crate) struct Daemon {
     service: Service,
 }
 
@@ -79,7 +79,7 @@ struct Usage {
 impl Daemon {
     /// Starts `predictio daemon` on `config` and waits for its control
     /// socket (bound once its sources are attached), then [`START_SETTLE`].
-    fn start(me: &Path, config: &Path, control: &Path, log: &Path) -> Result<Daemon, BenchError> {
+    pub(crate) fn start(me: &Path, config: &Path, control: &Path, log: &Path) -> Result<Daemon, BenchError> {
         let _ = std::fs::remove_file(control);
         let log_file = std::fs::File::create(log).doing(|| format!("creating {}", log.display()))?;
         let child = Command::new(me)
@@ -120,7 +120,7 @@ impl Daemon {
             .map_or(0, |kib| kib * 1024)
     }
 
-    fn stop(self) -> Result<(), BenchError> {
+    pub(crate) fn stop(self) -> Result<(), BenchError> {
         self.service.stop()
     }
 }

@@ -7,6 +7,7 @@ pub mod daemon_cost;
 pub mod event_path;
 pub mod large_read;
 pub mod launch;
+pub mod launch_daemon;
 pub mod launch_preload;
 pub mod llm_load;
 pub mod lmdb_scan;
