@@ -839,6 +839,31 @@ impl HintServer {
     /// for one. Handles at most `max_datagrams_per_recv` datagrams, then
     /// returns the number of hints delivered.
     pub fn recv(&mut self, timeout: Option<Duration>, on_hint: &mut impl FnMut(Hint)) -> Result<usize, HintError> {
+        self.serve(on_hint, |socket| sock::poll_readable(socket, timeout))
+    }
+
+    /// As [`HintServer::recv`], waiting until a datagram comes or `stop`
+    /// is readable (a closed pipe or socket pair, an eventfd), whichever
+    /// is first: a server thread waits on both at once and wakes for
+    /// nothing else. The one timeout is the next sweep of gone clients
+    /// ([`HintConfig::sweep_interval`]), and only while there are clients
+    /// or users to sweep: an idle server with none sleeps until a datagram
+    /// or the stop. Returning says nothing of the stop: the caller knows
+    /// why it signalled.
+    pub fn recv_until(&mut self, stop: BorrowedFd<'_>, on_hint: &mut impl FnMut(Hint)) -> Result<usize, HintError> {
+        let sweep = (!self.clients.is_empty() || !self.budgets.users.is_empty())
+            .then(|| (self.last_sweep + self.config.sweep_interval).saturating_duration_since(Instant::now()));
+        self.serve(on_hint, |socket| Ok(sock::poll_readable_any([socket, stop], sweep)?[0]))
+    }
+
+    /// Handles queued datagrams (see [`HintServer::recv`]); when none is
+    /// queued, calls `wait` once with the socket, which says whether it
+    /// became readable.
+    fn serve(
+        &mut self,
+        on_hint: &mut impl FnMut(Hint),
+        mut wait: impl FnMut(BorrowedFd<'_>) -> io::Result<bool>,
+    ) -> Result<usize, HintError> {
         let mut hints = 0;
         let mut waited = false;
         let mut handled = 0;
@@ -851,7 +876,7 @@ impl HintServer {
                     break;
                 }
                 waited = true;
-                if !sock::poll_readable(self.socket.as_fd(), timeout).map_err(syscall("poll", &self.path))? {
+                if !wait(self.socket.as_fd()).map_err(syscall("poll", &self.path))? {
                     break;
                 }
                 continue;

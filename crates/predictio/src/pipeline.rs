@@ -11,7 +11,8 @@
 //! each user to a share of the queue. The dispatcher thread owns the [`Runtime`]: it holds the
 //! descriptors that arrive with hints, dispatches each event to the policies
 //! subscribed to its kind, and feeds observed accesses and evictions to the
-//! executor's hit and waste accounting.
+//! executor's hit and waste accounting. The dispatcher parks while the queue
+//! is empty, without a timeout: each push unparks it.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -493,7 +494,10 @@ fn dispatch_loop(shared: Arc<Shared>, mut runtime: Runtime, executor: Arc<Execut
             break;
         }
         if !any {
-            thread::park_timeout(Duration::from_millis(50));
+            // Woken by whatever gives it work: a push, the header reader's
+            // answer, the stop (`stop_threads`). A wake-up that finds
+            // nothing just parks again; an idle dispatcher sleeps.
+            thread::park();
         }
     }
 }

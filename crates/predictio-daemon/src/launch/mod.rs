@@ -28,9 +28,8 @@
 //! when nothing is being learned.
 
 use std::collections::HashMap;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::Receiver;
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -78,32 +77,108 @@ pub fn load_book(config: &LaunchSection, book: &ReplayBook) -> Result<usize, Sto
 }
 
 /// A background thread of this module: started at nice 19 (see
-/// [`background`]), told to stop and joined when dropped.
+/// [`background`]), told to stop and joined when dropped. It sleeps on its
+/// work (the learner on its channel, the use marker on its [`Wakeup`]),
+/// never on a timer while there is nothing to do.
 pub struct Background {
     thread: Option<JoinHandle<()>>,
-    stop: Arc<AtomicBool>,
+    wakeup: Arc<Wakeup>,
 }
 
+/// How long dropping a [`Background`] waits for a thread that sleeps on a
+/// channel whose senders are still alive (the learner, dropped before the
+/// pipeline) before leaving it to end with them.
+const JOIN_WAIT: Duration = Duration::from_secs(2);
+
 impl Background {
-    /// Runs `body` on a thread named `name`; `body` returns once the flag it
-    /// is given is set.
-    fn spawn(name: &str, body: impl FnOnce(&AtomicBool) + Send + 'static) -> std::io::Result<Self> {
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = Arc::clone(&stop);
+    /// Runs `body` on a thread named `name`; `body` returns once its
+    /// [`Wakeup`] is stopped (or its channel closed).
+    fn spawn(name: &str, body: impl FnOnce(&Wakeup) + Send + 'static) -> std::io::Result<Self> {
+        let wakeup = Arc::new(Wakeup::default());
+        let own = Arc::clone(&wakeup);
         let thread = std::thread::Builder::new().name(name.into()).spawn(move || {
             background();
-            body(&flag);
+            body(&own);
         })?;
-        Ok(Self { thread: Some(thread), stop })
+        Ok(Self { thread: Some(thread), wakeup })
+    }
+
+    /// What wakes the thread: the use marker is nudged after each replay.
+    pub fn wakeup(&self) -> &Arc<Wakeup> {
+        &self.wakeup
     }
 }
 
 impl Drop for Background {
     fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
+        self.wakeup.stop();
+        let Some(thread) = self.thread.take() else { return };
+        // The learner wakes for its channel's close, not for the stop: the
+        // service drops the pipeline (the senders) first. Dropped before,
+        // it is left to end with them rather than waited for forever.
+        let started = Instant::now();
+        while !thread.is_finished() && started.elapsed() < JOIN_WAIT {
+            std::thread::sleep(Duration::from_millis(10));
         }
+        if thread.is_finished() {
+            let _ = thread.join();
+        } else {
+            tracing::debug!("a launch thread is still waiting on its channel; not joined");
+        }
+    }
+}
+
+/// The stop of a [`Background`] thread, and nudges: something happened
+/// that it has work for (a replay ran, for the use marker).
+#[derive(Debug, Default)]
+pub struct Wakeup {
+    /// (stopped, nudged)
+    state: Mutex<(bool, bool)>,
+    changed: Condvar,
+}
+
+impl Wakeup {
+    fn stop(&self) {
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).0 = true;
+        self.changed.notify_all();
+    }
+
+    /// Tells the thread there is work (see [`start_use_marker`]).
+    pub fn nudge(&self) {
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).1 = true;
+        self.changed.notify_all();
+    }
+
+    fn is_stopped(&self) -> bool {
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).0
+    }
+
+    /// Waits until stopped, or `until` passes, or — with `for_nudge` — a
+    /// nudge comes (or came since the last nudge taken), which it takes.
+    /// True when stopped.
+    fn wait(&self, until: Option<Instant>, for_nudge: bool) -> bool {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            if state.0 {
+                return true;
+            }
+            if for_nudge && state.1 {
+                state.1 = false;
+                return false;
+            }
+            state = match until {
+                None => self.changed.wait(state).unwrap_or_else(|e| e.into_inner()),
+                Some(until) => {
+                    let Some(left) = until.checked_duration_since(Instant::now()) else { return false };
+                    self.changed.wait_timeout(state, left).unwrap_or_else(|e| e.into_inner()).0
+                }
+            };
+        }
+    }
+
+    /// Takes a pending nudge, if any.
+    fn take_nudge(&self) {
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).1 = false;
     }
 }
 
@@ -119,7 +194,8 @@ fn background() {
 }
 
 /// The learner thread: learns from `finished` into the store and puts the
-/// replays in `book`.
+/// replays in `book`. It sleeps on the channel and ends when the channel
+/// closes (every sender gone) or, at its next launch, once stopped.
 pub fn start_learner(
     config: LaunchSection,
     finished: Receiver<FinishedLaunch>,
@@ -129,8 +205,10 @@ pub fn start_learner(
         let mut namer = Namer::new();
         let mut first_runs = FirstRuns::new(FIRST_RUNS, FIRST_RUN_RANGES);
         let mut recent = RecentlyLearned::new(RELEARN_AFTER, RELEARN_MISSED_PAGES, RECENT_KEYS);
-        while !stop.load(Ordering::Relaxed) {
-            let Ok(done) = finished.recv_timeout(Duration::from_millis(100)) else { continue };
+        while let Ok(done) = finished.recv() {
+            if stop.is_stopped() {
+                break;
+            }
             let key = LaunchKey::new(done.exe, &done.shape);
             let now = Instant::now();
             let missed = missed_by_profile(&done, book.get(&key).as_deref());
@@ -221,16 +299,22 @@ fn missed_by_profile(done: &FinishedLaunch, replay: Option<&Replay>) -> u64 {
 const MARK_EVERY: Duration = Duration::from_secs(60);
 
 /// The use marker: marks the profiles `book` replayed used in the store
-/// (see the module docs), every [`MARK_EVERY`] and when stopped.
+/// (see the module docs), at most every [`MARK_EVERY`], and when stopped.
+/// It sleeps until nudged ([`Wakeup::nudge`] on [`Background::wakeup`]:
+/// the service nudges it after each replay), then waits out the rest of
+/// the [`MARK_EVERY`] since its last mark and marks: no replay, no
+/// wake-up.
 pub fn start_use_marker(config: LaunchSection, book: ReplayBook) -> std::io::Result<Background> {
-    Background::spawn("predictio-used", move |stop| {
+    Background::spawn("predictio-used", move |wakeup| {
         let mut last = Instant::now();
-        while !stop.load(Ordering::Relaxed) {
-            std::thread::sleep(Duration::from_millis(100));
-            if last.elapsed() >= MARK_EVERY {
-                mark_used(&config, &book);
-                last = Instant::now();
+        while !wakeup.wait(None, true) {
+            if wakeup.wait(Some(last + MARK_EVERY), false) {
+                break;
             }
+            // What this mark takes covers the replays nudged until now.
+            wakeup.take_nudge();
+            mark_used(&config, &book);
+            last = Instant::now();
         }
         mark_used(&config, &book);
     })

@@ -310,7 +310,10 @@ fn worker(shared: &Shared, realtime: bool) {
         if shared.stop.load(Ordering::SeqCst) {
             return;
         }
-        thread::park_timeout(Duration::from_millis(250));
+        // Until `submit` or the stop unparks it: an unpark that comes
+        // between the empty queue and here is kept for this park, so no job
+        // waits, and an idle worker never wakes.
+        thread::park();
     }
 }
 

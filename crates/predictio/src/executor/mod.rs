@@ -723,8 +723,8 @@ impl Drop for Executor {
 /// worker thread that drains it (the executor's worker, the stream thread).
 /// A producer that pushed wakes the worker only when it is parked or about
 /// to park; the worker says it is about to park before looking at the queue
-/// one last time, so no push is missed (and a park lasts 250 ms at most
-/// whatever happens).
+/// one last time, so no push is missed, and it parks without a timeout
+/// unless it has a deadline of its own: an idle worker never wakes.
 #[derive(Debug, Default)]
 pub(crate) struct Parking {
     sleeping: AtomicBool,
@@ -739,14 +739,18 @@ impl Parking {
         }
     }
 
-    /// In the worker, with nothing left to do: parks for at most 250 ms,
-    /// unless `ready` (work queued, or shutdown asked) says otherwise once
-    /// the worker has said it is parking.
-    pub(crate) fn park_unless(&self, ready: impl Fn() -> bool) {
+    /// In the worker, with nothing left to do: parks until woken, or for
+    /// `timeout` at most (a deadline of the worker's), unless `ready` (work
+    /// queued, or shutdown asked) says otherwise once the worker has said it
+    /// is parking.
+    pub(crate) fn park_unless(&self, timeout: Option<Duration>, ready: impl Fn() -> bool) {
         self.sleeping.store(true, Ordering::SeqCst);
         fence(Ordering::SeqCst);
         if !ready() {
-            thread::park_timeout(Duration::from_millis(250));
+            match timeout {
+                Some(timeout) => thread::park_timeout(timeout),
+                None => thread::park(),
+            }
         }
         self.sleeping.store(false, Ordering::SeqCst);
     }
@@ -824,7 +828,12 @@ fn worker_loop(shared: Arc<Shared>, engine: Arc<Mutex<Engine>>, gate: &meta::Exe
             continue;
         }
         drop(engine);
-        shared.parking.park_unless(|| !shared.queue.is_empty() || shared.stop.load(Ordering::SeqCst));
+        // The one deadline while idle: prefetched pages not hit yet expire
+        // into waste (`Engine::expire_hits`, swept once a second), so the
+        // worker looks again in a second while some are outstanding, and
+        // sleeps until woken when none are.
+        let expiring = (shared.accounting.outstanding_pages() > 0).then_some(Duration::from_secs(1));
+        shared.parking.park_unless(expiring, || !shared.queue.is_empty() || shared.stop.load(Ordering::SeqCst));
     }
 }
 

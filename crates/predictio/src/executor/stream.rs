@@ -148,7 +148,7 @@ fn stream_loop(shared: &Shared) {
         if shared.stop.load(Ordering::SeqCst) {
             break;
         }
-        shared.parking.park_unless(|| !shared.queue.is_empty() || shared.stop.load(Ordering::SeqCst));
+        shared.parking.park_unless(None, || !shared.queue.is_empty() || shared.stop.load(Ordering::SeqCst));
     }
 }
 

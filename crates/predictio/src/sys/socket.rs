@@ -244,6 +244,22 @@ pub fn poll_readable(fd: BorrowedFd<'_>, timeout: Option<Duration>) -> io::Resul
     }
 }
 
+/// Waits until one of `fds` is readable (or hung up, or in error: a read
+/// would not block) or `timeout` passes (`None`: forever), and says which
+/// are: all false on timeout or an interrupting signal. One wait on a
+/// thread's real source and its stop descriptor together, so that neither
+/// needs a timeout to be noticed.
+pub fn poll_readable_any<const N: usize>(fds: [BorrowedFd<'_>; N], timeout: Option<Duration>) -> io::Result<[bool; N]> {
+    use rustix::event::{PollFd, PollFlags, Timespec};
+    let mut polled = fds.map(|fd| PollFd::from_borrowed_fd(fd, PollFlags::IN));
+    let timeout = timeout.and_then(|t| Timespec::try_from(t).ok());
+    match rustix::event::poll(&mut polled, timeout.as_ref()) {
+        Ok(_) => Ok(polled.map(|p| !p.revents().is_empty())),
+        Err(Errno::INTR) => Ok([false; N]),
+        Err(err) => Err(err.into()),
+    }
+}
+
 /// How a received descriptor may be used.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Access {
@@ -442,6 +458,29 @@ mod tests {
         tx.send(b"x").expect("send");
         assert!(poll_readable(rx.as_fd(), Some(Duration::from_secs(5))).expect("poll"));
         assert!(poll_readable(rx.as_fd(), None).expect("poll forever returns at once"));
+    }
+
+    /// A thread blocked on its source and its stop descriptor wakes for
+    /// either, says which, and the closed end of a stop pair stays
+    /// readable (a stop is not missed by whoever looks later).
+    #[test]
+    fn poll_any_wakes_for_the_source_or_the_stop() {
+        let (rx, tx) = pair();
+        let (stop_rx, stop_tx) = std::os::unix::net::UnixStream::pair().expect("pair");
+        let none = poll_readable_any([rx.as_fd(), stop_rx.as_fd()], Some(Duration::from_millis(20))).expect("poll");
+        assert_eq!(none, [false, false]);
+        tx.send(b"x").expect("send");
+        assert_eq!(poll_readable_any([rx.as_fd(), stop_rx.as_fd()], None).expect("poll"), [true, false]);
+        let waiter = std::thread::spawn(move || {
+            let start = std::time::Instant::now();
+            let ready = poll_readable_any([stop_rx.as_fd()], None).expect("poll");
+            (ready, start.elapsed())
+        });
+        std::thread::sleep(Duration::from_millis(50));
+        drop(stop_tx);
+        let (ready, waited) = waiter.join().expect("the waiter");
+        assert_eq!(ready, [true]);
+        assert!(waited >= Duration::from_millis(40), "it waited for the stop: {waited:?}");
     }
 
     #[test]
