@@ -178,6 +178,15 @@ impl FanotifyObserver {
     }
 }
 
+/// The group's descriptor, for a consumer that waits on it together with
+/// descriptors of its own (a stop signal): readable while events are
+/// queued, every event waking a wait on it.
+impl AsFd for FanotifyObserver {
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.group.as_fd()
+    }
+}
+
 /// The event a fanotify record reports, if any (counted in `stats`).
 fn to_event(record: sys::FanotifyRecord, own_pid: u32, time_ns: u64, stats: &mut FanotifyStats) -> Option<Event> {
     if record.mask & libc::FAN_Q_OVERFLOW != 0 {

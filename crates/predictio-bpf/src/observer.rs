@@ -347,6 +347,17 @@ impl Observer {
     }
 }
 
+/// The ring buffer's descriptor, for a consumer that waits on it together
+/// with descriptors of its own (a stop signal) instead of in
+/// [`Observer::poll`]: `poll(2)` finds it readable at once while records
+/// are unread, and a wait on it is woken as `poll`'s is (a record past the
+/// wake-up threshold, an exec), not by the records submitted in between.
+impl AsFd for Observer {
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.ring.as_fd()
+    }
+}
+
 fn validate(config: &ObserverConfig) -> Result<(), BpfError> {
     let page = 4096;
     if !config.ring_bytes.is_power_of_two() || config.ring_bytes < page {

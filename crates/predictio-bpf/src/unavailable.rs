@@ -85,3 +85,10 @@ impl Observer {
         match self.never {}
     }
 }
+
+/// The ring buffer's descriptor (none in this build).
+impl std::os::fd::AsFd for Observer {
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        match self.never {}
+    }
+}
