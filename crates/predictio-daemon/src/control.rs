@@ -13,11 +13,10 @@ use std::io::{self, BufRead, BufReader, Read, Write};
 use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use super::Stopper;
 use super::status::Status;
 
 /// Errors of the control socket, serving or asking.
@@ -89,7 +88,7 @@ pub struct ControlServer {
     path: PathBuf,
     /// The bound socket's identity, so that only it is removed.
     bound: (u64, u64),
-    stop: Arc<AtomicBool>,
+    stop: Stopper,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -136,17 +135,18 @@ impl ControlServer {
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(bind)?;
         let meta = std::fs::symlink_metadata(path).map_err(bind)?;
         listener.set_nonblocking(true).map_err(bind)?;
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = Arc::clone(&stop);
+        let (stop, stopped) = Stopper::new().map_err(ControlError::Thread)?;
         let thread = std::thread::Builder::new().name("predictio-control".into()).spawn(move || {
-            while !flag.load(Ordering::Relaxed) {
+            // Asleep in poll(2) until a client connects or the server is
+            // dropped: an idle control socket costs no wake-up.
+            while !super::wait_for_connection(&listener, &stopped) {
                 match listener.accept() {
                     Ok((stream, _)) => {
                         if let Err(err) = answer(stream, &status) {
                             tracing::debug!(%err, "control request failed");
                         }
                     }
-                    Err(err) if err.kind() == std::io::ErrorKind::WouldBlock => super::wait_for_connection(&listener),
+                    Err(err) if err.kind() == std::io::ErrorKind::WouldBlock => {}
                     Err(err) => {
                         tracing::warn!(%err, "control socket accept failed");
                         std::thread::sleep(Duration::from_millis(200));
@@ -161,7 +161,7 @@ impl ControlServer {
 
 impl Drop for ControlServer {
     fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
+        self.stop.stop();
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }

@@ -33,9 +33,38 @@ pub mod service;
 pub mod sources;
 pub mod status;
 
-/// Waits until `listener` has a connection to accept, or 200 ms (so that an
-/// accept loop sees its stop flag): an idle server sleeps in `poll(2)`
-/// rather than waking every few milliseconds.
-fn wait_for_connection(listener: impl std::os::fd::AsFd) {
-    let _ = predictio::os::poll_readable(listener.as_fd(), Some(std::time::Duration::from_millis(200)));
+/// The stop signal of one of the daemon's threads, as a descriptor the
+/// thread waits on together with its real source
+/// ([`predictio::os::poll_readable_any`]): the thread holds the other end
+/// of a socket pair, which becomes readable for good once this end is
+/// closed ([`Stopper::stop`], or dropping it). No thread needs a timeout to
+/// notice a stop, and none that looks late misses it.
+#[derive(Debug)]
+struct Stopper(Option<std::os::unix::net::UnixStream>);
+
+impl Stopper {
+    /// A stop signal, and the end its thread waits on.
+    fn new() -> std::io::Result<(Self, std::os::unix::net::UnixStream)> {
+        let (signal, wait) = std::os::unix::net::UnixStream::pair()?;
+        Ok((Self(Some(signal)), wait))
+    }
+
+    /// Signals the stop (idempotent).
+    fn stop(&mut self) {
+        self.0 = None;
+    }
+}
+
+/// Waits until `listener` has a connection to accept or `stop` is
+/// signalled; true once stopped. An idle server sleeps in `poll(2)` and
+/// wakes for nothing else.
+fn wait_for_connection(listener: impl std::os::fd::AsFd, stop: impl std::os::fd::AsFd) -> bool {
+    match predictio::os::poll_readable_any([listener.as_fd(), stop.as_fd()], None) {
+        Ok([_, stopped]) => stopped,
+        // Not expected (EBADF, ENOMEM): do not spin on it.
+        Err(_) => {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            false
+        }
+    }
 }

@@ -13,7 +13,7 @@
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -120,7 +120,7 @@ struct ConnCounters {
 
 /// Serves `GET /metrics` until dropped.
 pub struct MetricsServer {
-    stop: Arc<AtomicBool>,
+    stop: super::Stopper,
     thread: Option<JoinHandle<()>>,
     counters: Arc<ConnCounters>,
     /// The address actually bound.
@@ -134,20 +134,21 @@ impl MetricsServer {
         let listener = TcpListener::bind(listen).map_err(bind)?;
         let addr = listener.local_addr().map_err(bind)?;
         listener.set_nonblocking(true).map_err(bind)?;
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = Arc::clone(&stop);
+        let (stop, stopped) = super::Stopper::new().map_err(MetricsError::Thread)?;
         let counters = Arc::new(ConnCounters::default());
         let shared = Arc::clone(&counters);
         // Connection threads render one at a time; rendering is quick.
         let status = Arc::new(Mutex::new(status));
         let thread = std::thread::Builder::new().name("predictio-metrics".into()).spawn(move || {
-            while !flag.load(Ordering::Relaxed) {
+            // Asleep in poll(2) until a client connects or the server is
+            // dropped.
+            while !super::wait_for_connection(&listener, &stopped) {
                 match listener.accept() {
                     Ok((stream, _)) => {
                         shared.connections.fetch_add(1, Ordering::Relaxed);
                         dispatch(stream, &shared, &status);
                     }
-                    Err(err) if err.kind() == std::io::ErrorKind::WouldBlock => super::wait_for_connection(&listener),
+                    Err(err) if err.kind() == std::io::ErrorKind::WouldBlock => {}
                     Err(_) => std::thread::sleep(Duration::from_millis(200)),
                 }
             }
@@ -173,7 +174,7 @@ impl MetricsServer {
 
 impl Drop for MetricsServer {
     fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
+        self.stop.stop();
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }

@@ -1,6 +1,7 @@
 //! The service: everything `predictio daemon` runs, wired together.
 
 use std::io;
+use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -73,7 +74,12 @@ pub enum ServiceError {
 /// `exit_after` has passed (tests, demos): the executor, the policies (the
 /// launch service among them), the event sources (the hint socket bound),
 /// the stored launch profiles, the control socket and the metrics
-/// endpoint, in that order; it stops the sources on the way out. The
+/// endpoint, in that order; it stops the sources on the way out. While
+/// nothing happens every thread sleeps, each woken only by its source (a
+/// socket, a channel, the eBPF ring, a queue) or its stop, none by a timer
+/// (timeouts are kept for real deadlines: `exit_after`, the sweep of gone
+/// hint clients, the expiry of unhit prefetches, the marking of replayed
+/// profiles a minute after a replay). The
 /// configuration is validated first ([`Config::validate`]) and its warnings
 /// ([`Config::warnings`]) logged; then every directory it will use is
 /// checked (created if missing: the sockets' 0755, the store's 0700) and
@@ -89,9 +95,14 @@ pub fn run(config: &Config, exit_after: Option<Duration>) -> Result<(), ServiceE
     // policies all take their fallbacks from here on.
     AssumedMissing::apply(&config.observe.assume_missing);
     let stop = Arc::new(AtomicBool::new(false));
+    // SIGTERM and SIGINT write to a socket pair the main thread sleeps on.
+    let (signalled, signal_end) = std::os::unix::net::UnixStream::pair().map_err(ServiceError::Signals)?;
+    let mut handlers = Vec::new();
     for signal in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
-        signal_hook::flag::register(signal, Arc::clone(&stop)).map_err(ServiceError::Signals)?;
+        let end = signal_end.try_clone().map_err(ServiceError::Signals)?;
+        handlers.push(signal_hook::low_level::pipe::register(signal, end).map_err(ServiceError::Signals)?);
     }
+    drop(signal_end);
 
     let launch = config.launch.learn || config.launch.replay;
     let dirs = [
@@ -130,10 +141,13 @@ pub fn run(config: &Config, exit_after: Option<Duration>) -> Result<(), ServiceE
         // Learning alone (`replay = false`) books nothing: the learner
         // puts replays in the book only when replaying, and so does this.
         if config.launch.replay {
-            let marker = crate::launch::start_use_marker(config.launch.clone(), booked.clone());
-            _marker = Some(marker.map_err(|source| ServiceError::LaunchThread { what: "use marker", source })?);
+            let marker = crate::launch::start_use_marker(config.launch.clone(), booked.clone())
+                .map_err(|source| ServiceError::LaunchThread { what: "use marker", source })?;
+            // The marker sleeps until a replay ran.
+            let wakeup = Arc::clone(marker.wakeup());
+            _marker = Some(marker);
             let sink: Arc<dyn predictio::executor::RequestSink> = executor.clone();
-            let replayer = crate::launch::replay::start_replayer(sink, job_rx);
+            let replayer = crate::launch::replay::start_replayer_with(sink, job_rx, move || wakeup.nudge());
             _replayer = Some(replayer.map_err(|source| ServiceError::LaunchThread { what: "replayer", source })?);
             book = Some(booked.clone());
         }
@@ -221,9 +235,25 @@ pub fn run(config: &Config, exit_after: Option<Duration>) -> Result<(), ServiceE
     }
     // Sockets bound, sources started: what is ordered after us may start.
     crate::notify::ready();
+    // Asleep until a signal comes (or `exit_after` passes): the main thread
+    // has nothing else to do, and no other thread wakes on a timer either.
     let deadline = exit_after.map(|d| started + d);
-    while !stop.load(Ordering::Relaxed) && deadline.is_none_or(|d| Instant::now() < d) {
-        std::thread::sleep(Duration::from_millis(100));
+    loop {
+        let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+        if left.is_some_and(|left| left.is_zero()) {
+            break;
+        }
+        match predictio::os::poll_readable(signalled.as_fd(), left) {
+            Ok(true) => break,
+            Ok(false) => {}
+            Err(err) => {
+                tracing::warn!(%err, "waiting for a signal");
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+    }
+    for handler in handlers {
+        signal_hook::low_level::unregister(handler);
     }
     stop.store(true, Ordering::Relaxed);
     crate::notify::stopping();

@@ -17,6 +17,7 @@
 //! error). The check's own events never reach the policies.
 
 use std::io;
+use std::os::fd::{AsFd, BorrowedFd};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -30,6 +31,7 @@ use predictio_bpf::perf::{PerfConfig, PerfError, PerfObserver};
 use predictio_bpf::self_check::{self, Outcome, ProbeSpec, Refusal};
 use predictio_bpf::{BpfError, FollowAllLookups, Observer, ObserverConfig, ObserverStats};
 
+use crate::Stopper;
 use crate::config::{AssumedMissing, Config, SourceChoice};
 
 /// Why a source could not start.
@@ -89,10 +91,12 @@ pub enum EbpfUnavailable {
     NoBtf,
 }
 
-/// The hint server on its own thread.
+/// The hint server on its own thread, asleep until a datagram comes or it
+/// is stopped ([`HintServer::recv_until`]).
 pub struct HintSource {
     stats: Arc<Mutex<HintStats>>,
     stop: Arc<AtomicBool>,
+    stopper: Stopper,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -107,6 +111,8 @@ impl HintSource {
         let mut server = HintServer::bind(config).map_err(|source| SourcesError::HintSocket { path, source })?;
         let stats = Arc::new(Mutex::new(server.stats()));
         let stop = Arc::new(AtomicBool::new(false));
+        let thread_error = |source| SourcesError::Thread { name: "predictio-hints", source };
+        let (stopper, stopped) = Stopper::new().map_err(thread_error)?;
         let (shared, flag) = (Arc::clone(&stats), Arc::clone(&stop));
         let thread = std::thread::Builder::new().name("predictio-hints".into()).spawn(move || {
             let mut forward = |hint: predictio::hints::Hint| {
@@ -114,7 +120,7 @@ impl HintSource {
                 sender.send_hint(hint);
             };
             while !flag.load(Ordering::Relaxed) {
-                if let Err(err) = server.recv(Some(Duration::from_millis(50)), &mut forward) {
+                if let Err(err) = server.recv_until(stopped.as_fd(), &mut forward) {
                     tracing::warn!(%err, "hint socket");
                     std::thread::sleep(Duration::from_millis(100));
                 }
@@ -131,8 +137,8 @@ impl HintSource {
             }
             *shared.lock().unwrap_or_else(|e| e.into_inner()) = server.stats();
         });
-        let thread = thread.map_err(|source| SourcesError::Thread { name: "predictio-hints", source })?;
-        Ok(Self { stats, stop, thread: Some(thread) })
+        let thread = thread.map_err(thread_error)?;
+        Ok(Self { stats, stop, stopper, thread: Some(thread) })
     }
 
     /// A server for one `predictio run`: a private socket, no rate limits
@@ -151,6 +157,7 @@ impl HintSource {
 
     fn stop_and_join(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
+        self.stopper.stop();
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
@@ -243,18 +250,20 @@ pub fn load_observer_without(
     Ok(Observer::load(config)?)
 }
 
-/// How often the observer thread publishes its counters (`stat`, metrics).
+/// How often, at most, the observer thread publishes its counters (`stat`,
+/// metrics) while events flow; it publishes again when they stop, and
+/// never while nothing happens.
 const STATS_EVERY: Duration = Duration::from_millis(200);
 
-/// The observer thread's poll timeout. While events flow it is the
+/// The observer thread's poll timeout while events flow. It starts at the
 /// configured `poll_ms`, the bound on how long an event waits; while few
-/// arrive it doubles, up to [`QUIET_POLL`], so that a quiet machine's
-/// trickle (evictions by the kernel's reclaim, a few faults) does not wake
-/// the daemon every 2 ms: that cost the idle daemon ~2 % of a core here in
-/// context switches. Exec records wake the observer at once whatever the
-/// timeout (launch replay starts on them), and so does a backlog over the
-/// ring's wake-up threshold; a burst is back at the short timeout after
-/// its first poll.
+/// arrive it doubles, up to [`QUIET_POLL`], so that a trickle (evictions by
+/// the kernel's reclaim, a few faults) does not wake the daemon every
+/// 2 ms. A poll that delivers nothing ends the timed polling: the thread
+/// then sleeps without a timeout until the source wakes it (an exec record,
+/// a backlog over the eBPF ring's wake-up threshold, any fanotify event) or
+/// it is stopped ([`Kernel::rest`]), and starts again at the short timeout
+/// ([`PollPace::rested`]).
 #[derive(Debug)]
 struct PollPace {
     base: Duration,
@@ -263,6 +272,8 @@ struct PollPace {
 
 /// The longest the observer waits while few events arrive.
 const QUIET_POLL: Duration = Duration::from_millis(16);
+/// The perf observer's poll timeout once quiet ([`Kernel::rest`]).
+const PERF_QUIET_POLL: Duration = Duration::from_millis(250);
 /// A poll delivering fewer events than this lengthens the next wait,
 const FEW_EVENTS: usize = 16;
 /// and one delivering at least this many goes back to the short one.
@@ -275,6 +286,11 @@ impl PollPace {
 
     fn timeout(&self) -> Duration {
         self.current
+    }
+
+    /// After a sleep ended by the source: a burst (a launch) is starting.
+    fn rested(&mut self) {
+        self.current = self.base;
     }
 
     fn delivered(&mut self, events: usize) {
@@ -309,6 +325,23 @@ impl Kernel {
             Kernel::Perf(o) => o.poll(timeout, on_event).map_err(|e| e.to_string()),
             Kernel::Fanotify(o) => o.poll(timeout, on_event).map_err(|e| e.to_string()),
         }
+    }
+
+    /// After a poll that delivered nothing: sleeps until the source has
+    /// something to say or `stop` is readable, without a timeout, and
+    /// returns the events delivered meanwhile (none but perf's). Records
+    /// submitted to the eBPF ring without a wake-up (under its threshold)
+    /// do not end the sleep: they wait for the next exec or for the
+    /// threshold, and are delivered then in one batch. The perf observer's
+    /// rings are not the caller's to wait on: it polls them for
+    /// [`PERF_QUIET_POLL`], which bounds how long its stop takes.
+    fn rest(&mut self, stop: BorrowedFd<'_>, on_event: &mut impl FnMut(predictio::Event)) -> Result<usize, String> {
+        let source = match self {
+            Kernel::Ebpf(o) => AsFd::as_fd(&**o),
+            Kernel::Fanotify(o) => AsFd::as_fd(&*o),
+            Kernel::Perf(o) => return o.poll(PERF_QUIET_POLL, on_event).map_err(|e| e.to_string()),
+        };
+        predictio::os::poll_readable_any([source, stop], None).map(drop).map(|()| 0).map_err(|e| e.to_string())
     }
 
     fn stats_json(&self) -> serde_json::Value {
@@ -497,6 +530,7 @@ pub struct Sources {
     source: &'static str,
     note: Option<String>,
     stop: Arc<AtomicBool>,
+    stopper: Stopper,
 }
 
 impl Sources {
@@ -525,6 +559,8 @@ impl Sources {
             tracing::warn!("{note}");
         }
         let (mut source, mut observer_thread) = ("none", None);
+        let thread_error = |source| SourcesError::Thread { name: "predictio-observe", source };
+        let (stopper, stopped) = Stopper::new().map_err(thread_error)?;
         if let Some(mut kernel) = kernel {
             source = kernel.name();
             let mut pace = PollPace::new(Duration::from_millis(config.observe.poll_ms.max(1)));
@@ -535,34 +571,51 @@ impl Sources {
                         sender.send(event, None);
                     }
                 };
-                // The counters for `stat` and metrics, refreshed a few
-                // times a second: reading the kernel's per-CPU loss
-                // counters and building them after every poll (every
-                // 2 ms by default) cost the idle daemon ~3 % of a core.
+                // The counters for `stat` and metrics: at most every
+                // STATS_EVERY while events flow (reading the kernel's
+                // per-CPU loss counters after every poll, every 2 ms, cost
+                // ~3 % of a core), once more when they stop, and not at
+                // all while nothing happens.
                 let publish = |kernel: &Kernel| {
                     *shared.lock().unwrap_or_else(|e| e.into_inner()) = kernel.stats_json();
                 };
                 let mut published = Instant::now();
+                let mut unpublished = false;
                 publish(&kernel);
                 while !flag.load(Ordering::Relaxed) {
-                    match kernel.poll(pace.timeout(), &mut forward) {
-                        Ok(delivered) => pace.delivered(delivered),
+                    let polled = match kernel.poll(pace.timeout(), &mut forward) {
+                        Ok(0) => {
+                            if unpublished {
+                                publish(&kernel);
+                                (published, unpublished) = (Instant::now(), false);
+                            }
+                            pace.rested();
+                            kernel.rest(stopped.as_fd(), &mut forward)
+                        }
+                        Ok(delivered) => {
+                            pace.delivered(delivered);
+                            Ok(delivered)
+                        }
+                        Err(err) => Err(err),
+                    };
+                    match polled {
+                        Ok(0) => {}
+                        Ok(_) => unpublished = true,
                         Err(err) => {
                             tracing::warn!(%err, "observation");
                             std::thread::sleep(Duration::from_millis(100));
                         }
                     }
-                    if published.elapsed() >= STATS_EVERY {
+                    if unpublished && published.elapsed() >= STATS_EVERY {
                         publish(&kernel);
-                        published = Instant::now();
+                        (published, unpublished) = (Instant::now(), false);
                     }
                 }
                 publish(&kernel);
             });
-            observer_thread =
-                Some(thread.map_err(|source| SourcesError::Thread { name: "predictio-observe", source })?);
+            observer_thread = Some(thread.map_err(thread_error)?);
         }
-        Ok(Self { hints, observer_stats, observer_thread, source, note, stop })
+        Ok(Self { hints, observer_stats, observer_thread, source, note, stop, stopper })
     }
 
     /// "ebpf", "perf", "fanotify" or "none".
@@ -585,9 +638,11 @@ impl Sources {
         self.observer_stats.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
-    /// Stops every source thread.
+    /// Stops every source thread: raises the stop flag and wakes each
+    /// thread from its wait (none waits on a timer).
     pub fn stop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
+        self.stopper.stop();
         if let Some(t) = self.observer_thread.take() {
             let _ = t.join();
         }

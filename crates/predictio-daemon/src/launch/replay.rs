@@ -17,7 +17,7 @@ use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::sync::mpsc::Receiver;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -51,6 +51,7 @@ pub fn plan_replay(profile: &Profile, walk: &WalkLimits, pacing: &ReplayPacing) 
     };
     let mut replay = Replay {
         exe: profile.exe.path.clone(),
+        learned_s: profile.last_used_s,
         wave_pages: walk.wave_pages,
         span_ms: window.max(latest),
         ..Replay::default()
@@ -243,7 +244,10 @@ fn open_dirs(replay: &Replay, counts: &mut ReplayCounts) -> (Vec<MetaLookup>, Ve
 /// The launch service's replay thread (see the module docs): runs the jobs
 /// the `launch` policy hands it, in order, at the daemon's own priority (a
 /// replay is worth only what it fetches before the program needs it).
-/// Stopped and joined when dropped, or once every sender is gone.
+/// It sleeps on the channel, with no timeout, and ends once every sender
+/// is gone; drop the senders first (the `launch` policy, with the pipeline
+/// or runtime holding it): dropping the replayer joins the thread once
+/// they are, and leaves it to end with them (after [`JOIN_WAIT`]) if not.
 pub struct Replayer {
     thread: Option<JoinHandle<()>>,
     stop: Arc<AtomicBool>,
@@ -267,28 +271,49 @@ impl Replayer {
     }
 }
 
+/// How long dropping a [`Replayer`] whose senders are still alive waits for
+/// them to go before leaving its thread to end with them.
+pub const JOIN_WAIT: Duration = Duration::from_secs(2);
+
 impl Drop for Replayer {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
+        let Some(thread) = self.thread.take() else { return };
+        let started = std::time::Instant::now();
+        while !thread.is_finished() && started.elapsed() < JOIN_WAIT {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        if thread.is_finished() {
+            let _ = thread.join();
+        } else {
+            tracing::debug!("the replayer's senders are still alive; its thread is not joined");
         }
     }
 }
 
 /// Starts the [`Replayer`]: the jobs of `jobs` go to `sink` (the executor).
 pub fn start_replayer(sink: Arc<dyn RequestSink>, jobs: Receiver<ReplayJob>) -> std::io::Result<Replayer> {
+    start_replayer_with(sink, jobs, || {})
+}
+
+/// [`start_replayer`], calling `after_job` after each job (the daemon
+/// nudges its use marker, which sleeps until a replay ran).
+pub fn start_replayer_with(
+    sink: Arc<dyn RequestSink>,
+    jobs: Receiver<ReplayJob>,
+    after_job: impl Fn() + Send + 'static,
+) -> std::io::Result<Replayer> {
     let stop = Arc::new(AtomicBool::new(false));
     let totals: Arc<[AtomicU64; 8]> = Arc::new(Default::default());
     let (flag, sums) = (Arc::clone(&stop), Arc::clone(&totals));
     let thread = std::thread::Builder::new().name("predictio-replay".into()).spawn(move || {
         let mut total = ReplayCounts::default();
-        while !flag.load(Ordering::Relaxed) {
-            let job = match jobs.recv_timeout(Duration::from_millis(100)) {
-                Ok(job) => job,
-                Err(RecvTimeoutError::Timeout) => continue,
-                Err(RecvTimeoutError::Disconnected) => break,
-            };
+        // Until every sender is gone; a job still queued at the stop is
+        // let go.
+        while let Ok(job) = jobs.recv() {
+            if flag.load(Ordering::Relaxed) {
+                break;
+            }
             let counts = run_job(&job, &*sink);
             tracing::debug!(exe = %job.replay.exe, part = ?job.part, ?counts, "replayed");
             total.add(&counts);
@@ -305,6 +330,7 @@ pub fn start_replayer(sink: Arc<dyn RequestSink>, jobs: Receiver<ReplayJob>) -> 
             for (sum, value) in sums.iter().zip(values) {
                 sum.store(value, Ordering::Relaxed);
             }
+            after_job();
         }
     })?;
     Ok(Replayer { thread: Some(thread), stop, totals })
