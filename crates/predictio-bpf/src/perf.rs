@@ -835,6 +835,14 @@ impl PerfObserver {
         Ok(self.drain(on_event))
     }
 
+    /// The descriptors of the rings still polled, for a consumer that waits
+    /// on them together with descriptors of its own (a stop signal) instead
+    /// of in [`PerfObserver::poll`]: such a wait is woken as `poll`'s is (an
+    /// exec, a ring past [`PerfConfig::wakeup_bytes`]).
+    pub fn ring_fds(&self) -> impl Iterator<Item = std::os::fd::BorrowedFd<'_>> {
+        self.rings.iter().filter(|r| !r.hung_up).map(|r| r.owner.as_fd())
+    }
+
     /// Counters since the observer opened.
     pub fn stats(&self) -> PerfStats {
         self.stats

@@ -272,8 +272,6 @@ struct PollPace {
 
 /// The longest the observer waits while few events arrive.
 const QUIET_POLL: Duration = Duration::from_millis(16);
-/// The perf observer's poll timeout once quiet ([`Kernel::rest`]).
-const PERF_QUIET_POLL: Duration = Duration::from_millis(250);
 /// A poll delivering fewer events than this lengthens the next wait,
 const FEW_EVENTS: usize = 16;
 /// and one delivering at least this many goes back to the short one.
@@ -328,20 +326,21 @@ impl Kernel {
     }
 
     /// After a poll that delivered nothing: sleeps until the source has
-    /// something to say or `stop` is readable, without a timeout, and
-    /// returns the events delivered meanwhile (none but perf's). Records
+    /// something to say or `stop` is readable, without a timeout. Records
     /// submitted to the eBPF ring without a wake-up (under its threshold)
     /// do not end the sleep: they wait for the next exec or for the
     /// threshold, and are delivered then in one batch. The perf observer's
-    /// rings are not the caller's to wait on: it polls them for
-    /// [`PERF_QUIET_POLL`], which bounds how long its stop takes.
-    fn rest(&mut self, stop: BorrowedFd<'_>, on_event: &mut impl FnMut(predictio::Event)) -> Result<usize, String> {
-        let source = match self {
-            Kernel::Ebpf(o) => AsFd::as_fd(&**o),
-            Kernel::Fanotify(o) => AsFd::as_fd(&*o),
-            Kernel::Perf(o) => return o.poll(PERF_QUIET_POLL, on_event).map_err(|e| e.to_string()),
+    /// per-CPU rings behave the same.
+    fn rest(&mut self, stop: BorrowedFd<'_>) -> Result<(), String> {
+        let waited = match self {
+            Kernel::Ebpf(o) => predictio::os::poll_readable_any([AsFd::as_fd(&**o), stop], None).map(drop),
+            Kernel::Fanotify(o) => predictio::os::poll_readable_any([AsFd::as_fd(&*o), stop], None).map(drop),
+            Kernel::Perf(o) => {
+                let fds: Vec<BorrowedFd<'_>> = std::iter::once(stop).chain(o.ring_fds()).collect();
+                predictio::os::poll_readable_list(&fds, None).map(drop)
+            }
         };
-        predictio::os::poll_readable_any([source, stop], None).map(drop).map(|()| 0).map_err(|e| e.to_string())
+        waited.map_err(|e| e.to_string())
     }
 
     fn stats_json(&self) -> serde_json::Value {
@@ -590,7 +589,7 @@ impl Sources {
                                 (published, unpublished) = (Instant::now(), false);
                             }
                             pace.rested();
-                            kernel.rest(stopped.as_fd(), &mut forward)
+                            kernel.rest(stopped.as_fd()).map(|()| 0)
                         }
                         Ok(delivered) => {
                             pace.delivered(delivered);

@@ -45,7 +45,7 @@ pub mod testing;
 /// priorities, readiness). Everything else at the syscall edge stays
 /// private to the core.
 pub mod os {
-    pub use crate::sys::socket::{poll_readable, poll_readable_any};
+    pub use crate::sys::socket::{poll_readable, poll_readable_any, poll_readable_list};
     pub use crate::sys::{
         Advice, CacheStat, FileMapping, IoPriority, NewerCall, assume_missing, assumed_missing, cachestat, fadvise,
         file_mappings, page_size, set_thread_nice, thread_io_priority,

@@ -260,6 +260,19 @@ pub fn poll_readable_any<const N: usize>(fds: [BorrowedFd<'_>; N], timeout: Opti
     }
 }
 
+/// [`poll_readable_any`] over a list whose length is known only at run
+/// time (one descriptor per CPU, and a stop).
+pub fn poll_readable_list(fds: &[BorrowedFd<'_>], timeout: Option<Duration>) -> io::Result<Vec<bool>> {
+    use rustix::event::{PollFd, PollFlags, Timespec};
+    let mut polled: Vec<PollFd<'_>> = fds.iter().map(|fd| PollFd::from_borrowed_fd(*fd, PollFlags::IN)).collect();
+    let timeout = timeout.and_then(|t| Timespec::try_from(t).ok());
+    match rustix::event::poll(&mut polled, timeout.as_ref()) {
+        Ok(_) => Ok(polled.iter().map(|p| !p.revents().is_empty()).collect()),
+        Err(Errno::INTR) => Ok(vec![false; fds.len()]),
+        Err(err) => Err(err.into()),
+    }
+}
+
 /// How a received descriptor may be used.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Access {
@@ -471,6 +484,7 @@ mod tests {
         assert_eq!(none, [false, false]);
         tx.send(b"x").expect("send");
         assert_eq!(poll_readable_any([rx.as_fd(), stop_rx.as_fd()], None).expect("poll"), [true, false]);
+        assert_eq!(poll_readable_list(&[stop_rx.as_fd(), rx.as_fd()], None).expect("poll"), [false, true]);
         let waiter = std::thread::spawn(move || {
             let start = std::time::Instant::now();
             let ready = poll_readable_any([stop_rx.as_fd()], None).expect("poll");
