@@ -60,8 +60,9 @@ impl Setup {
         Ok(Setup { me, home, config })
     }
 
-    fn start(&self) -> Result<Daemon, BenchError> {
-        Daemon::start(&self.me, &self.config, &self.home.join("control.sock"), &self.home.join("daemon.log"))
+    /// Starts the daemon, its log in `log` (under the bench's directory).
+    fn start(&self, log: &str) -> Result<Daemon, BenchError> {
+        Daemon::start(&self.me, &self.config, &self.home.join("control.sock"), &self.home.join(log))
     }
 
     /// Bytes the running daemon's executor issued so far (0 if `stat`
@@ -96,7 +97,7 @@ impl Setup {
 fn measure(h: &Harness, setup: &Setup, prog: &Program, pairs: usize) -> Result<Case, BenchError> {
     let argv = &prog.argv;
     h.say(format!("{}: the daemon learns {TRAIN_RUNS} cold launches", prog.name));
-    let daemon = setup.start()?;
+    let daemon = setup.start("training.log")?;
     for _ in 0..TRAIN_RUNS {
         h.make_cold(&[])?;
         settle();
@@ -115,7 +116,7 @@ fn measure(h: &Harness, setup: &Setup, prog: &Program, pairs: usize) -> Result<C
     for pair in 0..pairs {
         for k in 0..2 {
             let side = (k + pair) % 2;
-            let daemon = if side == 1 { Some(setup.start()?) } else { None };
+            let daemon = if side == 1 { Some(setup.start("daemon.log")?) } else { None };
             let before = daemon.as_ref().map_or(0, |_| setup.issued_bytes());
             resident = resident.max(h.make_cold(&[])?);
             settle();

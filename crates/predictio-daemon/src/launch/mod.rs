@@ -211,8 +211,13 @@ pub fn start_learner(
             }
             let key = LaunchKey::new(done.exe, &done.shape);
             let now = Instant::now();
-            let missed = missed_by_profile(&done, book.get(&key).as_deref());
-            if !recent.worth_learning(&key, missed, now) {
+            let replay = book.get(&key);
+            let missed = missed_by_profile(&done, replay.as_deref());
+            // Known from the store after a restart, when this thread has
+            // not stored it itself.
+            let age =
+                replay.map(|r| Duration::from_secs(predictio::launch::profile::now_s().saturating_sub(r.learned_s)));
+            if !recent.worth_learning(&key, missed, now, age) {
                 tracing::debug!(exe = %done.exe, missed, "launch served from the cache: not learned again yet");
                 continue;
             }
@@ -256,10 +261,12 @@ impl RecentlyLearned {
     }
 
     /// Whether a launch of `key` that missed `missed` pages is worth
-    /// learning at `now`.
-    pub fn worth_learning(&self, key: &LaunchKey, missed: u64, now: Instant) -> bool {
-        missed >= self.missed_pages
-            || self.stored.get(key).is_none_or(|at| now.saturating_duration_since(*at) >= self.after)
+    /// learning at `now`. `stored_ago`: how long ago the profile was stored
+    /// or used, as the store says (its replay's [`Replay::learned_s`]), for
+    /// profiles this learner has not stored since it started.
+    pub fn worth_learning(&self, key: &LaunchKey, missed: u64, now: Instant, stored_ago: Option<Duration>) -> bool {
+        let ago = self.stored.get(key).map(|at| now.saturating_duration_since(*at)).or(stored_ago);
+        missed >= self.missed_pages || ago.is_none_or(|ago| ago >= self.after)
     }
 
     /// Notes that `key`'s profile was written at `now`.
@@ -493,14 +500,22 @@ mod tests {
     fn a_launch_served_from_the_cache_is_not_learned_again_soon_after() {
         let t0 = Instant::now();
         let mut recent = RecentlyLearned::new(Duration::from_secs(600), 256, 16);
-        assert!(recent.worth_learning(&key(1), 0, t0), "never stored: learned, warm or not");
+        assert!(recent.worth_learning(&key(1), 0, t0, None), "never stored: learned, warm or not");
         recent.stored(key(1), t0);
         let soon = t0 + Duration::from_secs(5);
-        assert!(!recent.worth_learning(&key(1), 0, soon), "warm, stored 5 s ago");
-        assert!(!recent.worth_learning(&key(1), 255, soon));
-        assert!(recent.worth_learning(&key(1), 256, soon), "it read 1 MiB itself: something its profile lacks");
-        assert!(recent.worth_learning(&key(2), 0, soon), "another program");
-        assert!(recent.worth_learning(&key(1), 0, t0 + Duration::from_secs(600)), "stored long enough ago");
+        assert!(!recent.worth_learning(&key(1), 0, soon, None), "warm, stored 5 s ago");
+        assert!(!recent.worth_learning(&key(1), 255, soon, None));
+        assert!(recent.worth_learning(&key(1), 256, soon, None), "it read 1 MiB itself: something its profile lacks");
+        assert!(recent.worth_learning(&key(2), 0, soon, None), "another program");
+        assert!(recent.worth_learning(&key(1), 0, t0 + Duration::from_secs(600), None), "stored long enough ago");
+
+        // After a restart, what the store says: a profile stored a minute
+        // ago is not learned again from a warm launch, one stored an hour
+        // ago is.
+        let restarted = RecentlyLearned::new(Duration::from_secs(600), 256, 16);
+        assert!(!restarted.worth_learning(&key(1), 0, t0, Some(Duration::from_secs(60))));
+        assert!(restarted.worth_learning(&key(1), 300, t0, Some(Duration::from_secs(60))), "it missed 1 MiB+");
+        assert!(restarted.worth_learning(&key(1), 0, t0, Some(Duration::from_secs(3600))));
     }
 
     #[test]
@@ -512,12 +527,12 @@ mod tests {
         recent.stored(key(3), t0 + Duration::from_secs(2));
         assert_eq!(recent.stored.len(), 2);
         let now = t0 + Duration::from_secs(3);
-        assert!(recent.worth_learning(&key(1), 0, now), "the oldest was forgotten");
-        assert!(!recent.worth_learning(&key(2), 0, now));
-        assert!(!recent.worth_learning(&key(3), 0, now));
+        assert!(recent.worth_learning(&key(1), 0, now, None), "the oldest was forgotten");
+        assert!(!recent.worth_learning(&key(2), 0, now, None));
+        assert!(!recent.worth_learning(&key(3), 0, now, None));
         // Expired ones go before a recent one has to.
         recent.stored(key(4), t0 + Duration::from_secs(700));
-        assert!(!recent.worth_learning(&key(4), 0, t0 + Duration::from_secs(701)));
-        assert!(recent.worth_learning(&key(2), 0, t0 + Duration::from_secs(701)));
+        assert!(!recent.worth_learning(&key(4), 0, t0 + Duration::from_secs(701), None));
+        assert!(recent.worth_learning(&key(2), 0, t0 + Duration::from_secs(701), None));
     }
 }

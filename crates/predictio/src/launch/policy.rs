@@ -84,6 +84,9 @@ pub struct Replay {
     /// The pacing window its requests ask for
     /// ([`crate::launch::ReplayPacing::window_pages`] of its pages).
     pub window_pages: u64,
+    /// When its profile was last learned or used, UNIX seconds (0: not
+    /// known): a daemon that restarts knows from it what it learned lately.
+    pub learned_s: u64,
 }
 
 /// Which files of a [`Replay`] a [`ReplayJob`] replays.
