@@ -15,7 +15,7 @@ use predictio::Event;
 use crate::hooks::{self, Attach, HOOKS, Hook, MissingHook};
 use crate::record::consts::{
     PIO_LOST_FOLLOWS, PIO_LOST_RECORDS, PIO_MAX_DEVICES, PIO_RECORD_SIZE, PIO_SETTING_FOLLOW_ALL,
-    PIO_SETTING_LOOKUPS_ALL, PIO_SETTING_LOOKUPS_LAUNCHES, PIO_SETTINGS_KEY,
+    PIO_SETTING_LOOKUPS_ALL, PIO_SETTING_LOOKUPS_LAUNCHES, PIO_SETTINGS_KEY, PIO_SLEEPING_KEY,
 };
 use crate::record::{Record, RecordKind, user_dev_to_kernel};
 use crate::{BpfError, FollowAllLookups, ObserverConfig, ObserverStats, layout, sys};
@@ -252,6 +252,20 @@ impl Observer {
     /// True when `pid` is in the in-kernel followed set.
     pub fn is_followed(&self, pid: u32) -> bool {
         self.followed.get(&pid, 0).is_ok()
+    }
+
+    /// Says whether the consumer is about to sleep on the emptied ring
+    /// (`true`): the next record then wakes it, whatever its size, where
+    /// records otherwise wait for a wake-up threshold or an exec. Set it
+    /// before the sleep, and poll without waiting once more before sleeping
+    /// (a record may have come in between); the record that wakes the
+    /// consumer clears it.
+    pub fn set_sleeping(&mut self, on: bool) -> Result<(), BpfError> {
+        self.settings.set(PIO_SLEEPING_KEY, u32::from(on), 0).map_err(|source| BpfError::Map {
+            map: "settings",
+            step: "set sleeping",
+            source,
+        })
     }
 
     /// Reports every process (`true`, the daemon's mode) or only followed

@@ -60,6 +60,11 @@ impl Observer {
         match self.never {}
     }
 
+    /// Says whether the consumer is about to sleep on the emptied ring.
+    pub fn set_sleeping(&mut self, _on: bool) -> Result<(), BpfError> {
+        match self.never {}
+    }
+
     /// Reports every process or only followed ones.
     pub fn follow_all(&mut self, _on: bool) -> Result<(), BpfError> {
         match self.never {}

@@ -721,3 +721,57 @@ fn closing_in_the_background_returns_before_the_programs_are_detached() {
     eprintln!("returned after {returned:?}, detached after {detached:?}");
     assert!(returned * 2 < detached, "returned after {returned:?}, detached after {detached:?}");
 }
+
+/// A consumer about to sleep on the emptied ring says so
+/// (`Observer::set_sleeping`): the next record, however small, wakes it.
+/// Without that, a record under the wake-up threshold waits in the ring
+/// until something else wakes the consumer.
+#[test]
+fn a_sleeping_consumer_is_woken_by_the_next_record() {
+    let Some(mut observer) = observer(ObserverConfig::default()) else { return };
+    let data = TestFile::new(8);
+    observer.follow(std::process::id()).expect("follow self");
+    // Evicting reports the pages' evictions: done, and drained, first.
+    let read_one_page_later = |observer: &mut Observer, data: &TestFile| {
+        data.evict();
+        observer.drain(&mut |_| {});
+        let path = data.path.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(200));
+            let file = File::open(&path).expect("open");
+            predictio::os::fadvise(file.as_fd(), 0, 0, predictio::os::Advice::Random).expect("RANDOM");
+            let mut page = vec![0u8; PAGE_SIZE as usize];
+            std::os::unix::fs::FileExt::read_exact_at(&file, &mut page, 0).expect("read");
+        })
+    };
+    // Woken: the poll ended before its timeout.
+    let sleep_on_ring = |observer: &Observer, timeout: Duration| -> (bool, Duration) {
+        let start = Instant::now();
+        predictio::os::poll_readable_any([observer.as_fd()], Some(timeout)).expect("poll");
+        let waited = start.elapsed();
+        (waited < timeout - Duration::from_millis(100), waited)
+    };
+
+    // Not said: the page's few records do not end the sleep.
+    let reader = read_one_page_later(&mut observer, &data);
+    let (woken, waited) = sleep_on_ring(&observer, Duration::from_secs(1));
+    reader.join().expect("reader");
+    let mut seen = Vec::new();
+    if woken {
+        observer.drain(&mut |e| seen.push(e));
+    }
+    assert!(!woken, "a record under the threshold woke the consumer after {waited:?}: {seen:?}");
+    let mut missed = 0;
+    observer.drain(&mut |e| missed += usize::from(matches!(e, Event::PageMiss { file, .. } if file == data.id())));
+    assert!(missed > 0, "the read's misses were in the ring all along");
+
+    // Said: the first record ends the sleep.
+    let reader = read_one_page_later(&mut observer, &data);
+    observer.set_sleeping(true).expect("set sleeping");
+    let (woken, waited) = sleep_on_ring(&observer, Duration::from_secs(3));
+    reader.join().expect("reader");
+    assert!(woken, "not woken: slept {waited:?}");
+    let mut missed = 0;
+    observer.drain(&mut |e| missed += usize::from(matches!(e, Event::PageMiss { file, .. } if file == data.id())));
+    assert!(missed > 0, "the record that woke the consumer is the read's miss");
+}

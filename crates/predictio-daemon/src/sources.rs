@@ -326,14 +326,20 @@ impl Kernel {
     }
 
     /// After a poll that delivered nothing: sleeps until the source has
-    /// something to say or `stop` is readable, without a timeout. Records
-    /// submitted to the eBPF ring without a wake-up (under its threshold)
-    /// do not end the sleep: they wait for the next exec or for the
-    /// threshold, and are delivered then in one batch. The perf observer's
-    /// per-CPU rings behave the same.
+    /// something to say or `stop` is readable, without a timeout. The eBPF
+    /// observer is told first ([`Observer::set_sleeping`]), so that the
+    /// first record into the emptied ring ends the sleep whatever its size
+    /// (a record already there makes the poll return at once); while
+    /// records flow they go without wake-ups. The perf observer's per-CPU
+    /// rings wake it at their own watermark.
     fn rest(&mut self, stop: BorrowedFd<'_>) -> Result<(), String> {
         let waited = match self {
-            Kernel::Ebpf(o) => predictio::os::poll_readable_any([AsFd::as_fd(&**o), stop], None).map(drop),
+            Kernel::Ebpf(o) => {
+                o.set_sleeping(true).map_err(|e| e.to_string())?;
+                let waited = predictio::os::poll_readable_any([AsFd::as_fd(&**o), stop], None).map(drop);
+                o.set_sleeping(false).map_err(|e| e.to_string())?;
+                waited
+            }
             Kernel::Fanotify(o) => predictio::os::poll_readable_any([AsFd::as_fd(&*o), stop], None).map(drop),
             Kernel::Perf(o) => {
                 let fds: Vec<BorrowedFd<'_>> = std::iter::once(stop).chain(o.ring_fds()).collect();

@@ -95,10 +95,11 @@ struct {
 	__type(value, __u8);
 } devices SEC(".maps");
 
-/* Run-time switches (PIO_SETTING_* bits), changed by user space. */
+/* Run-time switches (PIO_SETTING_* bits) and the consumer's sleep
+ * (PIO_SLEEPING_KEY), changed by user space. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);
+	__uint(max_entries, 2);
 	__type(key, __u32);
 	__type(value, __u32);
 } settings SEC(".maps");
@@ -173,6 +174,14 @@ static __always_inline __u64 wakeup_flags(int urgent)
 {
 	if (urgent || wakeup_bytes <= RING_RECORD_BYTES)
 		return BPF_RB_FORCE_WAKEUP; /* also keeps the subtraction below from wrapping */
+	/* The consumer sleeps on an emptied ring: this record ends the sleep
+	 * (it then polls on its own timeout while records flow). */
+	__u32 key = PIO_SLEEPING_KEY;
+	__u32 *sleeping = bpf_map_lookup_elem(&settings, &key);
+	if (sleeping && *sleeping) {
+		*sleeping = 0;
+		return BPF_RB_FORCE_WAKEUP;
+	}
 	__u64 unread = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA);
 	if (unread >= wakeup_bytes && unread / wakeup_bytes != (unread - RING_RECORD_BYTES) / wakeup_bytes)
 		return BPF_RB_FORCE_WAKEUP;

@@ -47,8 +47,12 @@
 /* Capacity of the device filter. */
 #define PIO_MAX_DEVICES 64
 
-/* Index of the one entry of the `settings` array map. */
+/* Index of the switches' entry of the `settings` array map. */
 #define PIO_SETTINGS_KEY 0
+/* Index of the `settings` entry that user space sets to 1 before it sleeps
+ * on an emptied ring: the next record wakes it, and sets the entry back to 0
+ * (one wake-up per quiet-to-busy change, none while records flow). */
+#define PIO_SLEEPING_KEY 1
 /* `settings` bit: report every process (the daemon's mode). */
 #define PIO_SETTING_FOLLOW_ALL 1
 /* `settings` bit: with FOLLOW_ALL, report every process's path lookups too
