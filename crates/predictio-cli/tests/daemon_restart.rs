@@ -7,7 +7,6 @@
 mod common;
 use common::{bin, ok, start_launch_daemon};
 
-use predictio::testing::{is_root, skip};
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -34,12 +33,7 @@ fn launch(cold: bool) {
 
 #[test]
 fn a_restarted_daemon_does_not_learn_again_a_launch_it_already_has() {
-    if !is_root() {
-        skip("needs root (eBPF, drop_caches)");
-        return;
-    }
-    if let Err(why) = predictio_bpf::available() {
-        skip(&format!("needs eBPF: {why}"));
+    if !common::root_with_ebpf() {
         return;
     }
     let exe = std::fs::canonicalize(PYTHON).expect("python path").display().to_string();

@@ -20,7 +20,7 @@
 mod common;
 use common::{Daemon, bin, launch_requested_pages, ok, start_launch_daemon};
 
-use predictio::testing::{is_root, skip};
+use predictio::testing::skip;
 use std::path::Path;
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
@@ -104,12 +104,7 @@ fn start_daemon(dir: &Path, store: &Path, exe: &str, p: &Profile) -> Daemon {
 
 #[test]
 fn a_learned_launch_is_faster_under_each_kernel_profile() {
-    if !is_root() {
-        skip("needs root (eBPF, drop_caches)");
-        return;
-    }
-    if let Err(why) = predictio_bpf::available() {
-        skip(&format!("needs eBPF: {why}"));
+    if !common::root_with_ebpf() {
         return;
     }
     let Ok(clang) = std::fs::canonicalize("/usr/bin/clang") else {

@@ -10,7 +10,6 @@
 mod common;
 use common::{Daemon, bin, disk_dir, ok};
 
-use predictio::testing::{is_root, skip};
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -26,12 +25,7 @@ fn status(dir: &Path) -> serde_json::Value {
 
 #[test]
 fn a_daemon_start_passes_the_self_check_and_runs_on_ebpf() {
-    if !is_root() {
-        skip("needs root (eBPF)");
-        return;
-    }
-    if let Err(why) = predictio_bpf::available() {
-        skip(&format!("needs eBPF: {why}"));
+    if !common::root_with_ebpf() {
         return;
     }
     let dir = disk_dir("predictio-self-check");

@@ -30,6 +30,21 @@ pub fn disk_dir(prefix: &str) -> tempfile::TempDir {
     tempfile::Builder::new().prefix(prefix).tempdir_in("/var/tmp").expect("temp dir on disk")
 }
 
+/// Whether this test can run the daemon on eBPF: as root, with the BPF
+/// object built in. Otherwise it says why and the test returns (under
+/// `CI=true` that is a failure).
+pub fn root_with_ebpf() -> bool {
+    if !predictio::testing::is_root() {
+        predictio::testing::skip("needs root (eBPF, drop_caches)");
+        return false;
+    }
+    if let Err(why) = predictio_bpf::available() {
+        predictio::testing::skip(&format!("needs eBPF: {why}"));
+        return false;
+    }
+    true
+}
+
 /// A daemon process, killed when dropped.
 pub struct Daemon(pub std::process::Child);
 

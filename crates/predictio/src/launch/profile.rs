@@ -368,10 +368,7 @@ impl Profile {
                 file.model.merge_run(&[], &limits.model);
             }
         }
-        self.files.retain(|f| !f.model.nodes.is_empty());
-        self.files.sort_by(|a, b| a.first_touch_ms.total_cmp(&b.first_touch_ms));
-        self.triggers = phases(&self.files, limits.phase_gap_ms);
-        self.dirs = dirs_of(&self.files);
+        self.settle_files(limits);
         if !run.lookups.is_empty() {
             let latest: std::collections::HashSet<&str> = run.lookups.iter().map(String::as_str).collect();
             let earlier = self.lookups.iter().filter(|p| !latest.contains(p.as_str()));
@@ -404,11 +401,17 @@ impl Profile {
             added = true;
         }
         if added {
-            self.files.retain(|f| !f.model.nodes.is_empty());
-            self.files.sort_by(|a, b| a.first_touch_ms.total_cmp(&b.first_touch_ms));
-            self.triggers = phases(&self.files, limits.phase_gap_ms);
-            self.dirs = dirs_of(&self.files);
+            self.settle_files(limits);
         }
+    }
+
+    /// After a merge: files whose models emptied forgotten, the rest in
+    /// order of first touch, and the phases and directories derived again.
+    fn settle_files(&mut self, limits: &LearnLimits) {
+        self.files.retain(|f| !f.model.nodes.is_empty());
+        self.files.sort_by(|a, b| a.first_touch_ms.total_cmp(&b.first_touch_ms));
+        self.triggers = phases(&self.files, limits.phase_gap_ms);
+        self.dirs = dirs_of(&self.files);
     }
 
     /// Pages the models cover.
