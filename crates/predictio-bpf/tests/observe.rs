@@ -725,25 +725,15 @@ fn closing_in_the_background_returns_before_the_programs_are_detached() {
 /// A consumer about to sleep on the emptied ring says so
 /// (`Observer::set_sleeping`): the next record, however small, wakes it.
 /// Without that, a record under the wake-up threshold waits in the ring
-/// until something else wakes the consumer.
+/// until something else wakes the consumer. The reader is a shell that
+/// reads one line of the file with its `read` builtin when told to (no
+/// exec, whose record would wake the consumer anyway), followed alone.
 #[test]
 fn a_sleeping_consumer_is_woken_by_the_next_record() {
+    use std::io::Write as _;
+    use std::process::{Command, Stdio};
     let Some(mut observer) = observer(ObserverConfig::default()) else { return };
     let data = TestFile::new(8);
-    observer.follow(std::process::id()).expect("follow self");
-    // Evicting reports the pages' evictions: done, and drained, first.
-    let read_one_page_later = |observer: &mut Observer, data: &TestFile| {
-        data.evict();
-        observer.drain(&mut |_| {});
-        let path = data.path.clone();
-        std::thread::spawn(move || {
-            std::thread::sleep(Duration::from_millis(200));
-            let file = File::open(&path).expect("open");
-            predictio::os::fadvise(file.as_fd(), 0, 0, predictio::os::Advice::Random).expect("RANDOM");
-            let mut page = vec![0u8; PAGE_SIZE as usize];
-            std::os::unix::fs::FileExt::read_exact_at(&file, &mut page, 0).expect("read");
-        })
-    };
     // Woken: the poll ended before its timeout.
     let sleep_on_ring = |observer: &Observer, timeout: Duration| -> (bool, Duration) {
         let start = Instant::now();
@@ -751,27 +741,41 @@ fn a_sleeping_consumer_is_woken_by_the_next_record() {
         let waited = start.elapsed();
         (waited < timeout - Duration::from_millis(100), waited)
     };
+    let mut round = |observer: &mut Observer, sleeping: bool, timeout: Duration| -> (bool, Duration, usize) {
+        data.evict();
+        let script = format!("read go; read line < '{}'; read done", path_str(&data.path));
+        let mut shell = Command::new("sh").args(["-c", &script]).stdin(Stdio::piped()).spawn().expect("sh runs");
+        let pid = shell.id();
+        std::thread::sleep(Duration::from_millis(100));
+        observer.follow(pid).expect("follow the shell");
+        observer.drain(&mut |_| {});
+        if sleeping {
+            observer.set_sleeping(true).expect("set sleeping");
+        }
+        let mut stdin = shell.stdin.take().expect("stdin");
+        let go = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(200));
+            stdin.write_all(b"go\n").expect("go");
+            stdin
+        });
+        let (woken, waited) = sleep_on_ring(observer, timeout);
+        let mut stdin = go.join().expect("go");
+        stdin.write_all(b"done\n").expect("done");
+        drop(stdin);
+        shell.wait().expect("sh exits");
+        let mut missed = 0;
+        observer.drain(&mut |e| missed += usize::from(matches!(e, Event::PageMiss { file, .. } if file == data.id())));
+        let _ = observer.unfollow(pid);
+        (woken, waited, missed)
+    };
 
-    // Not said: the page's few records do not end the sleep.
-    let reader = read_one_page_later(&mut observer, &data);
-    let (woken, waited) = sleep_on_ring(&observer, Duration::from_secs(1));
-    reader.join().expect("reader");
-    let mut seen = Vec::new();
-    if woken {
-        observer.drain(&mut |e| seen.push(e));
-    }
-    assert!(!woken, "a record under the threshold woke the consumer after {waited:?}: {seen:?}");
-    let mut missed = 0;
-    observer.drain(&mut |e| missed += usize::from(matches!(e, Event::PageMiss { file, .. } if file == data.id())));
+    // Not said: the read's few records do not end the sleep.
+    let (woken, waited, missed) = round(&mut observer, false, Duration::from_secs(1));
+    assert!(!woken, "a record under the threshold woke the consumer after {waited:?}");
     assert!(missed > 0, "the read's misses were in the ring all along");
 
     // Said: the first record ends the sleep.
-    let reader = read_one_page_later(&mut observer, &data);
-    observer.set_sleeping(true).expect("set sleeping");
-    let (woken, waited) = sleep_on_ring(&observer, Duration::from_secs(3));
-    reader.join().expect("reader");
+    let (woken, waited, missed) = round(&mut observer, true, Duration::from_secs(3));
     assert!(woken, "not woken: slept {waited:?}");
-    let mut missed = 0;
-    observer.drain(&mut |e| missed += usize::from(matches!(e, Event::PageMiss { file, .. } if file == data.id())));
     assert!(missed > 0, "the record that woke the consumer is the read's miss");
 }
