@@ -741,7 +741,7 @@ fn a_sleeping_consumer_is_woken_by_the_next_record() {
         let waited = start.elapsed();
         (waited < timeout - Duration::from_millis(100), waited)
     };
-    let mut round = |observer: &mut Observer, sleeping: bool, timeout: Duration| -> (bool, Duration, usize) {
+    let round = |observer: &mut Observer, sleeping: bool, timeout: Duration| -> (bool, Duration, usize) {
         data.evict();
         let script = format!("read go; read line < '{}'; read done", path_str(&data.path));
         let mut shell = Command::new("sh").args(["-c", &script]).stdin(Stdio::piped()).spawn().expect("sh runs");
