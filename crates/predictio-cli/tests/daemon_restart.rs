@@ -5,9 +5,8 @@
 //! it must run.
 
 mod common;
-use common::{bin, ok, start_launch_daemon};
+use common::{drop_caches, start_launch_daemon, stored_runs};
 
-use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -16,16 +15,9 @@ const PYTHON: &str = "/usr/bin/python3";
 /// A launch that reads a few MiB cold: above the default learning floor.
 const HEAVY: [&str; 2] = ["-c", "import decimal, email.mime.multipart, http.client, sqlite3; print(7)"];
 
-fn stored_runs(store: &Path, exe: &str) -> u64 {
-    let out = Command::new(bin()).args(["profile", "list", "--json", "--store"]).arg(store).output().expect("list");
-    let list: serde_json::Value = serde_json::from_str(&ok(&out)).expect("list --json");
-    list.as_array().into_iter().flatten().find(|e| e["exe"] == exe).and_then(|e| e["runs"].as_u64()).unwrap_or(0)
-}
-
 fn launch(cold: bool) {
     if cold {
-        let _ = Command::new("sync").status();
-        std::fs::write("/proc/sys/vm/drop_caches", "3").expect("drop_caches (root)");
+        drop_caches();
     }
     let out = Command::new(PYTHON).args(HEAVY).output().expect("python runs");
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "7");

@@ -6,7 +6,7 @@
 //! message, under `CI=true` they must run.
 
 mod common;
-use common::{Daemon, bin, fails_with, launch_requested_pages, ok, start_launch_daemon};
+use common::{Daemon, bin, drop_caches, fails_with, launch_requested_pages, ok, start_launch_daemon, stored_runs};
 
 use predictio::testing::{is_root, skip};
 use std::path::Path;
@@ -27,11 +27,6 @@ fn predictio(store: &Path, args: &[&str]) -> Output {
 }
 
 const PYTHON: &str = "/usr/bin/python3";
-
-fn drop_caches() {
-    let _ = Command::new("sync").status();
-    std::fs::write("/proc/sys/vm/drop_caches", "3").expect("drop_caches (root)");
-}
 
 fn needs_root_and_ebpf() -> bool {
     if !is_root() {
@@ -261,12 +256,6 @@ fn timed_cold_launch(dir: &Path) -> (f64, String) {
         .expect("the program runs");
     let t = start.elapsed().as_secs_f64();
     (t, ok(&out))
-}
-
-fn stored_runs(store: &Path, exe: &str) -> u64 {
-    let out = predictio(store, &["profile", "list", "--json"]);
-    let list: serde_json::Value = serde_json::from_str(&ok(&out)).expect("list --json");
-    list.as_array().into_iter().flatten().find(|e| e["exe"] == exe).and_then(|e| e["runs"].as_u64()).unwrap_or(0)
 }
 
 /// Waits (up to 20 s) until the store holds `want` runs of `exe`.

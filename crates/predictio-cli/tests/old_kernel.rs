@@ -18,7 +18,7 @@
 //! must run.
 
 mod common;
-use common::{Daemon, bin, launch_requested_pages, ok, start_launch_daemon};
+use common::{Daemon, bin, daemon_status, drop_caches, launch_requested_pages, ok, start_launch_daemon, stored_runs};
 
 use predictio::testing::skip;
 use std::path::Path;
@@ -53,26 +53,6 @@ fn profile() -> &'static Profile {
 
 fn predictio(store: &Path, args: &[&str]) -> Output {
     Command::new(bin()).arg(args[0]).arg("--store").arg(store).args(&args[1..]).output().expect("predictio runs")
-}
-
-fn drop_caches() {
-    let _ = Command::new("sync").status();
-    std::fs::write("/proc/sys/vm/drop_caches", "3").expect("drop_caches (root)");
-}
-
-fn status(dir: &Path) -> serde_json::Value {
-    let out = Command::new(bin())
-        .args(["stat", "--json", "--control"])
-        .arg(dir.join("control.sock"))
-        .output()
-        .expect("stat runs");
-    serde_json::from_str(&ok(&out)).expect("stat --json")
-}
-
-fn stored_runs(store: &Path, exe: &str) -> u64 {
-    let out = predictio(store, &["profile", "list", "--json"]);
-    let list: serde_json::Value = serde_json::from_str(&ok(&out)).expect("list --json");
-    list.as_array().into_iter().flatten().find(|e| e["exe"] == exe).and_then(|e| e["runs"].as_u64()).unwrap_or(0)
 }
 
 /// `clang -c small.c` from a cold cache; its seconds.
@@ -123,7 +103,7 @@ fn a_learned_launch_is_faster_under_each_kernel_profile() {
     let daemon = start_daemon(dir.path(), &store, &exe, p);
 
     // What the daemon says it runs without.
-    let before = status(dir.path());
+    let before = daemon_status(dir.path());
     let no_btf = p.missing.contains(&"btf");
     assert_eq!(before["source"], if no_btf { "perf" } else { "ebpf" }, "{before}");
     let assumed: Vec<&str> =
@@ -179,14 +159,14 @@ fn a_learned_launch_is_faster_under_each_kernel_profile() {
     let (mut baseline, mut replayed) = (Vec::new(), Vec::new());
     for pair in 0..PAIRS {
         let daemon = start_daemon(dir.path(), &store, &exe, p);
-        let requested_before = launch_requested_pages(&status(dir.path()));
+        let requested_before = launch_requested_pages(&daemon_status(dir.path()));
         let with = cold_compile(&clang, dir.path());
         let deadline = Instant::now() + Duration::from_secs(10);
-        let mut after = status(dir.path());
+        let mut after = daemon_status(dir.path());
         while launch_requested_pages(&after) <= requested_before {
             assert!(Instant::now() < deadline, "pair {pair}: the launch was not replayed: {after}");
             std::thread::sleep(Duration::from_millis(50));
-            after = status(dir.path());
+            after = daemon_status(dir.path());
         }
         if p.missing.contains(&"filemap_access") {
             for counter in ["reads", "faults", "map_pages"] {

@@ -8,20 +8,10 @@
 //! message, under `CI=true` it must run.
 
 mod common;
-use common::{Daemon, bin, disk_dir, ok};
+use common::{Daemon, bin, daemon_status, disk_dir};
 
-use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
-
-fn status(dir: &Path) -> serde_json::Value {
-    let out = Command::new(bin())
-        .args(["stat", "--json", "--control"])
-        .arg(dir.join("control.sock"))
-        .output()
-        .expect("stat runs");
-    serde_json::from_str(&ok(&out)).expect("stat --json")
-}
 
 #[test]
 fn a_daemon_start_passes_the_self_check_and_runs_on_ebpf() {
@@ -58,7 +48,7 @@ fn a_daemon_start_passes_the_self_check_and_runs_on_ebpf() {
         assert!(started.elapsed() < Duration::from_secs(20), "daemon did not start");
         std::thread::sleep(Duration::from_millis(20));
     }
-    let status = status(dir.path());
+    let status = daemon_status(dir.path());
     assert_eq!(status["source"], "ebpf", "{status}");
     let note = status["source_note"].as_str().unwrap_or_default();
     assert!(!note.contains("self-check"), "no refusal: {note:?}");

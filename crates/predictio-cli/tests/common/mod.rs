@@ -30,6 +30,34 @@ pub fn disk_dir(prefix: &str) -> tempfile::TempDir {
     tempfile::Builder::new().prefix(prefix).tempdir_in("/var/tmp").expect("temp dir on disk")
 }
 
+/// Drops the page cache (root): `sync`, then `drop_caches`.
+pub fn drop_caches() {
+    let _ = std::process::Command::new("sync").status();
+    std::fs::write("/proc/sys/vm/drop_caches", "3").expect("drop_caches (root)");
+}
+
+/// The status document (`stat --json`) of the daemon whose control socket
+/// is `dir/control.sock`.
+pub fn daemon_status(dir: &std::path::Path) -> serde_json::Value {
+    let out = std::process::Command::new(bin())
+        .args(["stat", "--json", "--control"])
+        .arg(dir.join("control.sock"))
+        .output()
+        .expect("stat runs");
+    serde_json::from_str(&ok(&out)).expect("stat --json")
+}
+
+/// Runs the store at `store` holds for the executable `exe` (0: none).
+pub fn stored_runs(store: &std::path::Path, exe: &str) -> u64 {
+    let out = std::process::Command::new(bin())
+        .args(["profile", "list", "--json", "--store"])
+        .arg(store)
+        .output()
+        .expect("profile list runs");
+    let list: serde_json::Value = serde_json::from_str(&ok(&out)).expect("list --json");
+    list.as_array().into_iter().flatten().find(|e| e["exe"] == exe).and_then(|e| e["runs"].as_u64()).unwrap_or(0)
+}
+
 /// Whether this test can run the daemon on eBPF: as root, with the BPF
 /// object built in. Otherwise it says why and the test returns (under
 /// `CI=true` that is a failure).
