@@ -44,14 +44,7 @@ pub fn residency(file: &FileRef) -> io::Result<Residency> {
     if pages == 0 {
         return Ok(Residency::default());
     }
-    let stat = match sys::cachestat(file.as_fd(), 0, pages * PAGE_SIZE) {
-        Ok(stat) => stat,
-        Err(err) if err.raw_os_error() == Some(libc::ENOSYS) => {
-            let resident = uptodate_pages(file, &[PageRange::new(0, pages)])?;
-            CacheStat { nr_cache: resident, ..CacheStat::default() }
-        }
-        Err(err) => return Err(err),
-    };
+    let stat = cache_stat(file, PageRange::new(0, pages))?;
     Ok(Residency {
         size,
         pages,
@@ -60,6 +53,18 @@ pub fn residency(file: &FileRef) -> io::Result<Residency> {
         writeback: stat.nr_writeback,
         evicted: stat.nr_evicted,
     })
+}
+
+/// `cachestat(2)` of `range` of `file`, or where the kernel has none
+/// (before Linux 6.5) its resident pages by `mincore(2)` (the other counts
+/// then 0).
+pub fn cache_stat(file: &FileRef, range: PageRange) -> io::Result<CacheStat> {
+    match sys::cachestat(file.as_fd(), range.byte_offset(), range.byte_len()) {
+        Err(err) if err.raw_os_error() == Some(libc::ENOSYS) => {
+            Ok(CacheStat { nr_cache: uptodate_pages(file, &[range])?, ..CacheStat::default() })
+        }
+        other => other,
+    }
 }
 
 /// Pages of `ranges` that are resident and up to date (`mincore(2)`: a page

@@ -401,16 +401,8 @@ impl ModelDetector {
         if self.later.get(&id).is_some_and(|at| now < *at) {
             return None;
         }
-        use std::os::fd::AsFd;
-        // Before Linux 6.5 (no cachestat), mincore on a mapping of the page.
-        let first_cached = match crate::sys::cachestat(file.as_fd(), 0, crate::page::PAGE_SIZE) {
-            Ok(stat) => stat.nr_cache > 0,
-            Err(err) if err.raw_os_error() == Some(libc::ENOSYS) => {
-                crate::cache::uptodate_pages(file, &[crate::page::PageRange::new(0, 1)]).is_ok_and(|n| n > 0)
-            }
-            Err(_) => false,
-        };
-        if !first_cached {
+        let first_cached = crate::cache::cache_stat(file, crate::page::PageRange::new(0, 1));
+        if !first_cached.is_ok_and(|stat| stat.nr_cache > 0) {
             self.later.insert(id, now + Duration::from_secs(1));
             return None;
         }

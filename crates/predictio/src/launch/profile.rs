@@ -133,6 +133,15 @@ pub struct FileProfile {
     pub model: PageModel,
 }
 
+impl FileProfile {
+    /// A file first seen in a launch: its model learned from that run alone.
+    fn first_seen(file: &RunFile, limits: &LearnLimits) -> Self {
+        let mut model = PageModel::default();
+        model.merge_timed_run(&file.accesses, &file.access_ms, &limits.model);
+        FileProfile { identity: file.identity.clone(), first_touch_ms: file.first_touch_ms, model }
+    }
+}
+
 /// "When file `on` is first touched, files `then` follow" (seed 001). Indices
 /// into [`Profile::files`].
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -351,13 +360,7 @@ impl Profile {
                     touched[i] = true;
                 }
                 None if self.files.len() < limits.max_files => {
-                    let mut model = PageModel::default();
-                    model.merge_timed_run(&file.accesses, &file.access_ms, &limits.model);
-                    self.files.push(FileProfile {
-                        identity: file.identity.clone(),
-                        first_touch_ms: file.first_touch_ms,
-                        model,
-                    });
+                    self.files.push(FileProfile::first_seen(file, limits));
                     touched.push(true);
                 }
                 None => {}
@@ -391,13 +394,7 @@ impl Profile {
             if self.files.iter().any(|f| f.identity.path == file.identity.path) {
                 continue;
             }
-            let mut model = PageModel::default();
-            model.merge_timed_run(&file.accesses, &file.access_ms, &limits.model);
-            self.files.push(FileProfile {
-                identity: file.identity.clone(),
-                first_touch_ms: file.first_touch_ms,
-                model,
-            });
+            self.files.push(FileProfile::first_seen(file, limits));
             added = true;
         }
         if added {
