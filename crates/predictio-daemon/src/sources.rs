@@ -571,11 +571,6 @@ impl Sources {
             let mut pace = PollPace::new(Duration::from_millis(config.observe.poll_ms.max(1)));
             let (shared, flag) = (Arc::clone(&observer_stats), Arc::clone(&stop));
             let thread = std::thread::Builder::new().name("predictio-observe".into()).spawn(move || {
-                let mut forward = |event: predictio::Event| {
-                    if !is_own(&event, me) {
-                        sender.send(event, None);
-                    }
-                };
                 // The counters for `stat` and metrics: at most every
                 // STATS_EVERY while events flow (reading the kernel's
                 // per-CPU loss counters after every poll, every 2 ms, cost
@@ -588,7 +583,16 @@ impl Sources {
                 let mut unpublished = false;
                 publish(&kernel);
                 while !flag.load(Ordering::Relaxed) {
-                    let polled = match kernel.poll(pace.timeout(), &mut forward) {
+                    // One drain of the ring, one wake-up of the dispatcher.
+                    let mut batch = sender.batch();
+                    let mut forward = |event: predictio::Event| {
+                        if !is_own(&event, me) {
+                            batch.send(event, None);
+                        }
+                    };
+                    let polled = kernel.poll(pace.timeout(), &mut forward);
+                    drop(batch);
+                    let polled = match polled {
                         Ok(0) => {
                             if unpublished {
                                 publish(&kernel);

@@ -12,7 +12,8 @@
 //! descriptors that arrive with hints, dispatches each event to the policies
 //! subscribed to its kind, and feeds observed accesses and evictions to the
 //! executor's hit and waste accounting. The dispatcher parks while the queue
-//! is empty, without a timeout: each push unparks it.
+//! is empty, without a timeout: each push unparks it, or for a [`SendBatch`]
+//! (one drain of the kernel observer) the end of the batch.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -163,7 +164,15 @@ impl EventSender {
     /// read when no policy learns from misses.
     pub fn send(&self, event: Event, file: Option<FileRef>) -> bool {
         let target = event.pid();
-        self.push(event, file, None, target)
+        self.push(event, file, None, target).wake(self)
+    }
+
+    /// A batch of sends that wakes the dispatcher once, when the batch is
+    /// dropped, rather than once per event: for a source that drains many
+    /// events at a time (the kernel observer's ring), so that one drain
+    /// costs the dispatcher one wake-up.
+    pub fn batch(&self) -> SendBatch<'_> {
+        SendBatch { sender: self, unwoken: 0 }
     }
 
     /// Queues an accepted hint with its file, holding the hint's
@@ -171,33 +180,33 @@ impl EventSender {
     /// [`EventSender::send`] otherwise.
     pub fn send_hint(&self, hint: Hint) -> bool {
         let target = (hint.peer.pid != 0).then_some(hint.peer.pid);
-        self.push(hint.event, Some(hint.file), Some(hint.charge), target)
+        self.push(hint.event, Some(hint.file), Some(hint.charge), target).wake(self)
     }
 
-    fn push(&self, event: Event, file: Option<FileRef>, charge: Option<QueueCharge>, target: Option<u32>) -> bool {
+    /// Queues without waking the dispatcher; the caller wakes it.
+    fn push(&self, event: Event, file: Option<FileRef>, charge: Option<QueueCharge>, target: Option<u32>) -> Pushed {
         let shared = &self.shared;
         if !shared.wanted.contains(event.kind()) {
             shared.counters.filtered.fetch_add(1, Ordering::Relaxed);
-            return true;
+            return Pushed::Filtered;
         }
         if shared.stop.load(Ordering::Relaxed) {
             shared.counters.dropped.fetch_add(1, Ordering::Relaxed);
-            return false;
+            return Pushed::Dropped;
         }
         let bytes = event.payload_bytes();
         if !shared.reserve(bytes) {
             shared.counters.dropped.fetch_add(1, Ordering::Relaxed);
             shared.counters.dropped_for_bytes.fetch_add(1, Ordering::Relaxed);
-            return false;
+            return Pushed::Dropped;
         }
         if shared.queue.push(Incoming { event, file, charge, bytes, target }).is_err() {
             shared.release(bytes);
             shared.counters.dropped.fetch_add(1, Ordering::Relaxed);
-            return false;
+            return Pushed::Dropped;
         }
         shared.counters.queued.fetch_add(1, Ordering::Relaxed);
-        self.dispatcher.unpark();
-        true
+        Pushed::Queued
     }
 }
 
@@ -223,6 +232,64 @@ impl Shared {
     /// Gives back what [`Shared::reserve`] took.
     fn release(&self, bytes: usize) {
         self.counters.queued_bytes.fetch_sub(bytes as u64, Ordering::Relaxed);
+    }
+}
+
+/// What became of a pushed event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Pushed {
+    /// Queued for the dispatcher, which is yet to be woken.
+    Queued,
+    /// Of a kind nobody uses: let go and counted.
+    Filtered,
+    /// The queue was full or the pipeline stopped: dropped and counted.
+    Dropped,
+}
+
+impl Pushed {
+    /// Wakes the dispatcher for a queued event; whether the event was
+    /// accepted (queued or filtered).
+    fn wake(self, sender: &EventSender) -> bool {
+        if self == Pushed::Queued {
+            sender.dispatcher.unpark();
+        }
+        self != Pushed::Dropped
+    }
+}
+
+/// Sends from one drain of a source; see [`EventSender::batch`].
+pub struct SendBatch<'a> {
+    sender: &'a EventSender,
+    /// Events queued since the dispatcher was last woken.
+    unwoken: usize,
+}
+
+/// A long batch wakes the dispatcher every this many queued events, so
+/// that it drains while the source still fills the bounded queue.
+const BATCH_WAKE_EVERY: usize = 256;
+
+impl SendBatch<'_> {
+    /// As [`EventSender::send`], except that the dispatcher is woken when
+    /// the batch ends.
+    pub fn send(&mut self, event: Event, file: Option<FileRef>) -> bool {
+        let target = event.pid();
+        let pushed = self.sender.push(event, file, None, target);
+        if pushed == Pushed::Queued {
+            self.unwoken += 1;
+            if self.unwoken >= BATCH_WAKE_EVERY {
+                self.sender.dispatcher.unpark();
+                self.unwoken = 0;
+            }
+        }
+        pushed != Pushed::Dropped
+    }
+}
+
+impl Drop for SendBatch<'_> {
+    fn drop(&mut self) {
+        if self.unwoken > 0 {
+            self.sender.dispatcher.unpark();
+        }
     }
 }
 
@@ -557,5 +624,44 @@ mod tests {
         let c = &sender.shared.counters;
         assert_eq!(c.queued_bytes.load(Ordering::Relaxed), layout(1).payload_bytes() as u64);
         assert_eq!(c.dropped_for_bytes.load(Ordering::Relaxed), 0, "dropped for the slot, not for bytes");
+    }
+
+    /// Whether this thread (the stalled sender's "dispatcher") was woken
+    /// since it last looked: `park_timeout` returns at once on a pending
+    /// unpark.
+    fn woken() -> bool {
+        let started = std::time::Instant::now();
+        thread::park_timeout(Duration::from_millis(200));
+        started.elapsed() < Duration::from_millis(100)
+    }
+
+    /// A batch queues as it goes and wakes the dispatcher when it ends, once
+    /// for the whole drain (and every [`BATCH_WAKE_EVERY`] events of a long
+    /// one); a batch that queued nothing wakes nobody.
+    #[test]
+    fn a_batch_wakes_the_dispatcher_once_when_it_ends() {
+        let sender = stalled(QueueBounds::events(1 << 12));
+        while woken() {}
+        let mut batch = sender.batch();
+        for layer in 0..3 {
+            assert!(batch.send(Event::LayerStart { file: FileId { dev: 1, ino: 1 }, layer }, None));
+        }
+        assert_eq!(sender.shared.queue.len(), 3, "queued as sent");
+        assert!(!woken(), "not woken before the batch ends");
+        drop(batch);
+        assert!(woken(), "woken when it ends");
+        let mut one = sender.batch();
+        assert!(one.send(layout(1), None));
+        drop(one);
+        assert!(woken(), "one queued event wakes it too");
+        drop(sender.batch());
+        assert!(!woken(), "an empty batch wakes nobody");
+        let mut long = sender.batch();
+        for layer in 0..BATCH_WAKE_EVERY as u32 {
+            long.send(Event::LayerStart { file: FileId { dev: 1, ino: 1 }, layer }, None);
+        }
+        assert!(woken(), "a long batch wakes the dispatcher on the way");
+        drop(long);
+        assert!(!woken(), "and has nothing left to wake it for");
     }
 }
