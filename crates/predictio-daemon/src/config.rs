@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use predictio::executor::{BackendKind, ExecutorConfig, Limits};
 use predictio::hints::HintConfig;
-use predictio::launch::{LearnFloor, ReplayPacing, WalkLimits, WindowLimits};
+use predictio::launch::{LearnFloor, ReplayPacing, RetireRule, WalkLimits, WindowLimits};
 use predictio::pressure::PressureConfig;
 use serde::{Deserialize, Deserializer};
 
@@ -660,12 +660,28 @@ pub struct LaunchSection {
     /// within this many KiB ([`predictio::launch::WalkLimits::coalesce_pages`];
     /// 0: never): fewer, larger reads for a device bound by reads a second.
     pub replay_coalesce_kib: u64,
+    /// Shadow mode: learn and score replays as usual, but the replayer
+    /// issues nothing (no prefetch request at all); a replayed page the
+    /// launch accessed counts as used ([`predictio::launch::score`]).
+    pub shadow: bool,
+    /// A profile is judged once this many of its replays were scored
+    /// ([`predictio::launch::RetireRule::min_replays`]; 1 to 8)...
+    pub retire_after_replays: u32,
+    /// ...and retired when its launches used less than this share of the
+    /// replayed pages, percent (0: never on use), or when its replayed
+    /// launches' median duration is not below its cold launches' (not in
+    /// shadow mode).
+    pub retire_min_used_pct: u32,
+    /// A retired profile is learned and replayed again after this many
+    /// days (or once its executable changes), 1 to 3650.
+    pub retire_days: u64,
 }
 
 impl Default for LaunchSection {
     fn default() -> Self {
         let window = WindowLimits::default();
         let (floor, pacing, walk) = (LearnFloor::default(), ReplayPacing::default(), WalkLimits::default());
+        let retire = RetireRule::default();
         Self {
             learn: true,
             replay: true,
@@ -683,6 +699,10 @@ impl Default for LaunchSection {
             small_replay_window_kib: pacing.small_window_pages * PAGE_KIB,
             replay_wave_kib: walk.wave_pages * PAGE_KIB,
             replay_coalesce_kib: walk.coalesce_pages * PAGE_KIB,
+            shadow: false,
+            retire_after_replays: retire.min_replays as u32,
+            retire_min_used_pct: (retire.min_used * 100.0).round() as u32,
+            retire_days: retire.retire_for_s / 86_400,
         }
     }
 }
@@ -697,6 +717,16 @@ impl LaunchSection {
     /// The profile store's size cap in bytes.
     pub fn store_cap_bytes(&self) -> u64 {
         self.store_cap_mib.saturating_mul(1 << 20)
+    }
+
+    /// When a profile whose replays do not pay is retired.
+    pub fn retire_rule(&self) -> RetireRule {
+        RetireRule {
+            min_replays: self.retire_after_replays as usize,
+            min_used: f64::from(self.retire_min_used_pct) / 100.0,
+            by_duration: !self.shadow,
+            retire_for_s: self.retire_days.saturating_mul(86_400),
+        }
     }
 
     /// The floor under which a launch of a command with no profile is not
@@ -917,6 +947,15 @@ impl Config {
         c.range("[launch] min_learn_ms", l.min_learn_ms, 0..=l.cap_ms, "ms, at most cap_ms");
         c.range("[launch] small_replay_mib", l.small_replay_mib, 0..=1 << 20, "MiB, 1 TiB at most");
         c.kib("[launch] small_replay_window_kib", l.small_replay_window_kib, 4..=16 << 20);
+        let kept = predictio::launch::score::KEPT as u64;
+        c.range(
+            "[launch] retire_after_replays",
+            u64::from(l.retire_after_replays),
+            1..=kept,
+            "replays, the last 8 are kept",
+        );
+        c.range("[launch] retire_min_used_pct", u64::from(l.retire_min_used_pct), 0..=100, "percent");
+        c.range("[launch] retire_days", l.retire_days, 1..=3650, "days, 10 years at most");
         for (key, kib) in
             [("[launch] replay_wave_kib", l.replay_wave_kib), ("[launch] replay_coalesce_kib", l.replay_coalesce_kib)]
         {

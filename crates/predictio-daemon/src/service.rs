@@ -135,6 +135,7 @@ pub fn run(config: &Config, exit_after: Option<Duration>) -> Result<(), ServiceE
     let mut _marker = None;
     let mut _replayer = None;
     let mut book = None;
+    let scores = crate::launch::Scores::new(config.launch.shadow);
     if launch {
         let booked = predictio::launch::ReplayBook::default();
         let (jobs, job_rx) = predictio::launch::replay_channel();
@@ -147,8 +148,11 @@ pub fn run(config: &Config, exit_after: Option<Duration>) -> Result<(), ServiceE
             let wakeup = Arc::clone(marker.wakeup());
             _marker = Some(marker);
             let sink: Arc<dyn predictio::executor::RequestSink> = executor.clone();
-            let replayer = crate::launch::replay::start_replayer_with(sink, job_rx, move || wakeup.nudge());
-            _replayer = Some(replayer.map_err(|source| ServiceError::LaunchThread { what: "replayer", source })?);
+            let shadow = config.launch.shadow;
+            let replayer = crate::launch::replay::start_replayer_with(sink, job_rx, shadow, move || wakeup.nudge())
+                .map_err(|source| ServiceError::LaunchThread { what: "replayer", source })?;
+            scores.follow(replayer.totals());
+            _replayer = Some(replayer);
             book = Some(booked.clone());
         }
         let policy = if config.launch.learn {
@@ -158,7 +162,7 @@ pub fn run(config: &Config, exit_after: Option<Duration>) -> Result<(), ServiceE
                 cap_ms: config.launch.cap_ms,
                 ..Default::default()
             };
-            let learner = crate::launch::start_learner(config.launch.clone(), rx, booked.clone());
+            let learner = crate::launch::start_learner(config.launch.clone(), rx, booked.clone(), scores.clone());
             _learner = Some(learner.map_err(|source| ServiceError::LaunchThread { what: "learner", source })?);
             predictio::launch::LaunchPolicy::learning(booked, limits, config.launch.max_windows, tx).replaying_to(jobs)
         } else {
@@ -180,7 +184,7 @@ pub fn run(config: &Config, exit_after: Option<Duration>) -> Result<(), ServiceE
     // up: the first exec a client starts after it appears is replayed.
     if launch {
         let loaded = match &book {
-            Some(book) => crate::launch::load_book(&config.launch, book)?,
+            Some(book) => crate::launch::load_book(&config.launch, book, &scores)?,
             None => 0,
         };
         tracing::info!(loaded, learn = config.launch.learn, store = %config.launch.store.display(), "launch profiles");
@@ -190,6 +194,7 @@ pub fn run(config: &Config, exit_after: Option<Duration>) -> Result<(), ServiceE
         let pipeline = Arc::clone(&pipeline);
         let sources = Arc::clone(&sources);
         let assumed: Vec<String> = config.observe.assume_missing.iter().map(|f| f.name().to_owned()).collect();
+        let scores = launch.then(|| scores.clone());
         move || {
             let sources = sources.lock().unwrap_or_else(|e| e.into_inner());
             Status {
@@ -206,6 +211,7 @@ pub fn run(config: &Config, exit_after: Option<Duration>) -> Result<(), ServiceE
                 pipeline: pipeline.stats(),
                 hints: sources.hint_stats(),
                 observer: sources.observer_stats(),
+                launch: scores.as_ref().map(crate::launch::Scores::status),
             }
         }
     };

@@ -5,6 +5,9 @@ use predictio::accounting::{Counters, Stats};
 use predictio::pipeline::PipelineStats;
 use serde::{Deserialize, Serialize};
 
+use crate::launch::replay::ReplayCounts;
+use crate::launch::store::BenefitSummary;
+
 /// Everything the daemon reports.
 #[derive(Debug, Clone, Serialize, Deserialize, Default)]
 pub struct Status {
@@ -36,6 +39,34 @@ pub struct Status {
     pub hints: serde_json::Value,
     /// The observer's counters (free-form).
     pub observer: serde_json::Value,
+    /// The launch service: its replayer and what each profile's replays
+    /// gained (`None`: launch learning and replay are off).
+    #[serde(default)]
+    pub launch: Option<LaunchStatus>,
+}
+
+/// The launch service's part of the status.
+#[derive(Debug, Clone, Serialize, Deserialize, Default, PartialEq)]
+pub struct LaunchStatus {
+    /// Shadow mode (`[launch] shadow`): replays are scored, never issued.
+    pub shadow: bool,
+    /// What the replayer's jobs did (in shadow mode: counted as shadowed,
+    /// nothing opened or requested).
+    pub replayer: ReplayCounts,
+    /// Per profile scored or retired, by executable and shape: its benefit.
+    pub profiles: Vec<ProfileBenefit>,
+}
+
+/// One profile's line in [`LaunchStatus`].
+#[derive(Debug, Clone, Serialize, Deserialize, Default, PartialEq)]
+pub struct ProfileBenefit {
+    /// The executable's path.
+    pub exe: String,
+    /// The command shape.
+    pub shape: String,
+    /// What its replays gained.
+    #[serde(flatten)]
+    pub benefit: BenefitSummary,
 }
 
 /// The counters worth a line of their own, in display order.

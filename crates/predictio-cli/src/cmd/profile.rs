@@ -29,7 +29,11 @@ enum Action {
     /// executable and the command shape it is for (a profile is replayed
     /// only for launches of its executable whose command line has its
     /// shape: the program's name, its options without their values, and
-    /// its first argument — a script, a source file, `-c` code as a hash).
+    /// its first argument — a script, a source file, `-c` code as a hash);
+    /// then what the daemon measured of its replays: replays scored, the
+    /// shares of the replayed pages the launches used, never touched
+    /// (wasted) and still read from storage (late), the median replayed
+    /// and cold launch in ms, and whether it was retired and why.
     List {
         /// As JSON.
         #[arg(long)]
@@ -154,6 +158,9 @@ pub fn run(args: Args) -> Result<()> {
                         printable(&s.exe),
                         shown_shape(&s.shape)
                     )?;
+                    if let Some(b) = &s.benefit {
+                        writeln!(out, "      {}", benefit_line(b))?;
+                    }
                 }
             }
             // Profiles this predictio cannot read (a newer one wrote them, or
@@ -327,6 +334,25 @@ fn read_export(path: &std::path::Path) -> Result<String> {
         bail!("{}: larger than {} MiB; not a profile export", path.display(), MAX_EXPORT_BYTES >> 20);
     }
     Ok(text)
+}
+
+/// What a profile's replays gained, in one line (`list`, and `stat`).
+pub fn benefit_line(b: &predictio_daemon::launch::store::BenefitSummary) -> String {
+    let pct = |share: Option<f64>| share.map_or_else(|| "?".to_owned(), |s| format!("{:.0} %", s * 100.0));
+    let ms = |ms: Option<u32>| ms.map_or_else(|| "?".to_owned(), |ms| format!("{ms} ms"));
+    let mut line = format!(
+        "{} replays scored: used {}, wasted {}, late {}; median launch {} replayed, {} cold",
+        b.replays_scored,
+        pct(b.used_share),
+        pct(b.wasted_share),
+        pct(b.late_share),
+        ms(b.replayed_ms),
+        ms(b.cold_ms)
+    );
+    if let Some(why) = &b.retired {
+        line.push_str(&format!("; RETIRED: {why}"));
+    }
+    line
 }
 
 /// A shape as `list` and `show` print it.

@@ -187,6 +187,7 @@ pub fn run(args: Args) -> Result<()> {
             observer: observer_stats.map_or(serde_json::Value::Null, |stats| {
                 serde_json::to_value(predictio_daemon::sources::observer_stats_json(&stats)).unwrap_or_default()
             }),
+            launch: None,
         };
         let mut err = std::io::stderr().lock();
         if args.json {

@@ -67,6 +67,28 @@ pub fn write_text(out: &mut impl Write, s: &Status, files: usize) -> std::io::Re
     for o in s.executor.origins.iter().filter(|o| o.counters != Counters::default()) {
         writeln!(out, "{:<14} {}", o.name, row(&o.counters))?;
     }
+    if let Some(launch) = &s.launch {
+        let r = &launch.replayer;
+        writeln!(out)?;
+        writeln!(
+            out,
+            "launch replays{}: {} jobs, {} files opened, {} requests, {} shadowed (issued nothing)",
+            if launch.shadow { " (shadow mode: scored, never issued)" } else { "" },
+            r.jobs,
+            r.opened,
+            r.requests,
+            r.shadowed
+        )?;
+        for p in &launch.profiles {
+            writeln!(
+                out,
+                "  {} {}: {}",
+                crate::units::printable(&p.exe),
+                crate::units::printable(&p.shape),
+                super::profile::benefit_line(&p.benefit)
+            )?;
+        }
+    }
     if files > 0 && !s.executor.files.is_empty() {
         writeln!(out)?;
         writeln!(out, "{:<14} {}", "FILE dev:ino", COLUMNS)?;

@@ -22,28 +22,39 @@
 //! not learned again for a while after its profile was last
 //! written ([`RecentlyLearned`]): it would cost the learner tens of ms of
 //! CPU each time for a profile it does not change much.
+//! Each replayed launch is scored against the replay its exec handed over
+//! ([`predictio::launch::score`]: pages used, wasted, late; its duration),
+//! and each cold launch without a replay gives its duration: a profile's
+//! [`Benefit`] is kept in [`Scores`] and written beside it in the store
+//! (at most once a minute, at a retirement, and when the learner stops).
+//! A profile whose replays do not pay ([`predictio::launch::RetireRule`])
+//! is retired: taken out of the book, kept in the store marked retired
+//! with why, and neither learned nor booked again until `[launch]
+//! retire_days` have passed or its executable changed (a new profile).
 //! A second thread (the use marker, [`start_use_marker`]) marks the profiles the daemon replayed
 //! used in the store, once a minute and when the daemon stops, so that the
 //! store's least-recently-used eviction spares the profiles in use even
 //! when nothing is being learned.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::mpsc::Receiver;
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use predictio::FileId;
 use predictio::launch::naming::Namer;
 use predictio::launch::policy::FinishedLaunch;
-use predictio::launch::{FirstRuns, LaunchKey, LearnLimits, Replay, ReplayBook};
+use predictio::launch::profile::now_s;
+use predictio::launch::{Benefit, FirstRuns, LaunchKey, LearnLimits, Replay, ReplayBook, Retired};
 #[cfg(doc)]
 use predictio::launch::{LearnFloor, Recorder};
 
 use crate::config::LaunchSection;
 #[cfg(doc)]
 use replay::Replayer;
-use replay::plan_replay;
-use store::{Store, StoreError};
+use replay::{ReplayTotals, plan_replay};
+use store::{BenefitSummary, Store, StoreError};
 
 pub mod replay;
 pub mod store;
@@ -62,18 +73,194 @@ pub fn check_store(config: &LaunchSection) -> Result<(), StoreError> {
 /// Books the stored profiles whose executable is still the one learned:
 /// each walked into a replay that names its files ([`plan_replay`]), no
 /// file opened. Returns how many.
-pub fn load_book(config: &LaunchSection, book: &ReplayBook) -> Result<usize, StoreError> {
-    let (profiles, _) = open_store(config)?.all()?;
+/// Their stored benefits go to `scores`; a retired profile is not booked
+/// (until it may come back: then its benefit starts again).
+pub fn load_book(config: &LaunchSection, book: &ReplayBook, scores: &Scores) -> Result<usize, StoreError> {
+    let store = open_store(config)?;
+    let (profiles, _) = store.all()?;
+    let mut benefits: HashMap<(String, String), Benefit> =
+        store.benefits()?.into_iter().map(|(exe, shape, b)| ((exe, shape), b)).collect();
+    drop(store);
     let mut loaded = 0;
-    let (walk, pacing) = (config.walk_limits(), config.replay_pacing());
-    for profile in profiles.iter().take(predictio::launch::policy::MAX_REPLAYS) {
-        if profile.exe.check() == predictio::launch::Freshness::Fresh {
+    let (walk, pacing, rule, now) = (config.walk_limits(), config.replay_pacing(), config.retire_rule(), now_s());
+    for profile in &profiles {
+        let mut benefit = benefits.remove(&(profile.exe.path.clone(), profile.shape.clone()));
+        if let Some(b) = &mut benefit
+            && b.retired.as_ref().is_some_and(|r| rule.may_come_back(r, now))
+        {
+            *b = Benefit::default();
+            scores.with(|board| board.dirty.insert((profile.exe.path.clone(), profile.shape.clone())));
+        }
+        let retired = benefit.as_ref().is_some_and(|b| b.retired.is_some());
+        if let Some(b) = benefit {
+            scores.with(|board| board.put(&profile.exe.path, &profile.shape, b, Some(profile.exe.id())));
+        }
+        if !retired
+            && loaded < predictio::launch::policy::MAX_REPLAYS
+            && profile.exe.check() == predictio::launch::Freshness::Fresh
+        {
             let key = LaunchKey::new(profile.exe.id(), &profile.shape);
             book.insert(key, plan_replay(profile, &walk, &pacing));
             loaded += 1;
         }
     }
     Ok(loaded)
+}
+
+/// Profiles [`Scores`] remembers at most (beyond, one not waiting to be
+/// written is forgotten: its stored benefit is read again at the next
+/// start).
+const MAX_SCORED: usize = 4096;
+
+/// What the launch service knows of each profile's [`Benefit`], by
+/// executable path and shape: shared by the learner (which scores and
+/// retires), [`load_book`] and the daemon's status. Cheap to clone.
+#[derive(Clone, Debug, Default)]
+pub struct Scores {
+    inner: Arc<Mutex<Board>>,
+}
+
+#[derive(Debug, Default)]
+struct Board {
+    /// (benefit, the executable's id when known: a retired profile whose
+    /// executable changed is a new one).
+    benefits: HashMap<(String, String), (Benefit, Option<FileId>)>,
+    /// Changed since last written to the store.
+    dirty: HashSet<(String, String)>,
+    replayer: Option<ReplayTotals>,
+    shadow: bool,
+}
+
+impl Board {
+    fn entry(&mut self, exe: &str, shape: &str) -> &mut (Benefit, Option<FileId>) {
+        let key = (exe.to_owned(), shape.to_owned());
+        if self.benefits.len() >= MAX_SCORED && !self.benefits.contains_key(&key) {
+            let victim = self.benefits.keys().find(|k| !self.dirty.contains(*k)).cloned();
+            if let Some(victim) = victim.or_else(|| self.benefits.keys().next().cloned()) {
+                self.benefits.remove(&victim);
+                self.dirty.remove(&victim);
+            }
+        }
+        self.dirty.insert(key.clone());
+        self.benefits.entry(key).or_default()
+    }
+
+    fn put(&mut self, exe: &str, shape: &str, benefit: Benefit, id: Option<FileId>) {
+        let dirty = self.dirty.contains(&(exe.to_owned(), shape.to_owned()));
+        *self.entry(exe, shape) = (benefit, id);
+        if !dirty {
+            self.dirty.remove(&(exe.to_owned(), shape.to_owned()));
+        }
+    }
+}
+
+impl Scores {
+    /// Scores of a daemon in shadow mode or not (`[launch] shadow`).
+    pub fn new(shadow: bool) -> Self {
+        let scores = Self::default();
+        scores.with(|b| b.shadow = shadow);
+        scores
+    }
+
+    /// Shows the totals of the daemon's replayer in the status.
+    pub fn follow(&self, totals: ReplayTotals) {
+        self.with(|b| b.replayer = Some(totals));
+    }
+
+    fn with<R>(&self, f: impl FnOnce(&mut Board) -> R) -> R {
+        f(&mut self.inner.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// The benefit of the profile of `exe` with shape `shape`, if known.
+    pub fn benefit(&self, exe: &str, shape: &str) -> Option<Benefit> {
+        self.with(|b| b.benefits.get(&(exe.to_owned(), shape.to_owned())).map(|e| e.0.clone()))
+    }
+
+    /// The launch service's part of the daemon's status: the replayer's
+    /// totals and, per profile scored or retired, its benefit.
+    pub fn status(&self) -> crate::status::LaunchStatus {
+        self.with(|b| {
+            let mut profiles: Vec<crate::status::ProfileBenefit> = b
+                .benefits
+                .iter()
+                .filter(|(_, (benefit, _))| benefit.scored > 0 || benefit.retired.is_some())
+                .map(|((exe, shape), (benefit, _))| crate::status::ProfileBenefit {
+                    exe: exe.clone(),
+                    shape: shape.clone(),
+                    benefit: BenefitSummary::of(benefit),
+                })
+                .collect();
+            profiles.sort_by(|x, y| (&x.exe, &x.shape).cmp(&(&y.exe, &y.shape)));
+            profiles.truncate(predictio::launch::policy::MAX_REPLAYS);
+            crate::status::LaunchStatus {
+                shadow: b.shadow,
+                replayer: b.replayer.as_ref().map(ReplayTotals::counts).unwrap_or_default(),
+                profiles,
+            }
+        })
+    }
+
+    /// The benefits changed since the last call: forgets that they were.
+    fn take_dirty(&self) -> Vec<(String, String, Benefit)> {
+        self.with(|b| {
+            let dirty = std::mem::take(&mut b.dirty);
+            dirty
+                .into_iter()
+                .filter_map(|k| b.benefits.get(&k).map(|e| (k.0.clone(), k.1.clone(), e.0.clone())))
+                .collect()
+        })
+    }
+}
+
+/// Writes the benefits changed since the last write to the store.
+fn flush_scores(config: &LaunchSection, scores: &Scores) {
+    let dirty = scores.take_dirty();
+    if dirty.is_empty() {
+        return;
+    }
+    let rows: Vec<(&str, &str, &Benefit)> = dirty.iter().map(|(e, s, b)| (e.as_str(), s.as_str(), b)).collect();
+    match open_store(config).and_then(|store| store.put_benefits(&rows)) {
+        Ok(written) => tracing::debug!(written, "launch scores written"),
+        Err(err) => tracing::warn!(%err, profiles = rows.len(), "launch scores not written"),
+    }
+}
+
+/// How often the learner writes changed scores at most (a retirement is
+/// written at once).
+const FLUSH_EVERY: Duration = Duration::from_secs(60);
+
+/// Scores the replayed launch `done` against `replayed`, the replay its exec
+/// handed over, into `scores`, and retires its profile (out of `book`) if
+/// its replays do not pay. True when it retired it.
+fn score_replay(
+    config: &LaunchSection,
+    scores: &Scores,
+    book: &ReplayBook,
+    key: &LaunchKey,
+    replayed: &Replay,
+    done: &FinishedLaunch,
+) -> bool {
+    if replayed.exe.is_empty() {
+        return false;
+    }
+    let score = predictio::launch::score::score(&done.recorder, replayed, config.shadow);
+    let rule = config.retire_rule();
+    let why = scores.with(|board| {
+        let (benefit, id) = board.entry(&replayed.exe, &key.shape);
+        *id = Some(key.exe);
+        if benefit.retired.is_some() {
+            return None;
+        }
+        benefit.add_replay(score);
+        let why = rule.judge(benefit)?;
+        benefit.retired = Some(Retired { why: why.clone(), at_s: now_s() });
+        Some(why)
+    });
+    tracing::debug!(exe = %replayed.exe, ?score, "replayed launch scored");
+    let Some(why) = why else { return false };
+    book.remove(key);
+    tracing::info!(exe = %replayed.exe, shape = %key.shape, %why, "launch profile retired: its replay does not pay");
+    true
 }
 
 /// A background thread of this module: started at nice 19 (see
@@ -200,17 +387,30 @@ pub fn start_learner(
     config: LaunchSection,
     finished: Receiver<FinishedLaunch>,
     book: ReplayBook,
+    scores: Scores,
 ) -> std::io::Result<Background> {
     Background::spawn("predictio-learn", move |stop| {
         let mut namer = Namer::new();
         let mut first_runs = FirstRuns::new(FIRST_RUNS, FIRST_RUN_RANGES);
         let mut recent = RecentlyLearned::new(RELEARN_AFTER, RELEARN_MISSED_PAGES, RECENT_KEYS);
+        let mut flushed = Instant::now();
         while let Ok(done) = finished.recv() {
             if stop.is_stopped() {
                 break;
             }
             let key = LaunchKey::new(done.exe, &done.shape);
             let now = Instant::now();
+            if let Some(replayed) = done.replay.clone()
+                && score_replay(&config, &scores, &book, &key, &replayed, &done)
+            {
+                flush_scores(&config, &scores);
+                flushed = now;
+                continue;
+            }
+            if now.saturating_duration_since(flushed) >= FLUSH_EVERY {
+                flush_scores(&config, &scores);
+                flushed = now;
+            }
             let replay = book.get(&key);
             let missed = missed_by_profile(&done, replay.as_deref());
             // Known from the store after a restart, when this thread has
@@ -221,12 +421,13 @@ pub fn start_learner(
                 tracing::debug!(exe = %done.exe, missed, "launch served from the cache: not learned again yet");
                 continue;
             }
-            match learn(&config, &mut namer, &mut first_runs, done, &book) {
+            match learn(&config, &mut namer, &mut first_runs, done, &book, &scores) {
                 Ok(true) => recent.stored(key, now),
                 Ok(false) => {}
                 Err(err) => tracing::warn!(%err, "launch not learned"),
             }
         }
+        flush_scores(&config, &scores);
     })
 }
 
@@ -353,6 +554,7 @@ fn learn(
     first_runs: &mut FirstRuns,
     done: FinishedLaunch,
     book: &ReplayBook,
+    scores: &Scores,
 ) -> Result<bool, StoreError> {
     if done.shape.is_empty() {
         // Its command line was gone before it could be read: which of the
@@ -362,6 +564,29 @@ fn learn(
     let Some(exe) = namer.name(done.exe, done.pid) else { return Ok(false) };
     if !config.may_learn(&exe.path) {
         return Ok(false);
+    }
+    // A retired profile is not learned (nor booked) again until it may
+    // come back, or its executable changed: then it starts anew.
+    let retired = scores.with(|b| {
+        let (benefit, id) = b.benefits.get(&(exe.path.clone(), done.shape.to_string()))?;
+        Some((benefit.retired.clone()?, *id))
+    });
+    if let Some((retired, id)) = retired {
+        if id.is_none_or(|id| id == exe.id()) && !config.retire_rule().may_come_back(&retired, now_s()) {
+            return Ok(false);
+        }
+        scores.with(|b| *b.entry(&exe.path, &done.shape) = (Benefit::default(), Some(exe.id())));
+        tracing::info!(exe = %exe.path, shape = %done.shape, "retired launch profile learned again");
+    }
+    // A cold launch without a replay: how long its command takes unhelped.
+    let booked = config.replay && book.get(&LaunchKey::new(done.exe, &done.shape)).is_some();
+    if !booked && config.learn_floor().admits_window(&done.recorder) {
+        let ms = done.recorder.window_ms().round().min(f64::from(u32::MAX)) as u32;
+        scores.with(|b| {
+            let (benefit, id) = b.entry(&exe.path, &done.shape);
+            benefit.add_cold(ms);
+            *id = Some(exe.id());
+        });
     }
     let store = open_store(config)?;
     let learned = store.learned(&exe, &done.shape)?;
@@ -378,8 +603,7 @@ fn learn(
     }
     // A replayed launch seen through misses alone (no page-access
     // tracepoints) only adds files: the replayed pages it used went unseen.
-    let replayed = config.replay && book.get(&LaunchKey::new(done.exe, &done.shape)).is_some();
-    let partial = replayed && done.recorder.misses_only();
+    let partial = booked && done.recorder.misses_only();
     let run = done.recorder.finish(|id, pid| namer.name(id, pid));
     if run.files.is_empty() {
         return Ok(false);
@@ -450,7 +674,7 @@ mod tests {
             recorder.on_event(&Event::PageMiss { pid, file, page, time_ns });
         }
         recorder.on_event(&Event::Exit { pid, time_ns: exec_ns + ms * 1_000_000 });
-        FinishedLaunch { exe: exe.id, shape: shape.into(), pid, recorder }
+        FinishedLaunch { exe: exe.id, shape: shape.into(), pid, recorder, replay: None }
     }
 
     /// Regression: every `head -2` and `mkdir -m` a shell script ran ended
@@ -464,8 +688,9 @@ mod tests {
         let config = LaunchSection { store: dir.path().join("store"), ..LaunchSection::default() };
         let (head, clang) = (held(dir.path(), "head", 12), held(dir.path(), "clang", 2048));
         let (mut namer, mut first_runs, book) = (Namer::new(), FirstRuns::new(16, 1 << 20), ReplayBook::default());
+        let scores = Scores::default();
         let mut learn_one = |config: &LaunchSection, done| {
-            learn(config, &mut namer, &mut first_runs, done, &book).expect("learner store")
+            learn(config, &mut namer, &mut first_runs, done, &book, &scores).expect("learner store")
         };
         let floor = config.learn_floor();
         assert!(!floor.admits(12, 7.0) && floor.admits(2048, 300.0), "the defaults: 1 MiB and 20 ms");
@@ -490,6 +715,66 @@ mod tests {
         let everything = LaunchSection { min_learn_missed_kib: 0, min_learn_ms: 0, ..config.clone() };
         assert!(!learn_one(&everything, finished(&head, "head -2 /tmp/t", 12, 7)));
         assert!(learn_one(&everything, finished(&head, "head -2 /tmp/t", 12, 7)), "the floor is what left it out");
+    }
+
+    /// A replayed launch that used none of its replay's pages is scored;
+    /// at the third such the profile is retired: out of the book, its
+    /// benefit written to the store marked retired, and its next launches
+    /// are not learned (nor booked) again. Launches without a replay give
+    /// their duration as cold ones.
+    #[test]
+    fn a_profile_whose_replays_go_unused_is_retired_and_not_learned_again() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let config = LaunchSection { store: dir.path().join("store"), ..LaunchSection::default() };
+        let prog = held(dir.path(), "prog", 2048);
+        let other = held(dir.path(), "data-a", 512);
+        let (mut namer, mut first_runs, book, scores) =
+            (Namer::new(), FirstRuns::new(16, 1 << 20), ReplayBook::default(), Scores::new(false));
+        let mut learn_one = |done| learn(&config, &mut namer, &mut first_runs, done, &book, &scores).expect("store");
+        assert!(!learn_one(finished(&prog, "prog", 2048, 300)));
+        assert!(learn_one(finished(&prog, "prog", 2048, 320)), "stored at its second launch, booked");
+        let exe = prog_path(dir.path());
+        assert_eq!(scores.benefit(&exe, "prog").expect("known").cold_ms, [300, 320], "two cold launches");
+        let key = LaunchKey::new(prog.id, "prog");
+        let booked = book.get(&key).expect("booked");
+        // The replay that ran held a file the launches never touch.
+        let replayed = Arc::new(Replay {
+            exe: booked.exe.clone(),
+            at_exec: vec![predictio::launch::ReplayFile {
+                identity: predictio::launch::FileIdentity::of_path(dir.path().join("data-a")).expect("identity"),
+                ranges: vec![PageRange::new(0, 512)],
+                first_touch_ms: 0.0,
+                due_ms: Vec::new(),
+            }],
+            ..Replay::default()
+        });
+        assert_eq!(other.id, replayed.at_exec[0].identity.id());
+        for n in 1..=3 {
+            let mut done = finished(&prog, "prog", 10, 250);
+            done.replay = Some(Arc::clone(&replayed));
+            let retired = score_replay(&config, &scores, &book, &key, &replayed, &done);
+            assert_eq!(retired, n == 3, "judged from the third replay on");
+        }
+        let benefit = scores.benefit(&exe, "prog").expect("scored");
+        assert_eq!((benefit.scored, benefit.replays[0].used, benefit.replays[0].wasted), (3, Some(0), Some(512)));
+        let why = benefit.retired.as_ref().expect("retired").why.clone();
+        assert!(why.contains("0.0 %"), "{why}");
+        assert!(book.get(&key).is_none(), "out of the book");
+        flush_scores(&config, &scores);
+        let stored = open_store(&config).expect("store").benefit(&exe, "prog").expect("read");
+        assert_eq!(stored.and_then(|b| b.retired).map(|r| r.why), Some(why), "in the store, with why");
+        // Its next cold launch is not learned, and it is not booked again.
+        assert!(!learn_one(finished(&prog, "prog", 2048, 300)));
+        assert!(book.get(&key).is_none());
+        // Not at the next start either.
+        let (book2, scores2) = (ReplayBook::default(), Scores::default());
+        assert_eq!(load_book(&config, &book2, &scores2).expect("load"), 0, "a retired profile is not booked");
+        assert!(scores2.benefit(&exe, "prog").is_some_and(|b| b.retired.is_some()));
+        assert!(scores2.status().profiles.iter().any(|p| p.benefit.retired.is_some()), "the status says so");
+    }
+
+    fn prog_path(dir: &std::path::Path) -> String {
+        dir.join("prog").to_string_lossy().into_owned()
     }
 
     fn key(ino: u64) -> LaunchKey {

@@ -99,7 +99,7 @@ pub fn check_files(replay: &mut Replay) {
 }
 
 /// What running replay jobs did (one job's, or a [`Replayer`]'s sum).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ReplayCounts {
     /// Jobs run.
     pub jobs: u64,
@@ -119,6 +119,10 @@ pub struct ReplayCounts {
     pub requests: u64,
     /// Requests (and metadata requests) the executor refused.
     pub refused: u64,
+    /// Jobs of those not run at all: shadow mode (`[launch] shadow`), which
+    /// scores replays without issuing them.
+    #[serde(default)]
+    pub shadowed: u64,
 }
 
 impl ReplayCounts {
@@ -131,6 +135,7 @@ impl ReplayCounts {
         self.dirs += other.dirs;
         self.requests += other.requests;
         self.refused += other.refused;
+        self.shadowed += other.shadowed;
     }
 }
 
@@ -251,13 +256,18 @@ fn open_dirs(replay: &Replay, counts: &mut ReplayCounts) -> (Vec<MetaLookup>, Ve
 pub struct Replayer {
     thread: Option<JoinHandle<()>>,
     stop: Arc<AtomicBool>,
-    totals: Arc<[AtomicU64; 8]>,
+    totals: ReplayTotals,
 }
 
-impl Replayer {
-    /// What its jobs did so far.
+/// A [`Replayer`]'s running totals, readable from any thread (the daemon's
+/// status) while the replayer runs.
+#[derive(Clone, Debug, Default)]
+pub struct ReplayTotals(Arc<[AtomicU64; 9]>);
+
+impl ReplayTotals {
+    /// What the replayer's jobs did so far.
     pub fn counts(&self) -> ReplayCounts {
-        let t = |i: usize| self.totals[i].load(Ordering::Relaxed);
+        let t = |i: usize| self.0[i].load(Ordering::Relaxed);
         ReplayCounts {
             jobs: t(0),
             opened: t(1),
@@ -267,7 +277,27 @@ impl Replayer {
             dirs: t(5),
             requests: t(6),
             refused: t(7),
+            shadowed: t(8),
         }
+    }
+
+    fn store(&self, c: &ReplayCounts) {
+        let values = [c.jobs, c.opened, c.changed, c.missing, c.capped, c.dirs, c.requests, c.refused, c.shadowed];
+        for (sum, value) in self.0.iter().zip(values) {
+            sum.store(value, Ordering::Relaxed);
+        }
+    }
+}
+
+impl Replayer {
+    /// What its jobs did so far.
+    pub fn counts(&self) -> ReplayCounts {
+        self.totals.counts()
+    }
+
+    /// Its totals, to read while it runs.
+    pub fn totals(&self) -> ReplayTotals {
+        self.totals.clone()
     }
 }
 
@@ -293,19 +323,22 @@ impl Drop for Replayer {
 
 /// Starts the [`Replayer`]: the jobs of `jobs` go to `sink` (the executor).
 pub fn start_replayer(sink: Arc<dyn RequestSink>, jobs: Receiver<ReplayJob>) -> std::io::Result<Replayer> {
-    start_replayer_with(sink, jobs, || {})
+    start_replayer_with(sink, jobs, false, || {})
 }
 
 /// [`start_replayer`], calling `after_job` after each job (the daemon
-/// nudges its use marker, which sleeps until a replay ran).
+/// nudges its use marker, which sleeps until a replay ran). With `shadow`
+/// (`[launch] shadow`) it runs no job: it opens nothing and hands the
+/// executor nothing, and counts each job as shadowed.
 pub fn start_replayer_with(
     sink: Arc<dyn RequestSink>,
     jobs: Receiver<ReplayJob>,
+    shadow: bool,
     after_job: impl Fn() + Send + 'static,
 ) -> std::io::Result<Replayer> {
     let stop = Arc::new(AtomicBool::new(false));
-    let totals: Arc<[AtomicU64; 8]> = Arc::new(Default::default());
-    let (flag, sums) = (Arc::clone(&stop), Arc::clone(&totals));
+    let totals = ReplayTotals::default();
+    let (flag, sums) = (Arc::clone(&stop), totals.clone());
     let thread = std::thread::Builder::new().name("predictio-replay".into()).spawn(move || {
         let mut total = ReplayCounts::default();
         // Until every sender is gone; a job still queued at the stop is
@@ -314,22 +347,14 @@ pub fn start_replayer_with(
             if flag.load(Ordering::Relaxed) {
                 break;
             }
-            let counts = run_job(&job, &*sink);
-            tracing::debug!(exe = %job.replay.exe, part = ?job.part, ?counts, "replayed");
+            let counts = if shadow {
+                ReplayCounts { jobs: 1, shadowed: 1, ..ReplayCounts::default() }
+            } else {
+                run_job(&job, &*sink)
+            };
+            tracing::debug!(exe = %job.replay.exe, part = ?job.part, ?counts, shadow, "replayed");
             total.add(&counts);
-            let values = [
-                total.jobs,
-                total.opened,
-                total.changed,
-                total.missing,
-                total.capped,
-                total.dirs,
-                total.requests,
-                total.refused,
-            ];
-            for (sum, value) in sums.iter().zip(values) {
-                sum.store(value, Ordering::Relaxed);
-            }
+            sums.store(&total);
             after_job();
         }
     })?;
@@ -741,6 +766,32 @@ mod tests {
         check_files(&mut replay);
         assert_eq!(replay.changed, vec![files[1].to_string_lossy().into_owned()]);
         assert_eq!(replay.at_exec.len(), 1);
+    }
+
+    /// Shadow mode: the replayer takes the jobs and counts them, and hands
+    /// the executor nothing, opens nothing.
+    #[test]
+    fn a_shadow_replayer_issues_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = page_files(dir.path(), 3);
+        let profile = profile_of(&files[0], &files, 1);
+        let replay = plan_replay(&profile, &WalkLimits::default(), &ReplayPacing::default());
+        let sink = Arc::new(Collect::default());
+        let (jobs, rx) = predictio::launch::policy::replay_channel();
+        let replayer = start_replayer_with(sink.clone(), rx, true, || {}).unwrap();
+        let totals = replayer.totals();
+        jobs.send(job(replay.clone(), Some("/bin/sh"))).unwrap();
+        jobs.send(job(replay, None)).unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while totals.counts().jobs < 2 {
+            assert!(std::time::Instant::now() < deadline, "the jobs were never taken");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let counts = totals.counts();
+        assert_eq!((counts.shadowed, counts.opened, counts.requests, counts.dirs), (2, 0, 0, 0));
+        assert!(sink.requests.lock().unwrap().is_empty() && sink.meta.lock().unwrap().is_empty());
+        drop(jobs);
+        drop(replayer);
     }
 
     #[test]

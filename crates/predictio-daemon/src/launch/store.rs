@@ -33,6 +33,7 @@ use std::time::{Duration, Instant};
 
 use redb::{Database, ReadableTable, TableDefinition};
 
+use predictio::launch::Benefit;
 use predictio::launch::profile::{PROFILE_VERSION, Profile};
 
 /// Version of the store's layout: 1 held the profiles alone; 2 adds the
@@ -53,6 +54,10 @@ const PROFILES: TableDefinition<&str, &[u8]> = TableDefinition::new("profiles");
 /// Per profile key: (last used, UNIX seconds; stored bytes of its profile).
 /// Kept in the same commits as `profiles`, so the two always agree.
 const USED: TableDefinition<&str, (u64, u64)> = TableDefinition::new("used");
+/// Per profile key: what its replays gained ([`Benefit`], JSON: a few
+/// hundred bytes). Written apart from the profile, removed with it. Added
+/// within version 2: an older predictio leaves the table alone.
+const SCORES: TableDefinition<&str, &[u8]> = TableDefinition::new("scores");
 
 /// Store errors.
 #[derive(Debug, thiserror::Error)]
@@ -164,6 +169,7 @@ fn create_fresh(dir: &Path, path: &Path) -> Result<(), StoreError> {
             meta.insert("version", STORE_VERSION).map_err(|e| failed("writing", &e))?;
             txn.open_table(PROFILES).map_err(|e| failed("writing", &e))?;
             txn.open_table(USED).map_err(|e| failed("writing", &e))?;
+            txn.open_table(SCORES).map_err(|e| failed("writing", &e))?;
         }
         txn.commit().map_err(|e| failed("committing", &e))?;
         drop(db);
@@ -246,6 +252,49 @@ pub struct Summary {
     pub stored_bytes: u64,
     /// Last learned or replayed (UNIX seconds).
     pub last_used_s: u64,
+    /// What its replays gained ([`BenefitSummary`]; `None`: never scored
+    /// nor learned cold since scoring began).
+    pub benefit: Option<BenefitSummary>,
+}
+
+/// What a profile's replays gained, as `profile list` and `stat` show it.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct BenefitSummary {
+    /// Replays scored in all.
+    pub replays_scored: u64,
+    /// Of the pages its last replays asked for, the share its launches
+    /// used, never accessed, and still read from storage themselves
+    /// (`None`: not known; used and wasted are not when only misses were
+    /// observed).
+    pub used_share: Option<f64>,
+    /// See `used_share`.
+    pub wasted_share: Option<f64>,
+    /// See `used_share`.
+    pub late_share: Option<f64>,
+    /// Median duration of its last replayed launches, ms.
+    pub replayed_ms: Option<u32>,
+    /// Median duration of its last cold launches without a replay, ms.
+    pub cold_ms: Option<u32>,
+    /// Why it was retired, if it is.
+    pub retired: Option<String>,
+    /// When it was retired, UNIX seconds.
+    pub retired_at_s: Option<u64>,
+}
+
+impl BenefitSummary {
+    /// The summary of `b`.
+    pub fn of(b: &Benefit) -> Self {
+        Self {
+            replays_scored: b.scored,
+            used_share: b.used_share(),
+            wasted_share: b.wasted_share(),
+            late_share: b.late_share(),
+            replayed_ms: b.median_replayed_ms(),
+            cold_ms: b.median_cold_ms(),
+            retired: b.retired.as_ref().map(|r| r.why.clone()),
+            retired_at_s: b.retired.as_ref().map(|r| r.at_s),
+        }
+    }
 }
 
 /// The profile store (see the module docs).
@@ -293,6 +342,7 @@ impl Store {
             let found = meta.get("version").map_err(|e| err(e.into()))?.map(|v| v.value());
             let profiles = txn.open_table(PROFILES).map_err(|e| err(e.into()))?;
             let mut used = txn.open_table(USED).map_err(|e| err(e.into()))?;
+            txn.open_table(SCORES).map_err(|e| err(e.into()))?;
             match found {
                 Some(STORE_VERSION) => {}
                 // Version 1: build the `used` table from the profiles, the
@@ -359,6 +409,7 @@ impl Store {
         {
             let mut table = txn.open_table(PROFILES).map_err(|e| self.err(e))?;
             let mut used = txn.open_table(USED).map_err(|e| self.err(e))?;
+            let mut scores = txn.open_table(SCORES).map_err(|e| self.err(e))?;
             table.insert(exe, bytes.as_slice()).map_err(|e| self.err(e))?;
             used.insert(exe, (profile.last_used_s, bytes.len() as u64)).map_err(|e| self.err(e))?;
             let mut sizes: Vec<(u64, u64, String)> = Vec::new();
@@ -378,6 +429,7 @@ impl Store {
                 }
                 table.remove(key.as_str()).map_err(|e| self.err(e))?;
                 used.remove(key.as_str()).map_err(|e| self.err(e))?;
+                scores.remove(key.as_str()).map_err(|e| self.err(e))?;
                 total -= len;
                 evicted.push(shown_key(&key));
             }
@@ -461,6 +513,54 @@ impl Store {
         Ok(marked)
     }
 
+    /// Writes what the replays of these profiles (executable path, shape)
+    /// gained, in one commit; pairs with no stored profile (evicted or
+    /// forgotten meanwhile) are passed over. Returns how many were written.
+    pub fn put_benefits(&self, benefits: &[(&str, &str, &Benefit)]) -> Result<usize, StoreError> {
+        let txn = self.db.begin_write().map_err(|e| self.err(e))?;
+        let mut written = 0;
+        {
+            let used = txn.open_table(USED).map_err(|e| self.err(e))?;
+            let mut scores = txn.open_table(SCORES).map_err(|e| self.err(e))?;
+            for (exe, shape, benefit) in benefits {
+                let key = key(exe, shape);
+                if used.get(key.as_str()).map_err(|e| self.err(e))?.is_none() {
+                    continue;
+                }
+                let bytes = serde_json::to_vec(benefit)
+                    .map_err(|e| StoreError::Profile { exe: shown_key(&key), reason: e.to_string() })?;
+                scores.insert(key.as_str(), bytes.as_slice()).map_err(|e| self.err(e))?;
+                written += 1;
+            }
+        }
+        txn.commit().map_err(|e| self.err(e))?;
+        Ok(written)
+    }
+
+    /// What the replays of the profile of `exe` with shape `shape` gained
+    /// (`None`: never scored, or not readable).
+    pub fn benefit(&self, exe: &str, shape: &str) -> Result<Option<Benefit>, StoreError> {
+        let txn = self.db.begin_read().map_err(|e| self.err(e))?;
+        let scores = txn.open_table(SCORES).map_err(|e| self.err(e))?;
+        let found = scores.get(key(exe, shape).as_str()).map_err(|e| self.err(e))?;
+        Ok(found.and_then(|v| serde_json::from_slice(v.value()).ok()))
+    }
+
+    /// Every stored benefit, by (executable path, shape). Unreadable ones
+    /// are left out (they start again).
+    pub fn benefits(&self) -> Result<Vec<(String, String, Benefit)>, StoreError> {
+        let txn = self.db.begin_read().map_err(|e| self.err(e))?;
+        let scores = txn.open_table(SCORES).map_err(|e| self.err(e))?;
+        let mut out = Vec::new();
+        for item in scores.iter().map_err(|e| self.err(e))? {
+            let (k, v) = item.map_err(|e| self.err(e))?;
+            let Ok(benefit) = serde_json::from_slice::<Benefit>(v.value()) else { continue };
+            let (exe, shape) = k.value().split_once('\0').unwrap_or((k.value(), ""));
+            out.push((exe.to_owned(), shape.to_owned(), benefit));
+        }
+        Ok(out)
+    }
+
     /// Decodes a stored profile and gives it its last use from `used`
     /// (which [`Store::touch`] moves without rewriting the profile).
     fn read(
@@ -527,9 +627,11 @@ impl Store {
         {
             let mut table = txn.open_table(PROFILES).map_err(|e| self.err(e))?;
             let mut used = txn.open_table(USED).map_err(|e| self.err(e))?;
+            let mut scores = txn.open_table(SCORES).map_err(|e| self.err(e))?;
             for key in &keys {
                 removed += usize::from(table.remove(key.as_str()).map_err(|e| self.err(e))?.is_some());
                 used.remove(key.as_str()).map_err(|e| self.err(e))?;
+                scores.remove(key.as_str()).map_err(|e| self.err(e))?;
             }
         }
         txn.commit().map_err(|e| self.err(e))?;
@@ -573,9 +675,12 @@ impl Store {
     /// [`Store::unreadable`] for the others).
     pub fn list(&self) -> Result<Vec<Summary>, StoreError> {
         let mut out = Vec::new();
-        self.each(|_, decoded, stored_bytes| {
+        let mut benefits: std::collections::HashMap<String, Benefit> =
+            self.benefits()?.into_iter().map(|(exe, shape, b)| (key(&exe, &shape), b)).collect();
+        self.each(|k, decoded, stored_bytes| {
             if let Ok(p) = decoded {
                 out.push(Summary {
+                    benefit: benefits.remove(k).map(|b| BenefitSummary::of(&b)),
                     exe: p.exe.path.clone(),
                     shape: p.shape.clone(),
                     runs: p.runs,
@@ -803,6 +908,39 @@ mod tests {
         assert_eq!(last("/x/b"), 20, "untouched");
         assert_eq!(store.get("/x/gone", "").unwrap(), None);
         assert_eq!(store.touch_all(&[]).unwrap(), 0);
+    }
+
+    /// A profile's benefit is kept beside it, listed with it, and goes
+    /// with it when it is forgotten or evicted; none is written for a
+    /// profile that is not stored.
+    #[test]
+    fn benefits_are_kept_beside_their_profile_and_go_with_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let one = serde_json::to_vec(&profile("/x/p0", 200, 0)).unwrap().len() as u64;
+        let store = Store::open(dir.path(), one * 2 + one / 2, Duration::ZERO).unwrap();
+        store.put(&profile("/x/a", 200, 10)).unwrap();
+        store.put(&profile("/x/b", 200, 20)).unwrap();
+        let mut b = Benefit::default();
+        b.add_cold(300);
+        b.add_replay(predictio::launch::ReplayScore { replayed: 10, used: Some(1), wasted: Some(9), late: 0, ms: 40 });
+        b.retired = Some(predictio::launch::Retired { why: "no use".into(), at_s: 5 });
+        assert_eq!(store.put_benefits(&[("/x/a", "", &b), ("/x/gone", "", &b)]).unwrap(), 1);
+        assert_eq!(store.benefit("/x/a", "").unwrap().as_ref(), Some(&b));
+        assert_eq!(store.benefit("/x/gone", "").unwrap(), None, "no profile, no benefit");
+        drop(store);
+        let store = Store::open(dir.path(), one * 2 + one / 2, Duration::ZERO).unwrap();
+        let listed = store.list().unwrap();
+        let a = listed.iter().find(|s| s.exe == "/x/a").unwrap().benefit.clone().expect("listed with its benefit");
+        assert_eq!((a.replays_scored, a.cold_ms, a.retired.as_deref()), (1, Some(300), Some("no use")));
+        assert!(a.used_share.is_some_and(|u| (u - 0.1).abs() < 1e-9));
+        assert_eq!(listed.iter().find(|s| s.exe == "/x/b").unwrap().benefit, None);
+        // Evicted (least recently used), its benefit goes with it.
+        store.put(&profile("/x/c", 200, 30)).unwrap();
+        assert_eq!(store.get("/x/a", "").unwrap(), None);
+        assert_eq!(store.benefit("/x/a", "").unwrap(), None);
+        store.put_benefits(&[("/x/c", "", &b)]).unwrap();
+        assert_eq!(store.remove("/x/c", None).unwrap(), 1);
+        assert!(store.benefits().unwrap().is_empty(), "forgotten with its profile");
     }
 
     #[test]

@@ -10,6 +10,7 @@
 //!   floor under which a launch is too trivial to learn ([`LearnFloor`]).
 //! - [`pacing`]: which replays ask for a narrower window ([`ReplayPacing`]).
 //! - [`policy`]: the `launch` policy that turns an exec into requests.
+//! - [`score`]: whether a profile's replays pay, and when one is retired.
 //!
 //! All of it is pure: nothing here opens a file. The daemon's launch
 //! service (crate `predictio-daemon`) keeps the profile store, walks
@@ -24,6 +25,7 @@ pub mod pacing;
 pub mod policy;
 pub mod profile;
 pub mod recorder;
+pub mod score;
 pub mod shape;
 
 pub use model::{ModelLimits, PageModel, WalkLimits, Walked};
@@ -33,3 +35,4 @@ pub use policy::{
 };
 pub use profile::{FileIdentity, FirstRuns, Freshness, LaunchRun, LearnLimits, Profile};
 pub use recorder::{AccessSource, LearnFloor, Recorder, WindowLimits};
+pub use score::{Benefit, ReplayScore, RetireRule, Retired};

@@ -287,6 +287,10 @@ pub struct FinishedLaunch {
     pub pid: u32,
     /// The window.
     pub recorder: Recorder,
+    /// The replay handed over for this launch (at its exec or its exec
+    /// start, or for a launch of the same command just before it): what the
+    /// launch is scored against ([`super::score`]). `None`: not replayed.
+    pub replay: Option<Arc<Replay>>,
 }
 
 /// Automatic learning inside the policy: every exec (that is not part of a
@@ -295,7 +299,7 @@ pub struct FinishedLaunch {
 struct Learning {
     limits: WindowLimits,
     max_windows: usize,
-    windows: Vec<(LaunchKey, u32, Recorder)>,
+    windows: Vec<(LaunchKey, u32, Recorder, Option<Arc<Replay>>)>,
     done: std::sync::mpsc::SyncSender<FinishedLaunch>,
     /// Windows not opened because `max_windows` were open, or not handed
     /// over because the learner was behind.
@@ -380,7 +384,7 @@ impl LaunchPolicy {
         {
             if learning.windows.len() < learning.max_windows {
                 let key = LaunchKey { exe: *exe, shape: Arc::clone(shape) };
-                learning.windows.push((key, *pid, Recorder::new(*pid, *time_ns, learning.limits)));
+                learning.windows.push((key, *pid, Recorder::new(*pid, *time_ns, learning.limits), None));
             } else {
                 learning.skipped += 1;
             }
@@ -391,8 +395,8 @@ impl LaunchPolicy {
             let window = &mut learning.windows[i].2;
             let done = window.on_event(event) || now.is_some_and(|t| window.tick(t));
             if done {
-                let (key, pid, recorder) = learning.windows.swap_remove(i);
-                let finished = FinishedLaunch { exe: key.exe, shape: key.shape, pid, recorder };
+                let (key, pid, recorder, replay) = learning.windows.swap_remove(i);
+                let finished = FinishedLaunch { exe: key.exe, shape: key.shape, pid, recorder, replay };
                 if learning.done.try_send(finished).is_err() {
                     learning.skipped += 1;
                 }
@@ -459,6 +463,21 @@ impl LaunchPolicy {
             }
         }
         true
+    }
+
+    /// Gives the launch window `pid`'s exec of `key` at `time_ns` just
+    /// opened, if it opened one, the replay handed over for it: at this
+    /// exec, at its start, or for a launch of the same command within
+    /// [`REPEAT_NS`] (its pages are this launch's too).
+    fn note_replayed(&mut self, pid: u32, key: &LaunchKey, time_ns: u64) {
+        let Some(learning) = self.learning.as_mut() else { return };
+        let Some(window) = learning.windows.iter_mut().rev().find(|w| w.1 == pid && w.0 == *key && w.3.is_none())
+        else {
+            return;
+        };
+        if self.last_exec.get(key).is_some_and(|t| time_ns.saturating_sub(*t) < REPEAT_NS) {
+            window.3 = self.book.get(key);
+        }
     }
 
     /// Pairs `pid`'s exec start, if it has one, with the launch its exec is:
@@ -585,7 +604,8 @@ impl Policy for LaunchPolicy {
             Event::Exec { pid, exe, shape, time_ns } => {
                 let key = LaunchKey { exe: *exe, shape: Arc::clone(shape) };
                 self.learn_start(*pid, &key, *time_ns);
-                self.replay(key, *pid, *time_ns, None, ctx);
+                self.replay(key.clone(), *pid, *time_ns, None, ctx);
+                self.note_replayed(*pid, &key, *time_ns);
             }
             Event::PageAccess { pid, file, .. } if !self.pending.is_empty() => {
                 if let Some((_, replay)) = self.pending.remove(file)
@@ -617,6 +637,30 @@ mod tests {
     use super::*;
 
     use crate::event::AccessKind;
+
+    /// A learned launch carries the replay handed over for it (to score
+    /// it against); one with no profile, or of another shape, none.
+    #[test]
+    fn a_finished_launch_carries_the_replay_its_exec_handed_over() {
+        let (tx, rx) = std::sync::mpsc::sync_channel(8);
+        let exe = FileId { dev: 1, ino: 1 };
+        let book = book_of_one_page(exe);
+        let (jobs, _job_rx) = replay_channel();
+        let mut policy = LaunchPolicy::learning(book, WindowLimits::default(), 4, tx).replaying_to(jobs);
+        let files = crate::policy::FileTable::default();
+        let mut out = Vec::new();
+        let mut ctx = PolicyContext::new(&files, &mut out, crate::policy::PolicyId(1));
+        let s = 1_000_000_000;
+        for (pid, shape, at) in [(5, "rustc --version", 0), (6, "rustc -V", 10 * s)] {
+            policy.on_event(&Event::Exec { pid, exe, shape: shape.into(), time_ns: at }, &mut ctx);
+            policy.on_event(&Event::Exit { pid, time_ns: at + 1000 }, &mut ctx);
+        }
+        let done: Vec<FinishedLaunch> = rx.try_iter().collect();
+        assert_eq!(done.len(), 2);
+        let replay = done[0].replay.as_ref().expect("the replayed launch carries its replay");
+        assert_eq!(replay.exe, "/x/rustc");
+        assert!(done[1].replay.is_none(), "no profile for that shape: not replayed");
+    }
 
     #[test]
     fn learning_opens_a_window_per_exec_and_hands_it_over() {

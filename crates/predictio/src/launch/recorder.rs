@@ -100,6 +100,21 @@ fn bounded(map: &mut HashMap<FileId, u64>, file: FileId, cap: usize) -> Option<&
     Some(map.entry(file).or_default())
 }
 
+/// `ranges` sorted, with overlapping and adjacent ranges merged and empty
+/// ones left out.
+pub fn normalized(mut ranges: Vec<PageRange>) -> Vec<PageRange> {
+    ranges.retain(|r| !r.is_empty());
+    ranges.sort_unstable();
+    let mut out: Vec<PageRange> = Vec::with_capacity(ranges.len());
+    for r in ranges {
+        match out.last_mut() {
+            Some(last) if r.start <= last.end => last.end = last.end.max(r.end),
+            _ => out.push(r),
+        }
+    }
+    out
+}
+
 /// Which observed pages a [`Recorder`] counts as the launch's accesses.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum AccessSource {
@@ -142,6 +157,10 @@ pub struct Recorder {
     /// Pages the tree brought into the page cache itself, by file (at most
     /// [`WindowLimits::max_files`] files).
     missed: HashMap<FileId, u64>,
+    /// Which pages those were, by file: consecutive misses merged into one
+    /// range, at most [`WindowLimits::max_accesses_per_file`] ranges a file
+    /// (for scoring a replay: [`Recorder::seen_in`]).
+    missed_ranges: HashMap<FileId, Vec<PageRange>>,
     /// Files the tree read or mapped (any access event; as many at most).
     accessed: HashSet<FileId>,
     /// Whether any access event of the tree was seen. Until one is, the
@@ -169,6 +188,7 @@ impl Recorder {
             lookups: Vec::new(),
             looked_up: HashSet::new(),
             missed: HashMap::new(),
+            missed_ranges: HashMap::new(),
             accessed: HashSet::new(),
             saw_access: false,
         }
@@ -204,6 +224,14 @@ impl Recorder {
             Event::PageMiss { pid, file, page, time_ns } if self.tree.contains(pid) => {
                 if let Some(n) = bounded(&mut self.missed, *file, self.limits.max_files) {
                     *n += 1;
+                    let ranges = self.missed_ranges.entry(*file).or_default();
+                    let room = ranges.len() < self.limits.max_accesses_per_file;
+                    match ranges.last_mut() {
+                        Some(last) if last.end == *page => last.end += 1,
+                        Some(last) if last.contains(*page) => {}
+                        _ if room => ranges.push(PageRange::page(*page)),
+                        _ => {}
+                    }
                 }
                 self.last_io_ns = self.last_io_ns.max(*time_ns);
                 self.last_ns = self.last_ns.max(*time_ns);
@@ -307,6 +335,21 @@ impl Recorder {
     pub fn missed_in(&self, of: impl Fn(FileId) -> bool) -> u64 {
         let read = |file: &FileId| !self.saw_access || self.accessed.contains(file);
         self.missed.iter().filter(|(file, _)| read(file) && of(**file)).map(|(_, n)| n).sum()
+    }
+
+    /// What the launch did with `file`'s pages: the ranges it accessed
+    /// (read, faulted or mapped; its misses, when no access was seen) and
+    /// the ranges it brought into the cache itself (its misses), each
+    /// sorted and merged. Empty for a file it never touched. For scoring a
+    /// replay ([`super::score`]): no naming, no copy of other files.
+    pub fn seen_in(&self, file: FileId) -> (Vec<PageRange>, Vec<PageRange>) {
+        let accessed = self.files.get(&file).map_or_else(Vec::new, |s| normalized(s.accesses.clone()));
+        let read = !self.saw_access || self.accessed.contains(&file);
+        let missed = match self.missed_ranges.get(&file) {
+            Some(ranges) if read => normalized(ranges.clone()),
+            _ => Vec::new(),
+        };
+        (accessed, missed)
     }
 
     /// How long the window has lasted so far, ms: from the exec to the
