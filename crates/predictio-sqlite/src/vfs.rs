@@ -4,32 +4,40 @@
 //! The shim's `sqlite3_file` is ours followed by the real VFS's:
 //!
 //! ```text
-//! ┌ ShimFile ─────────────────────────┬ real file (szOsFile of the real VFS) ┐
-//! │ pMethods (ours) │ observer (Box)  │ pMethods (real) │ …                  │
-//! └───────────────────────────────────┴──────────────────────────────────────┘
+//! ┌ ShimFile ─────────────────────────────────────────────────┬ real file (szOsFile of the real VFS) ┐
+//! │ pMethods (ours) │ observer (Box) │ wal_of │ checkpointing │ pMethods (real) │ …                  │
+//! └───────────────────────────────────────────────────────────┴──────────────────────────────────────┘
 //! ```
 //!
 //! Every method forwards to the real file; `xRead` then, for main database
 //! files only and only on `SQLITE_OK`, shows the bytes the real VFS returned
 //! to the [`DbObserver`] (reads shorter than a page past the header are not
-//! pages and pass through untimed). Journals, WAL files, temp files pass
-//! through untouched. Loading registers the VFS and the SQL function and
-//! does nothing else: no thread, no file, no runtime; each main database's
-//! observer starts the process's runtime at its first read from the device
-//! ([`DbObserver::lazy`]). Every `extern "C"` body runs inside `catch_unwind`; a panic
-//! while observing is swallowed and never changes what SQLite gets.
+//! pages and pass through untimed). A page SQLite reads from a main
+//! database's WAL is shown to that database's observer as the page it
+//! holds (its number read from the frame header, an extra 4-byte read of
+//! ours before SQLite's): the pages a writer changed since the last
+//! checkpoint, often the upper levels of the trees, are read from the WAL,
+//! and without them the observer would miss every descent through them.
+//! The WAL reads of a checkpoint (it holds the checkpoint lock) are not
+//! lookups and pass through, as do journals and temp files. Loading
+//! registers the VFS and the SQL function and does nothing else: no thread,
+//! no file, no runtime; each main database's observer starts the process's
+//! runtime at its first read from the device ([`DbObserver::lazy`]). Every
+//! `extern "C"` body runs inside `catch_unwind`; a panic while observing is
+//! swallowed and never changes what SQLite gets.
 #![allow(unsafe_code)]
 
 use std::ffi::{CStr, c_char, c_int, c_void};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::ptr;
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicPtr, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 
 use libsqlite3_sys::{
     SQLITE_CANTOPEN, SQLITE_ERROR, SQLITE_IOERR, SQLITE_OK, SQLITE_OK_LOAD_PERMANENTLY, SQLITE_OPEN_MAIN_DB,
-    SQLITE_UTF8, sqlite3, sqlite3_api_routines, sqlite3_context, sqlite3_file, sqlite3_int64, sqlite3_io_methods,
-    sqlite3_syscall_ptr, sqlite3_value, sqlite3_vfs,
+    SQLITE_OPEN_WAL, SQLITE_SHM_EXCLUSIVE, SQLITE_SHM_LOCK, SQLITE_SHM_UNLOCK, SQLITE_UTF8, sqlite3,
+    sqlite3_api_routines, sqlite3_context, sqlite3_file, sqlite3_int64, sqlite3_io_methods, sqlite3_syscall_ptr,
+    sqlite3_value, sqlite3_vfs,
 };
 
 use crate::observer::{DbObserver, Prefetcher, SharedObserver};
@@ -53,6 +61,13 @@ struct ShimFile {
     base: sqlite3_file,
     /// `Box::into_raw` of the observer; null for files not observed.
     observer: *mut SharedObserver,
+    /// For the WAL file of a main database opened through the shim: that
+    /// database's file, which SQLite closes after its WAL; else null.
+    wal_of: *const ShimFile,
+    /// For a main database: whether its connection holds the WAL's
+    /// checkpoint lock (set by `xShmLock`; only that connection reads its
+    /// WAL through this file's `wal_of`).
+    checkpointing: AtomicBool,
 }
 
 /// Bytes before the real file: `ShimFile` rounded up to 16, so the real file
@@ -111,11 +126,39 @@ forward_io!(io_file_control, xFileControl, (op: c_int, arg: *mut c_void) -> c_in
 forward_io!(io_sector_size, xSectorSize, () -> c_int, 4096);
 forward_io!(io_device_characteristics, xDeviceCharacteristics, () -> c_int, 0);
 forward_io!(io_shm_map, xShmMap, (page: c_int, size: c_int, extend: c_int, out: *mut *mut c_void) -> c_int, SQLITE_IOERR);
-forward_io!(io_shm_lock, xShmLock, (offset: c_int, n: c_int, flags: c_int) -> c_int, SQLITE_IOERR);
 forward_io!(io_shm_barrier, xShmBarrier, () -> (), ());
 forward_io!(io_shm_unmap, xShmUnmap, (delete: c_int) -> c_int, SQLITE_IOERR);
 forward_io!(io_fetch, xFetch, (offset: sqlite3_int64, amt: c_int, out: *mut *mut c_void) -> c_int, SQLITE_IOERR);
 forward_io!(io_unfetch, xUnfetch, (offset: sqlite3_int64, p: *mut c_void) -> c_int, SQLITE_IOERR);
+
+/// The WAL-index lock a checkpoint holds exclusively (`WAL_CKPT_LOCK`).
+const WAL_CKPT_LOCK: c_int = 1;
+
+unsafe extern "C" fn io_shm_lock(file: *mut sqlite3_file, offset: c_int, n: c_int, flags: c_int) -> c_int {
+    guard(SQLITE_IOERR, || {
+        // SAFETY: a file opened by `shim_open` whose real methods are set.
+        let rc = unsafe {
+            let real = real_file(file);
+            match (*(*real).pMethods).xShmLock {
+                Some(lock) => lock(real, offset, n, flags),
+                None => return SQLITE_IOERR,
+            }
+        };
+        // A checkpoint (or a recovery) holds the checkpoint lock
+        // exclusively while it copies WAL frames to the database: its WAL
+        // reads are not lookups.
+        if (offset..offset.saturating_add(n)).contains(&WAL_CKPT_LOCK) && flags & SQLITE_SHM_EXCLUSIVE != 0 {
+            // SAFETY: our part of the file.
+            let checkpointing = unsafe { &(*file.cast::<ShimFile>()).checkpointing };
+            if flags & SQLITE_SHM_UNLOCK != 0 {
+                checkpointing.store(false, Ordering::Relaxed);
+            } else if flags & SQLITE_SHM_LOCK != 0 && rc == SQLITE_OK {
+                checkpointing.store(true, Ordering::Relaxed);
+            }
+        }
+        rc
+    })
+}
 
 unsafe extern "C" fn io_close(file: *mut sqlite3_file) -> c_int {
     guard(SQLITE_IOERR, || {
@@ -128,6 +171,7 @@ unsafe extern "C" fn io_close(file: *mut sqlite3_file) -> c_int {
                 Some(close) => close(real),
                 None => SQLITE_OK,
             };
+            (*shim).wal_of = ptr::null();
             let observer = std::mem::replace(&mut (*shim).observer, ptr::null_mut());
             if !observer.is_null() {
                 drop(Box::from_raw(observer));
@@ -142,24 +186,36 @@ unsafe extern "C" fn io_close(file: *mut sqlite3_file) -> c_int {
 /// through unobserved and untimed.
 const MIN_PAGE: c_int = 512;
 
+/// Bytes of a WAL file's header, and of each frame's header before the
+/// page it holds.
+const WAL_HEADER: sqlite3_int64 = 32;
+const WAL_FRAME_HEADER: sqlite3_int64 = 24;
+
 unsafe extern "C" fn io_read(file: *mut sqlite3_file, buf: *mut c_void, amt: c_int, offset: sqlite3_int64) -> c_int {
     guard(SQLITE_IOERR, || {
-        // SAFETY: the observer is ours or null and lives until `io_close`.
-        let observer = unsafe { (*file.cast::<ShimFile>()).observer.as_ref() };
-        let observer = observer.filter(|_| amt > 0 && (offset == 0 || (offset > 0 && amt >= MIN_PAGE)));
+        // SAFETY: our part of a file opened by `shim_open`.
+        let shim = unsafe { &*file.cast::<ShimFile>() };
         // SAFETY: a file opened by `shim_open`; the real read gets exactly
         // SQLite's arguments.
-        let read = || unsafe {
-            let real = real_file(file);
-            match (*(*real).pMethods).xRead {
-                Some(read) => read(real, buf, amt, offset),
-                None => SQLITE_IOERR,
+        let read = || unsafe { real_read(file, buf, amt, offset) };
+        // SAFETY: the observer is ours or null and lives until `io_close`;
+        // a WAL's database file is open as long as the WAL is.
+        let (observer, db_offset) = match unsafe { (shim.observer.as_ref(), shim.wal_of.as_ref()) } {
+            (Some(observer), _) if amt > 0 && (offset == 0 || (offset > 0 && amt >= MIN_PAGE)) => (observer, offset),
+            (None, Some(db)) if !db.checkpointing.load(Ordering::Relaxed) => {
+                // SAFETY: the database's observer, as above.
+                let observer = unsafe { db.observer.as_ref() };
+                // SAFETY: a file opened by `shim_open`.
+                match observer.zip(unsafe { wal_page_offset(file, amt, offset) }) {
+                    Some(found) => found,
+                    None => return read(),
+                }
             }
+            _ => return read(),
         };
-        let Some(observer) = observer else { return read() };
         // The descent is known from the offset alone: report it before the
         // read, so that prefetches overlap this read's own I/O.
-        guard((), || observer.before_read(offset as u64, amt as usize));
+        guard((), || observer.before_read(db_offset as u64, amt as usize));
         let start = std::time::Instant::now();
         let rc = read();
         if rc == SQLITE_OK {
@@ -168,10 +224,51 @@ unsafe extern "C" fn io_read(file: *mut sqlite3_file, buf: *mut c_void, amt: c_i
             // of `buf`, which we only read, before SQLite sees them again.
             let bytes = unsafe { std::slice::from_raw_parts(buf.cast::<u8>().cast_const(), amt as usize) };
             // A panic while observing must not change what SQLite gets.
-            guard((), || observer.after_read(offset as u64, bytes, elapsed));
+            guard((), || observer.after_read(db_offset as u64, bytes, elapsed));
         }
         rc
     })
+}
+
+/// The real file's read.
+///
+/// # Safety
+///
+/// `file` was opened by `shim_open`; `buf` holds `amt` bytes.
+unsafe fn real_read(file: *mut sqlite3_file, buf: *mut c_void, amt: c_int, offset: sqlite3_int64) -> c_int {
+    // SAFETY: per the caller; the real file's methods are set.
+    unsafe {
+        let real = real_file(file);
+        match (*(*real).pMethods).xRead {
+            Some(read) => read(real, buf, amt, offset),
+            None => SQLITE_IOERR,
+        }
+    }
+}
+
+/// Where in the database file the page lies that a read of `amt` bytes at
+/// `offset` of a WAL file reads: `None` unless the read is exactly the page
+/// of one frame (`amt` a page size, `offset` past a frame header), whose
+/// page number is then read from the frame header (4 bytes, an extra read
+/// of ours, of the bytes just before SQLite's; the frame is in SQLite's
+/// snapshot, so it does not change meanwhile).
+///
+/// # Safety
+///
+/// `file` was opened by `shim_open`.
+unsafe fn wal_page_offset(file: *mut sqlite3_file, amt: c_int, offset: sqlite3_int64) -> Option<sqlite3_int64> {
+    let page_size = sqlite3_int64::from(amt);
+    if amt < MIN_PAGE || !u32::try_from(amt).is_ok_and(u32::is_power_of_two) || offset < WAL_HEADER + WAL_FRAME_HEADER {
+        return None;
+    }
+    if (offset - WAL_HEADER - WAL_FRAME_HEADER) % (page_size + WAL_FRAME_HEADER) != 0 {
+        return None;
+    }
+    let mut page_no = [0u8; 4];
+    // SAFETY: per the caller; `page_no` holds the 4 bytes asked for.
+    let rc = unsafe { real_read(file, page_no.as_mut_ptr().cast(), 4, offset - WAL_FRAME_HEADER) };
+    let page_no = sqlite3_int64::from(u32::from_be_bytes(page_no));
+    (rc == SQLITE_OK && page_no > 0).then(|| (page_no - 1) * page_size)
 }
 
 const fn io_methods(version: c_int) -> sqlite3_io_methods {
@@ -216,6 +313,8 @@ unsafe extern "C" fn shim_open(
             let shim = file.cast::<ShimFile>();
             (*shim).base.pMethods = ptr::null();
             (*shim).observer = ptr::null_mut();
+            (*shim).wal_of = ptr::null();
+            (*shim).checkpointing = AtomicBool::new(false);
             let real_vfs = real_vfs(vfs);
             let real = real_file(file);
             let Some(open) = (*real_vfs).xOpen else { return SQLITE_CANTOPEN };
@@ -242,8 +341,43 @@ unsafe extern "C" fn shim_open(
                 unsafe { (*file.cast::<ShimFile>()).observer = observer };
             });
         }
+        if rc == SQLITE_OK && opened && flags & SQLITE_OPEN_WAL != 0 && !name.is_null() {
+            // SAFETY: SQLite's name of a WAL file it is opening.
+            let db = unsafe { wal_database(name) };
+            // SAFETY: our part of the file, set before SQLite uses it.
+            unsafe { (*file.cast::<ShimFile>()).wal_of = db };
+        }
         rc
     })
+}
+
+/// The main database file, opened through the shim, whose WAL file SQLite
+/// opens under `name` (`sqlite3_database_file_object`, SQLite 3.31 and
+/// later); null if there is none.
+///
+/// # Safety
+///
+/// `name` is the name SQLite passed to `xOpen` for a WAL file.
+unsafe fn wal_database(name: *const c_char) -> *const ShimFile {
+    let api = API.load(Ordering::Acquire);
+    if api.is_null() {
+        return ptr::null();
+    }
+    // SAFETY: SQLite's routines table; `database_file_object` is only read
+    // from a SQLite recent enough to have it in its table.
+    unsafe {
+        // An older SQLite's table ends before the field.
+        if (*api).libversion_number.is_none_or(|version| version() < 3_031_000) {
+            return ptr::null();
+        }
+        let Some(database_file_object) = (*api).database_file_object else { return ptr::null() };
+        let db = database_file_object(name);
+        // Ours only if its methods are ours (it was opened through the shim).
+        if db.is_null() || !IO_METHODS.iter().any(|methods| ptr::eq((*db).pMethods, methods)) {
+            return ptr::null();
+        }
+        db.cast_const().cast()
+    }
 }
 
 /// Forwards one VFS method to the real VFS's.
