@@ -22,12 +22,14 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
+use predictio::btree::rowid::{Lookahead, RowidConfig, RowidLookahead};
 use predictio::btree::sqlite::{self, Geometry};
 use predictio::btree::{DbPageLayout, Traversal};
 use predictio::embedded::Embedded;
 use predictio::executor::ExecutorError;
 use predictio::file::{FileError, FileId};
 use predictio::policies::btree::{BtreeConfig, BtreePolicy};
+use predictio::policies::hints::HintPolicy;
 use predictio::runtime::RuntimeStats;
 use predictio::{Event, Executor, ExecutorConfig, FileRef};
 
@@ -60,6 +62,28 @@ pub fn scan_config() -> BtreeConfig {
         upper_payback: env("PREDICTIO_BTREE_UPPER_PAYBACK", defaults.upper_payback),
         top_up_divisor: env("PREDICTIO_BTREE_TOP_UP", defaults.top_up_divisor),
         ..defaults
+    }
+}
+
+/// Whether the rowid lookups of index scans are predicted
+/// ([`RowidLookahead`]): yes, unless `PREDICTIO_SQLITE_ROWIDS=0` (for
+/// experiments).
+fn rowid_lookahead() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| std::env::var("PREDICTIO_SQLITE_ROWIDS").map_or(true, |v| v != "0"))
+}
+
+/// How far ahead of an index scan its rowid lookups are predicted: the
+/// defaults of [`RowidConfig`]; `PREDICTIO_SQLITE_ROWID_CONFIRM`,
+/// `PREDICTIO_SQLITE_ROWID_WINDOW` and `PREDICTIO_SQLITE_ROWID_MAX_WINDOW`
+/// override them (for experiments).
+pub fn rowid_config() -> RowidConfig {
+    let defaults = RowidConfig::default();
+    let env = |name: &str, default: usize| std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default);
+    RowidConfig {
+        confirm: env("PREDICTIO_SQLITE_ROWID_CONFIRM", defaults.confirm as usize) as u32,
+        first_window: env("PREDICTIO_SQLITE_ROWID_WINDOW", defaults.first_window),
+        max_window: env("PREDICTIO_SQLITE_ROWID_MAX_WINDOW", defaults.max_window),
     }
 }
 
@@ -123,7 +147,11 @@ impl Prefetcher {
     /// and a request for a database page larger than 4 KiB covers only its
     /// first 4 KiB page (see the report in `README`).
     pub fn new(config: ExecutorConfig) -> Result<Self, Error> {
-        let embedded = Embedded::new(config, vec![Box::new(BtreePolicy::new(scan_config()))])?;
+        // The btree policy follows the descents; the hint policy passes on
+        // the table leaves of the rowids an index scan reaches next
+        // ([`RowidLookahead`]), which the observer finds itself.
+        let embedded =
+            Embedded::new(config, vec![Box::new(BtreePolicy::new(scan_config())), Box::new(HintPolicy::default())])?;
         Ok(Self {
             embedded,
             reads_observed: AtomicU64::new(0),
@@ -275,6 +303,22 @@ struct Known {
     /// The identity the traversal's events name.
     id: FileId,
     traversal: Traversal,
+    /// The rowid lookups of index scans, followed and predicted.
+    rowids: RowidLookahead,
+}
+
+impl Known {
+    /// The file's 4 KiB pages of what `ahead` names, as one event.
+    fn pages(&self, ahead: &Lookahead) -> Option<Event> {
+        let layout = self.traversal.layout();
+        let ranges: Vec<_> = ahead
+            .interiors
+            .iter()
+            .chain(&ahead.leaves)
+            .filter_map(|&page| layout.page_range(u64::from(page)))
+            .collect();
+        (!ranges.is_empty()).then(|| Event::Pages { file: self.id, ranges: ranges.into() })
+    }
 }
 
 /// Observes the page reads of one main database file.
@@ -356,6 +400,7 @@ impl DbObserver {
             // Another file under the same name since the header was read:
             // the tree is learnt again.
             known.traversal = Traversal::new(id, *known.traversal.layout(), TRAVERSAL_CAPACITY);
+            known.rowids = RowidLookahead::new(known.geometry, rowid_config());
             known.id = id;
         }
     }
@@ -491,6 +536,13 @@ impl DbObserver {
             }
             return;
         }
+        let ahead = if rowid_lookahead() { known.rowids.on_page(page_no, bytes) } else { Lookahead::default() };
+        if !ahead.is_empty()
+            && let Some(prefetcher) = self.prefetcher
+            && let Some(event) = known.pages(&ahead)
+        {
+            prefetcher.dispatch(&event);
+        }
         let parsed = sqlite::parse_page(bytes, page_no, &known.geometry).ok();
         let interior = parsed.is_some();
         if announced == Some(page_no) {
@@ -523,6 +575,7 @@ impl DbObserver {
         {
             // Same layout: keep the traversal, take the new page count.
             known.geometry = geometry;
+            known.rowids.set_geometry(geometry);
             return;
         }
         let Ok(layout) = DbPageLayout::new(predictio::btree::Engine::Sqlite, geometry.page_size) else {
@@ -535,7 +588,12 @@ impl DbObserver {
             (None, None) => self.stat_id(),
         };
         let Some(id) = id else { return };
-        self.known = Some(Known { geometry, id, traversal: Traversal::new(id, layout, TRAVERSAL_CAPACITY) });
+        self.known = Some(Known {
+            geometry,
+            id,
+            traversal: Traversal::new(id, layout, TRAVERSAL_CAPACITY),
+            rowids: RowidLookahead::new(geometry, rowid_config()),
+        });
     }
 }
 

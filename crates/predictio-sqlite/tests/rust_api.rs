@@ -141,3 +141,121 @@ fn a_lazy_observer_starts_the_runtime_at_the_first_slow_read_only() {
     // Counted from the second slow read on.
     assert!(stats.reads_observed as usize >= reads.len() - half - 1, "{stats:?}");
 }
+
+/// The rowids a real index's leaves hold, read by
+/// [`sqlite::index_leaf_rowids`], are SQLite's own, in index order; and an
+/// index scan replayed page by page as SQLite reads it (each index leaf,
+/// then the table leaf of each of its rowids, through the table's interior
+/// pages) is followed by a [`RowidLookahead`]: what it asks for ahead is
+/// the table leaves the scan then reads, in order.
+#[test]
+fn the_rowids_of_a_real_index_are_found_and_their_leaves_predicted() {
+    use predictio::btree::rowid::{RowidConfig, RowidLookahead};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("rowid.db");
+    let build = "PRAGMA page_size = 4096;
+        CREATE TABLE t(id INTEGER PRIMARY KEY, k TEXT, v BLOB);
+        CREATE INDEX t_k ON t(k);
+        WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM c WHERE i < 20000)
+        INSERT INTO t(k, v) SELECT hex(randomblob(8)), randomblob(200) FROM c;";
+    let Some(_) = sqlite3(&db, build) else { return };
+    let root = |name: &str| -> u32 {
+        sqlite3(&db, &format!("SELECT rootpage FROM sqlite_schema WHERE name = '{name}';"))
+            .expect("sqlite3")
+            .trim()
+            .parse()
+            .expect("root page")
+    };
+    let (table_root, index_root) = (root("t"), root("t_k"));
+    let in_order: Vec<i64> = sqlite3(&db, "SELECT id FROM t ORDER BY k;")
+        .expect("sqlite3")
+        .lines()
+        .map(|l| l.parse().expect("rowid"))
+        .collect();
+    let image = std::fs::read(&db).expect("read db");
+    let geometry = sqlite::Header::parse(&image).expect("header").geometry();
+    let page = |n: u32| &image[(n as usize - 1) * PAGE..n as usize * PAGE];
+
+    // The index's leaves in key order, and their rowids: SQLite's order,
+    // less the entries its interior pages hold themselves (an index
+    // B-tree keeps an entry in each interior cell).
+    let mut index_pages = Vec::new();
+    walk(&image, &geometry, index_root, &mut index_pages);
+    let leaves: Vec<u32> = index_pages.iter().copied().filter(|&p| page(p)[0] == sqlite::LEAF_INDEX).collect();
+    let mut leaf_of_entry = std::collections::HashMap::new();
+    let mut rowids = Vec::new();
+    for &leaf in &leaves {
+        let found = sqlite::index_leaf_rowids(page(leaf), leaf, &geometry).expect("an index leaf");
+        for rowid in found {
+            let rowid = rowid.expect("a local rowid");
+            leaf_of_entry.insert(rowid, leaf);
+            rowids.push(rowid);
+        }
+    }
+    let interior_entries = in_order.len() - rowids.len();
+    assert!(interior_entries < leaves.len(), "{interior_entries} entries in interior pages, {} leaves", leaves.len());
+    let leaf_entries: Vec<i64> = in_order.iter().copied().filter(|r| leaf_of_entry.contains_key(r)).collect();
+    assert!(leaf_entries == rowids, "the index leaves' rowids, in key order");
+
+    // Where each rowid lives: a descent through the table's interior pages.
+    let leaf_of = |rowid: i64, path: &mut Vec<u32>| -> u32 {
+        let mut at = table_root;
+        loop {
+            path.push(at);
+            match sqlite::parse_table_interior(page(at), at, &geometry) {
+                Ok(interior) => at = interior.child_for(rowid).expect("a child"),
+                Err(_) => return at,
+            }
+        }
+    };
+    // Replay the scan of the first 1,000 entries as SQLite's pager reads
+    // it: each index leaf as the scan enters it, then each entry's table
+    // path (each page once: SQLite keeps what it read in its own cache).
+    let mut look = RowidLookahead::new(geometry, RowidConfig::default());
+    let mut seen = std::collections::HashSet::new();
+    let read = |n: u32, look: &mut RowidLookahead, asked: &mut Vec<u32>, seen: &mut std::collections::HashSet<u32>| {
+        if seen.insert(n) {
+            let ahead = look.on_page(n, page(n));
+            asked.extend(ahead.interiors.iter().chain(&ahead.leaves));
+        }
+    };
+    let (mut asked, mut table_reads) = (Vec::new(), Vec::new());
+    for p in index_pages.iter().copied().filter(|&p| page(p)[0] == sqlite::INTERIOR_INDEX) {
+        read(p, &mut look, &mut asked, &mut seen);
+    }
+    for &rowid in &in_order[..1000] {
+        if let Some(&leaf) = leaf_of_entry.get(&rowid) {
+            read(leaf, &mut look, &mut asked, &mut seen);
+        }
+        let mut path = Vec::new();
+        leaf_of(rowid, &mut path);
+        for n in path {
+            if !seen.contains(&n) {
+                table_reads.push(n);
+            }
+            read(n, &mut look, &mut asked, &mut seen);
+        }
+    }
+    let stats = look.stats();
+    // Lookups of a table leaf already read are not seen (SQLite has the
+    // page): the others are followed.
+    assert!(stats.followed as usize >= table_reads.len() / 2, "the scan was followed: {stats:?}");
+    // Nearly every table page the scan read past its first lookups was
+    // asked for ahead, and nothing asked for was something it did not read.
+    let asked_set: std::collections::HashSet<u32> = asked.iter().copied().collect();
+    let read_set: std::collections::HashSet<u32> = table_reads.iter().copied().collect();
+    let covered = table_reads.iter().filter(|n| asked_set.contains(n)).count();
+    assert!(covered * 10 >= table_reads.len() * 9, "{covered} of {} table reads asked ahead", table_reads.len());
+    // What it asked for and the scan did not read lies just past where the
+    // scan stopped (it would have read it next), within one window.
+    let max_window = RowidConfig::default().max_window;
+    let mut just_past = std::collections::HashSet::new();
+    for &rowid in &in_order[1000..1000 + max_window + 2] {
+        let mut path = Vec::new();
+        leaf_of(rowid, &mut path);
+        just_past.extend(path);
+    }
+    let wasted: Vec<u32> = asked_set.difference(&read_set).copied().collect();
+    assert!(wasted.len() <= max_window, "{} pages asked for past the scan", wasted.len());
+    assert!(wasted.iter().all(|n| just_past.contains(n)), "nothing asked that the scan would not read next");
+}

@@ -30,6 +30,7 @@
 
 pub mod lmdb;
 pub mod observe;
+pub mod rowid;
 pub mod sqlite;
 
 use std::collections::VecDeque;

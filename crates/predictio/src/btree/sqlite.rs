@@ -228,6 +228,121 @@ pub fn parse_page(page: &[u8], page_no: u32, geometry: &Geometry) -> Result<Inte
     Ok(InteriorPage { kind, children })
 }
 
+/// Parses table interior page `page_no` with its keys (see
+/// [`rowid::TableInterior`](super::rowid::TableInterior)): checked as
+/// [`parse_page`] checks it, and each cell's key read after its child.
+pub fn parse_table_interior(
+    page: &[u8],
+    page_no: u32,
+    geometry: &Geometry,
+) -> Result<super::rowid::TableInterior, PageError> {
+    let parsed = parse_page(page, page_no, geometry)?;
+    if parsed.kind != InteriorKind::SqliteTable {
+        return Err(PageError::NotBtree { kind: u16::from(INTERIOR_INDEX) });
+    }
+    let header = if page_no == 1 { HEADER_SIZE } else { 0 };
+    let cells = parsed.children.len() - 1;
+    let mut keys = Vec::with_capacity(cells);
+    for index in 0..cells {
+        let bad = PageError::CellOutOfBounds { index: index as u32, offset: 0 };
+        let offset = usize::from(be16(page, header + 12 + 2 * index).ok_or(bad.clone())?);
+        let (key, _) = super::rowid::varint(&page[..geometry.usable_size as usize], offset + 4).ok_or(bad)?;
+        keys.push(key as i64);
+    }
+    let children = parsed.children.iter().map(|&c| u32::try_from(c).unwrap_or(0)).collect();
+    Ok(super::rowid::TableInterior { keys, children })
+}
+
+/// The rowid at the end of each cell of index leaf page `page_no`, in key
+/// order: `None` for a cell whose record does not end in an integer (a
+/// `WITHOUT ROWID` table's index) or spills to overflow pages (its rowid
+/// is not on this page). Every header field and cell pointer is checked as
+/// [`parse_page`] checks an interior page's; a cell's record is read only
+/// within the page's usable bytes.
+pub fn index_leaf_rowids(page: &[u8], page_no: u32, geometry: &Geometry) -> Result<Vec<Option<i64>>, PageError> {
+    let page_size = geometry.page_size as usize;
+    if page.len() != page_size {
+        return Err(PageError::Length { expected: page_size, actual: page.len() });
+    }
+    let usable = geometry.usable_size as usize;
+    if usable > page_size || usable < 480 {
+        return Err(PageError::Header { what: "usable size", value: usable as u64 });
+    }
+    let header = if page_no == 1 { HEADER_SIZE } else { 0 };
+    if page[header] != LEAF_INDEX {
+        return Err(PageError::NotBtree { kind: u16::from(page[header]) });
+    }
+    let count = usize::from(be16(page, header + 3).unwrap_or(0));
+    let array_start = header + 8;
+    // Each cell needs a 2-byte pointer and at least 2 bytes.
+    let max = usable.saturating_sub(array_start) / 4;
+    if count > max {
+        return Err(PageError::CellCount { count: count as u32, max: max as u32 });
+    }
+    let array_end = array_start + 2 * count;
+    let usable_bytes = &page[..usable];
+    // The most payload an index cell keeps on its page (file format 1.6).
+    let max_local = (usable - 12) * 64 / 255 - 23;
+    let mut rowids = Vec::with_capacity(count);
+    for index in 0..count {
+        let offset = usize::from(be16(page, array_start + 2 * index).unwrap_or(0));
+        if offset < array_end || offset >= usable {
+            return Err(PageError::CellOutOfBounds { index: index as u32, offset: offset as u32 });
+        }
+        rowids.push(record_rowid(usable_bytes, offset, max_local));
+    }
+    Ok(rowids)
+}
+
+/// The trailing integer of the index cell at `offset` (see
+/// [`index_leaf_rowids`]).
+fn record_rowid(bytes: &[u8], offset: usize, max_local: usize) -> Option<i64> {
+    use super::rowid::varint;
+    let (payload, n) = varint(bytes, offset)?;
+    let payload = usize::try_from(payload).ok().filter(|&p| p <= max_local)?;
+    let record = bytes.get(offset + n..offset + n + payload)?;
+    let (header_len, mut at) = varint(record, 0)?;
+    let header_len = usize::try_from(header_len).ok().filter(|&h| h <= record.len())?;
+    let (mut body, mut last) = (0usize, None);
+    while at < header_len {
+        let (serial, len) = varint(&record[..header_len], at)?;
+        at += len;
+        if let Some(previous) = last {
+            body += serial_size(previous)?;
+        }
+        last = Some(serial);
+    }
+    let start = header_len.checked_add(body)?;
+    let value = match last? {
+        8 => 0,
+        9 => 1,
+        serial @ 1..=6 => {
+            let size = serial_size(serial)?;
+            let field = record.get(start..start + size)?;
+            // Big-endian two's complement of `size` bytes.
+            let mut value: i64 = if field[0] & 0x80 != 0 { -1 } else { 0 };
+            for &byte in field {
+                value = (value << 8) | i64::from(byte);
+            }
+            value
+        }
+        _ => return None,
+    };
+    Some(value)
+}
+
+/// Bytes a record field of serial type `serial` takes.
+fn serial_size(serial: u64) -> Option<usize> {
+    Some(match serial {
+        0 | 8 | 9 => 0,
+        1..=4 => serial as usize,
+        5 => 6,
+        6 | 7 => 8,
+        10 | 11 => return None,
+        n => usize::try_from((n - 12) / 2).ok()?,
+    })
+}
+
 fn be16(bytes: &[u8], at: usize) -> Option<u16> {
     let b = bytes.get(at..at.checked_add(2)?)?;
     Some(u16::from_be_bytes([b[0], b[1]]))

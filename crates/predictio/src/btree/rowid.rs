@@ -1,0 +1,620 @@
+//! Rowid lookups ahead of a SQLite index scan.
+//!
+//! A query such as `SELECT v FROM t WHERE k >= ? ORDER BY k LIMIT 1000`
+//! over a rowid table with an index on `k` walks the index's leaves in key
+//! order and, for each entry, looks its rowid up in the table's B-tree: a
+//! read of a table leaf at a random place in the file, one after another.
+//! Prefetching the index's next leaves (the `btree` policy) saves a few of
+//! those reads; the rowid lookups are most of them. But the rows to be
+//! fetched next are written in the index leaf just read: each index cell
+//! ends with its rowid. [`RowidLookahead`] takes the pages an observer
+//! (the SQLite adapter) sees read and answers with the table leaves those
+//! rowids live in, in scan order, ahead of the scan:
+//!
+//! ```text
+//!  table interior page read ─ parse_table_interior ─ keys and children kept (bounded)
+//!  index leaf read ──────────── index_leaf_rowids ── the cells' rowids, in key order
+//!  table leaf read ─ where the scan is: the next rowid of the index leaf whose leaf it is
+//!                    └ after `confirm` lookups in order, the leaves of the next `window`
+//!                      rowids (mapped through the kept interior pages), window doubling
+//! ```
+//!
+//! - **Only a confirmed scan costs anything.** A point read through an
+//!   index (one rowid) and a covering index (no table reads) request
+//!   nothing; the window opens once [`RowidConfig::confirm`] lookups have followed the
+//!   index leaf's order, so a `LIMIT 1` wastes nothing.
+//! - **The window grows** ([`RowidConfig::first_window`], doubling each time the
+//!   scan has used half of it, up to [`RowidConfig::max_window`] rowids ahead) and carries
+//!   over to the next index leaf of the scan, so that a long scan keeps the
+//!   device's queue full and a scan that stops wastes at most about as many
+//!   leaves as it read.
+//! - **A rowid whose path goes through a table interior page not seen yet**
+//!   asks for that interior page instead (the lookup needs it too); the
+//!   rowid is mapped once the page has been read.
+//! - **Which table an index's rowids belong to** is learnt from the first
+//!   table leaf read after one of its leaves: the table is the tree (top
+//!   page) that leaf hangs from.
+//!
+//! Everything here is parsed from bytes the engine itself read; a page that
+//! does not parse is passed over, and a stale or forged page costs at most
+//! one window of wasted prefetch, never a wrong answer. Pure logic, bounded
+//! memory ([`MAX_TABLE_PAGES`] interior pages, [`MAX_PARENTS`] parent
+//! links), no I/O.
+
+use std::collections::HashMap;
+
+use super::sqlite::{self, Geometry};
+
+/// How far ahead a [`RowidLookahead`] asks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RowidConfig {
+    /// Lookups that must follow the index leaf's order before anything is
+    /// requested (2).
+    pub confirm: u32,
+    /// Rowids looked up ahead once a scan is confirmed (8).
+    pub first_window: usize,
+    /// Most rowids looked up ahead (256).
+    pub max_window: usize,
+}
+
+impl Default for RowidConfig {
+    fn default() -> Self {
+        Self { confirm: 2, first_window: 8, max_window: 256 }
+    }
+}
+/// Table interior pages kept at most (their keys and children): a 1 M-row
+/// table of 8 KiB pages has about 30.
+pub const MAX_TABLE_PAGES: usize = 4096;
+/// Child-to-parent links kept at most (one per child of every interior page
+/// seen, table or index).
+pub const MAX_PARENTS: usize = 1 << 20;
+
+/// A table interior page: child `i` holds the rowids up to `keys[i]`, the
+/// last child those above the last key.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TableInterior {
+    /// Keys in order, one per cell.
+    pub keys: Vec<i64>,
+    /// Children (database page numbers), one more than the keys.
+    pub children: Vec<u32>,
+}
+
+impl TableInterior {
+    /// The child holding `rowid`.
+    pub fn child_for(&self, rowid: i64) -> Option<u32> {
+        let i = self.keys.partition_point(|&key| key < rowid);
+        self.children.get(i).copied()
+    }
+}
+
+/// What [`RowidLookahead`] wants fetched: database page numbers, in the
+/// order the scan will read them.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Lookahead {
+    /// Table leaves of the rowids ahead.
+    pub leaves: Vec<u32>,
+    /// Table interior pages the next rowids' paths need and that were not
+    /// seen yet.
+    pub interiors: Vec<u32>,
+}
+
+impl Lookahead {
+    /// Nothing to fetch.
+    pub fn is_empty(&self) -> bool {
+        self.leaves.is_empty() && self.interiors.is_empty()
+    }
+}
+
+/// Counters of a [`RowidLookahead`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RowidStats {
+    /// Index leaves whose rowids were read.
+    pub index_leaves: u64,
+    /// Rowid lookups the scan was seen to make in index order.
+    pub followed: u64,
+    /// Table leaves asked for ahead of the scan.
+    pub leaves_ahead: u64,
+    /// Table interior pages asked for because a path needed them.
+    pub interiors_ahead: u64,
+}
+
+/// The index leaf a scan is in, and where in it.
+#[derive(Debug)]
+struct IndexLeaf {
+    /// The top page of its index tree.
+    index_top: u32,
+    rowids: Vec<Option<i64>>,
+    /// The cell whose rowid was looked up last.
+    position: Option<usize>,
+    /// Cells up to which the leaves were asked for.
+    asked_to: usize,
+    /// Which cells' leaves were asked for.
+    asked: Vec<bool>,
+    /// Some cell before `asked_to` waits for an interior page.
+    pending: bool,
+}
+
+/// Follows a SQLite index scan's rowid lookups and predicts the next ones
+/// (see the module docs). One per database file.
+#[derive(Debug)]
+pub struct RowidLookahead {
+    config: RowidConfig,
+    geometry: Geometry,
+    tables: HashMap<u32, TableInterior>,
+    /// Each child page's parent, for table and index interior pages seen.
+    parents: HashMap<u32, u32>,
+    /// Index tree (top page) → table tree (top page).
+    tables_of: HashMap<u32, u32>,
+    /// Per table tree: how many levels of interior pages lie above its
+    /// leaves (1: the top's children are leaves).
+    depth: HashMap<u32, u32>,
+    leaf: Option<IndexLeaf>,
+    /// In-order lookups seen in the current scan.
+    confirmed: u32,
+    window: usize,
+    stats: RowidStats,
+}
+
+impl RowidLookahead {
+    /// Follows a file of this geometry.
+    pub fn new(geometry: Geometry, config: RowidConfig) -> Self {
+        Self {
+            config: RowidConfig { confirm: config.confirm.max(1), first_window: config.first_window.max(1), ..config },
+            geometry,
+            tables: HashMap::new(),
+            parents: HashMap::new(),
+            tables_of: HashMap::new(),
+            depth: HashMap::new(),
+            leaf: None,
+            confirmed: 0,
+            window: 0,
+            stats: RowidStats::default(),
+        }
+    }
+
+    /// Takes the file's geometry anew (its page count changed; the page
+    /// size is the same, or the caller starts a new lookahead).
+    pub fn set_geometry(&mut self, geometry: Geometry) {
+        self.geometry = geometry;
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> RowidStats {
+        self.stats
+    }
+
+    /// Takes database page `page_no`, just read, with its bytes (one whole
+    /// page); returns what to fetch ahead of the scan, if anything.
+    pub fn on_page(&mut self, page_no: u32, bytes: &[u8]) -> Lookahead {
+        let header = if page_no == 1 { sqlite::HEADER_SIZE } else { 0 };
+        match bytes.get(header).copied() {
+            Some(sqlite::INTERIOR_TABLE) => {
+                if let Ok(interior) = sqlite::parse_table_interior(bytes, page_no, &self.geometry) {
+                    self.link(page_no, &interior.children);
+                    if self.tables.len() < MAX_TABLE_PAGES || self.tables.contains_key(&page_no) {
+                        self.tables.insert(page_no, interior);
+                    }
+                }
+                Lookahead::default()
+            }
+            Some(sqlite::INTERIOR_INDEX) => {
+                if let Ok(interior) = sqlite::parse_page(bytes, page_no, &self.geometry) {
+                    let children: Vec<u32> =
+                        interior.children.iter().filter_map(|&c| u32::try_from(c).ok()).collect();
+                    self.link(page_no, &children);
+                }
+                Lookahead::default()
+            }
+            Some(sqlite::LEAF_INDEX) => self.on_index_leaf(page_no, bytes),
+            Some(sqlite::LEAF_TABLE) => self.on_table_leaf(page_no),
+            _ => Lookahead::default(),
+        }
+    }
+
+    fn link(&mut self, parent: u32, children: &[u32]) {
+        for &child in children {
+            if self.parents.len() >= MAX_PARENTS && !self.parents.contains_key(&child) {
+                return;
+            }
+            self.parents.insert(child, parent);
+        }
+    }
+
+    /// The top of the tree `page` hangs from, and how many levels above it
+    /// that is (0: `page` is a top).
+    fn top_of(&self, page: u32) -> (u32, u32) {
+        let (mut at, mut levels) = (page, 0);
+        // A corrupt file's parent links may loop: trees are shallow.
+        while let Some(&parent) = self.parents.get(&at)
+            && levels < 16
+        {
+            at = parent;
+            levels += 1;
+        }
+        (at, levels)
+    }
+
+    fn on_index_leaf(&mut self, page_no: u32, bytes: &[u8]) -> Lookahead {
+        let Ok(rowids) = sqlite::index_leaf_rowids(bytes, page_no, &self.geometry) else {
+            return Lookahead::default();
+        };
+        self.stats.index_leaves += 1;
+        let (index_top, _) = self.top_of(page_no);
+        // The next leaf of the same index while a scan is confirmed: the
+        // scan goes on into it (a point read would have started with the
+        // index's upper pages, or another index).
+        let continues = self.confirmed >= self.config.confirm && self.leaf.as_ref().is_some_and(|l| l.index_top == index_top);
+        let asked = vec![false; rowids.len()];
+        self.leaf = Some(IndexLeaf { index_top, rowids, position: None, asked_to: 0, asked, pending: false });
+        if !continues {
+            self.confirmed = 0;
+            self.window = 0;
+            return Lookahead::default();
+        }
+        self.ask_ahead(None)
+    }
+
+    fn on_table_leaf(&mut self, page_no: u32) -> Lookahead {
+        let (table_top, levels) = self.top_of(page_no);
+        if levels > 0 {
+            self.depth.insert(table_top, levels);
+        }
+        let Some(leaf) = self.leaf.as_ref() else { return Lookahead::default() };
+        let index_top = leaf.index_top;
+        if self.tables_of.get(&index_top) != Some(&table_top) {
+            self.tables_of.insert(index_top, table_top);
+        }
+        // The lookup is of the next rowid (after the last one placed) whose
+        // path leads to this leaf; rowids mapped to a cached leaf SQLite
+        // found in its own cache are skipped over.
+        let from = leaf.position.map_or(0, |p| p + 1);
+        let found = leaf.rowids[from.min(leaf.rowids.len())..]
+            .iter()
+            .position(|rowid| rowid.and_then(|r| self.leaf_of(table_top, r).ok()) == Some(page_no))
+            .map(|i| from + i);
+        let Some(position) = found else {
+            // The scan at the end of its index leaf looks up the entry the
+            // parent index page holds between this leaf and the next (an
+            // index B-tree keeps one in each interior cell): that is still
+            // the scan.
+            if leaf.position.is_some_and(|p| p + 1 >= leaf.rowids.len()) {
+                return Lookahead::default();
+            }
+            // Otherwise not this index leaf's lookup: another cursor, or a
+            // table scan. The scan is not followed until it is seen again.
+            self.confirmed = 0;
+            self.window = 0;
+            return Lookahead::default();
+        };
+        self.stats.followed += 1;
+        self.confirmed = self.confirmed.saturating_add(1);
+        if let Some(leaf) = self.leaf.as_mut() {
+            leaf.position = Some(position);
+        }
+        if self.confirmed < self.config.confirm {
+            return Lookahead::default();
+        }
+        self.ask_ahead(Some(position))
+    }
+
+    /// Asks for the leaves of the rowids after `position` (the start of the
+    /// leaf without one), up to the window; grows the window once the scan
+    /// has used half of what was asked. Rowids whose path needs a table
+    /// interior page not seen yet ask for that page, and are asked for at
+    /// the following lookups until it has been read.
+    fn ask_ahead(&mut self, position: Option<usize>) -> Lookahead {
+        let mut ahead = Lookahead::default();
+        let Some(mut leaf) = self.leaf.take() else { return ahead };
+        if let Some(&table_top) = self.tables_of.get(&leaf.index_top) {
+            self.ask_leaf(&mut leaf, table_top, position.map_or(0, |p| p + 1), &mut ahead);
+        }
+        self.leaf = Some(leaf);
+        self.stats.leaves_ahead += ahead.leaves.len() as u64;
+        self.stats.interiors_ahead += ahead.interiors.len() as u64;
+        ahead
+    }
+
+    fn ask_leaf(&mut self, leaf: &mut IndexLeaf, table_top: u32, next: usize, ahead: &mut Lookahead) {
+        if self.window == 0 {
+            self.window = self.config.first_window;
+        }
+        let len = leaf.rowids.len();
+        // More than half a window still asked ahead, or all of the leaf:
+        // nothing to do yet.
+        if !leaf.pending && (leaf.asked_to.saturating_sub(next) > self.window / 2 || leaf.asked_to >= len) {
+            return;
+        }
+        if leaf.asked_to > 0 && !leaf.pending {
+            // The scan used half of what this leaf asked for: it goes on.
+            self.window = (self.window * 2).min(self.config.max_window.max(self.config.first_window));
+        }
+        let to = (next + self.window).min(len);
+        let mut pending = false;
+        for i in next..to {
+            if leaf.asked.get(i).copied().unwrap_or(true) {
+                continue;
+            }
+            match leaf.rowids[i].map(|r| self.leaf_of(table_top, r)) {
+                Some(Ok(page)) => {
+                    leaf.asked[i] = true;
+                    if ahead.leaves.last() != Some(&page) {
+                        ahead.leaves.push(page);
+                    }
+                }
+                Some(Err(Some(interior))) => {
+                    pending = true;
+                    if !ahead.interiors.contains(&interior) {
+                        ahead.interiors.push(interior);
+                    }
+                }
+                // An overflowing cell, or a tree whose depth is not known.
+                Some(Err(None)) | None => leaf.asked[i] = true,
+            }
+        }
+        leaf.asked_to = leaf.asked_to.max(to);
+        leaf.pending = pending;
+    }
+
+    /// The table leaf holding `rowid` in the tree whose top is `top`; or the
+    /// interior page on its path not seen yet (`Err(Some)`), or `Err(None)`
+    /// when the tree's depth is not known yet.
+    fn leaf_of(&self, top: u32, rowid: i64) -> Result<u32, Option<u32>> {
+        let depth = *self.depth.get(&top).ok_or(None)?;
+        let mut page = top;
+        for _ in 0..depth {
+            let interior = self.tables.get(&page).ok_or(Some(page))?;
+            page = interior.child_for(rowid).ok_or(None)?;
+        }
+        Ok(page)
+    }
+}
+
+/// Reads a SQLite varint (1 to 9 bytes, big endian, 7 bits a byte, the
+/// ninth byte whole) at `at`: its value and length.
+pub(crate) fn varint(bytes: &[u8], at: usize) -> Option<(u64, usize)> {
+    let mut value = 0u64;
+    for i in 0..9 {
+        let byte = *bytes.get(at.checked_add(i)?)?;
+        if i == 8 {
+            return Some(((value << 8) | u64::from(byte), 9));
+        }
+        value = (value << 7) | u64::from(byte & 0x7f);
+        if byte & 0x80 == 0 {
+            return Some((value, i + 1));
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::btree::sqlite::tests::interior;
+
+    const PAGE: usize = 4096;
+
+    fn geometry() -> Geometry {
+        Geometry::new(PAGE as u32, 0, None).expect("geometry")
+    }
+
+    /// A table interior page with `(child, key)` cells and a right-most
+    /// child.
+    pub(crate) fn table_interior(page_no: u32, cells: &[(u32, i64)], right: u32) -> Vec<u8> {
+        let mut page = vec![0u8; PAGE];
+        let mut content = PAGE;
+        for (i, (child, key)) in cells.iter().enumerate() {
+            let mut cell = child.to_be_bytes().to_vec();
+            cell.extend(encode_varint(*key as u64));
+            content -= cell.len();
+            page[content..content + cell.len()].copy_from_slice(&cell);
+            page[12 + 2 * i..14 + 2 * i].copy_from_slice(&(content as u16).to_be_bytes());
+        }
+        let _ = page_no;
+        page[0] = sqlite::INTERIOR_TABLE;
+        page[3..5].copy_from_slice(&(cells.len() as u16).to_be_bytes());
+        page[5..7].copy_from_slice(&(content as u16).to_be_bytes());
+        page[8..12].copy_from_slice(&right.to_be_bytes());
+        page
+    }
+
+    /// An index leaf page whose cells are records (k TEXT, rowid INTEGER).
+    pub(crate) fn index_leaf(rowids: &[i64]) -> Vec<u8> {
+        let mut page = vec![0u8; PAGE];
+        let mut content = PAGE;
+        for (i, rowid) in rowids.iter().enumerate() {
+            // Record: header (size 3: serial types 13+2*2 = text of 2
+            // bytes, 6 = 8-byte integer), body "ab" + rowid.
+            let mut record = vec![3, 17, 6, b'a', b'b'];
+            record.extend(rowid.to_be_bytes());
+            let mut cell = encode_varint(record.len() as u64);
+            cell.extend(record);
+            content -= cell.len();
+            page[content..content + cell.len()].copy_from_slice(&cell);
+            page[8 + 2 * i..10 + 2 * i].copy_from_slice(&(content as u16).to_be_bytes());
+        }
+        page[0] = sqlite::LEAF_INDEX;
+        page[3..5].copy_from_slice(&(rowids.len() as u16).to_be_bytes());
+        page[5..7].copy_from_slice(&(content as u16).to_be_bytes());
+        page
+    }
+
+    fn table_leaf() -> Vec<u8> {
+        let mut page = vec![0u8; PAGE];
+        page[0] = sqlite::LEAF_TABLE;
+        page[5..7].copy_from_slice(&(PAGE as u16).to_be_bytes());
+        page
+    }
+
+    pub(crate) fn encode_varint(mut v: u64) -> Vec<u8> {
+        if v > 0x00ff_ffff_ffff_ffff {
+            let mut out = Vec::new();
+            let last = (v & 0xff) as u8;
+            v >>= 8;
+            for _ in 0..8 {
+                out.push(((v & 0x7f) as u8) | 0x80);
+                v >>= 7;
+            }
+            out.reverse();
+            out.push(last);
+            return out;
+        }
+        let mut out = vec![(v & 0x7f) as u8];
+        v >>= 7;
+        while v > 0 {
+            out.push(((v & 0x7f) as u8) | 0x80);
+            v >>= 7;
+        }
+        out.reverse();
+        out
+    }
+
+    #[test]
+    fn varints_round_trip() {
+        for v in [0u64, 1, 127, 128, 16383, 16384, 1 << 40, u64::MAX, 0x00ff_ffff_ffff_ffff, 1 << 56] {
+            let bytes = encode_varint(v);
+            assert_eq!(varint(&bytes, 0), Some((v, bytes.len())), "{v}");
+        }
+        assert_eq!(varint(&[0x81], 0), None, "cut short");
+    }
+
+    /// A table of 3 levels: top 2 → interiors 3 (rowids ≤ 1000) and 4
+    /// (above); 3 → leaves 10..=19 of 100 rowids each, 4 → leaves 20..=29.
+    fn table(look: &mut RowidLookahead) {
+        look.on_page(2, &table_interior(2, &[(3, 1000)], 4));
+        let cells: Vec<(u32, i64)> = (0..9).map(|i| (10 + i, 100 * (i as i64 + 1))).collect();
+        look.on_page(3, &table_interior(3, &cells, 19));
+        let cells: Vec<(u32, i64)> = (0..9).map(|i| (20 + i, 1000 + 100 * (i as i64 + 1))).collect();
+        look.on_page(4, &table_interior(4, &cells, 29));
+    }
+
+    /// The index: top 40 → leaves 41, 42.
+    fn index(look: &mut RowidLookahead) {
+        look.on_page(40, &interior(PAGE, 40, sqlite::INTERIOR_INDEX, &[41, 42]));
+    }
+
+    #[test]
+    fn a_confirmed_index_scan_asks_for_the_leaves_of_the_rowids_ahead() {
+        let mut look = RowidLookahead::new(geometry(), RowidConfig::default());
+        table(&mut look);
+        index(&mut look);
+        // Rowids in index order, scattered over the table's leaves.
+        let rowids: Vec<i64> = vec![150, 1950, 420, 1230, 777, 1099, 5, 1999, 333, 1500, 650, 1820];
+        assert!(look.on_page(41, &index_leaf(&rowids)).is_empty(), "no scan yet");
+        // First lookup: rowid 150 in leaf 11. Learns the table, the depth.
+        assert!(look.on_page(11, &table_leaf()).is_empty());
+        // Second, in order: rowid 1950 in leaf 29: confirmed.
+        let ahead = look.on_page(29, &table_leaf());
+        assert_eq!(ahead.leaves, vec![14, 22, 17, 20, 10, 29, 13, 24], "the next 8 rowids' leaves");
+        assert!(ahead.interiors.is_empty());
+        assert_eq!(look.stats().followed, 2);
+        // The scan goes on; nothing more until half the window is used.
+        assert!(look.on_page(14, &table_leaf()).is_empty());
+        assert!(look.on_page(22, &table_leaf()).is_empty());
+        assert!(look.on_page(17, &table_leaf()).is_empty());
+        let more = look.on_page(20, &table_leaf());
+        assert_eq!(more.leaves, vec![16, 28], "the rest of the leaf, window grown");
+        // The next index leaf of the same scan: asked at once.
+        let next = look.on_page(42, &index_leaf(&[1001, 2]));
+        assert_eq!(next.leaves, vec![20, 10]);
+    }
+
+    /// Between two index leaves the scan looks up the entry of the parent
+    /// index page's cell: a table leaf none of the leaf's rowids is in,
+    /// which does not stop the scan being followed.
+    #[test]
+    fn the_entry_between_two_index_leaves_does_not_end_the_scan() {
+        let mut look = RowidLookahead::new(geometry(), RowidConfig::default());
+        table(&mut look);
+        index(&mut look);
+        look.on_page(41, &index_leaf(&[150, 1950, 420]));
+        look.on_page(11, &table_leaf());
+        look.on_page(29, &table_leaf());
+        look.on_page(14, &table_leaf());
+        // The parent's entry: rowid 850 in leaf 18.
+        assert!(look.on_page(18, &table_leaf()).is_empty());
+        let next = look.on_page(42, &index_leaf(&[1001, 2]));
+        assert_eq!(next.leaves, vec![20, 10], "the scan goes on into the next leaf");
+    }
+
+    #[test]
+    fn a_point_read_and_a_covering_index_ask_for_nothing() {
+        let mut look = RowidLookahead::new(geometry(), RowidConfig::default());
+        table(&mut look);
+        index(&mut look);
+        assert!(look.on_page(41, &index_leaf(&[150, 1950, 420])).is_empty());
+        assert!(look.on_page(11, &table_leaf()).is_empty(), "one lookup");
+        // The next query: another index leaf, covering (no table reads).
+        assert!(look.on_page(42, &index_leaf(&[1001, 2])).is_empty(), "not a confirmed scan");
+        assert_eq!(look.stats().leaves_ahead, 0);
+    }
+
+    #[test]
+    fn a_lookup_out_of_order_closes_the_window() {
+        let mut look = RowidLookahead::new(geometry(), RowidConfig::default());
+        table(&mut look);
+        index(&mut look);
+        look.on_page(41, &index_leaf(&[150, 1950, 420, 1230]));
+        look.on_page(11, &table_leaf());
+        assert!(!look.on_page(29, &table_leaf()).is_empty());
+        // A leaf none of the next rowids lives in: another cursor.
+        assert!(look.on_page(18, &table_leaf()).is_empty());
+        assert!(look.on_page(42, &index_leaf(&[1001, 2])).is_empty(), "the scan must confirm again");
+    }
+
+    #[test]
+    fn an_unseen_interior_page_on_the_path_is_asked_for_first() {
+        let mut look = RowidLookahead::new(geometry(), RowidConfig::default());
+        // Interior 4 not seen yet.
+        look.on_page(2, &table_interior(2, &[(3, 1000)], 4));
+        let cells: Vec<(u32, i64)> = (0..9).map(|i| (10 + i, 100 * (i as i64 + 1))).collect();
+        look.on_page(3, &table_interior(3, &cells, 19));
+        index(&mut look);
+        look.on_page(41, &index_leaf(&[150, 420, 1500, 650]));
+        look.on_page(11, &table_leaf());
+        let ahead = look.on_page(14, &table_leaf());
+        assert_eq!(ahead.interiors, vec![4], "the path of 1500");
+        assert_eq!(ahead.leaves, vec![16], "the leaf of 650, whose path is known");
+        // Interior 4 read (the lookup of 1500 reads it): the rowid waiting
+        // for it is asked for at the next lookup, nothing twice.
+        let cells: Vec<(u32, i64)> = (0..9).map(|i| (20 + i, 1000 + 100 * (i as i64 + 1))).collect();
+        look.on_page(4, &table_interior(4, &cells, 29));
+        look.on_page(24, &table_leaf());
+        assert_eq!(look.stats().leaves_ahead, 1, "1500's own leaf was just read: nothing left to ask");
+        let mut look = RowidLookahead::new(geometry(), RowidConfig::default());
+        look.on_page(2, &table_interior(2, &[(3, 1000)], 4));
+        let cells: Vec<(u32, i64)> = (0..9).map(|i| (10 + i, 100 * (i as i64 + 1))).collect();
+        look.on_page(3, &table_interior(3, &cells, 19));
+        index(&mut look);
+        look.on_page(41, &index_leaf(&[150, 420, 650, 1500, 1700]));
+        look.on_page(11, &table_leaf());
+        assert_eq!(look.on_page(14, &table_leaf()).interiors, vec![4]);
+        let cells: Vec<(u32, i64)> = (0..9).map(|i| (20 + i, 1000 + 100 * (i as i64 + 1))).collect();
+        look.on_page(4, &table_interior(4, &cells, 29));
+        let ahead = look.on_page(16, &table_leaf());
+        assert_eq!(ahead.leaves, vec![24, 26], "the rowids that waited for interior 4");
+    }
+
+    #[test]
+    fn memory_is_bounded() {
+        let mut look = RowidLookahead::new(geometry(), RowidConfig::default());
+        for page in 2..(MAX_TABLE_PAGES as u32 + 100) {
+            look.on_page(page, &table_interior(page, &[(page + 100_000, 5)], page + 200_000));
+        }
+        assert_eq!(look.tables.len(), MAX_TABLE_PAGES);
+        assert!(look.parents.len() <= MAX_PARENTS);
+    }
+
+    #[test]
+    fn garbage_never_panics() {
+        let mut look = RowidLookahead::new(geometry(), RowidConfig::default());
+        let mut page = vec![0u8; PAGE];
+        for kind in [sqlite::INTERIOR_TABLE, sqlite::INTERIOR_INDEX, sqlite::LEAF_INDEX, sqlite::LEAF_TABLE] {
+            for fill in [0u8, 0x7f, 0xff] {
+                page.fill(fill);
+                page[0] = kind;
+                let _ = look.on_page(7, &page);
+            }
+        }
+        let _ = look.on_page(7, &page[..10]);
+    }
+}
