@@ -11,7 +11,13 @@
 //! ```text
 //!  PageAccess (eBPF: read or mmap fault) ─ DbWatcher::on_access ─ header seen? (SQLite magic / LMDB meta)
 //!                                              └ each DB page touched ─ pread_resident ─ parse_page ─ Traversal ─ TreeChildEnter
+//!                                                                                     └ RowidLookahead (SQLite) ─ Pages
 //! ```
+//!
+//! For SQLite the same pages also feed a [`RowidLookahead`]: an index
+//! scan's rowid lookups are followed and the table leaves of the rowids
+//! ahead asked for, as `Pages` events for the `hints` policy (a table leaf
+//! not cached yet when its read is reported is placed by its page number).
 //!
 //! Looking never causes I/O: every read is `preadv2(RWF_NOWAIT)`
 //! ([`crate::sys::pread_resident`]), which returns nothing for a page that is
@@ -30,6 +36,7 @@ use std::collections::{HashMap, HashSet};
 use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
 
+use super::rowid::{Lookahead, RowidConfig, RowidLookahead};
 use super::{DbPageLayout, Engine, Traversal, lmdb, sqlite};
 use crate::event::Event;
 use crate::file::{FileId, FileRef};
@@ -69,6 +76,22 @@ pub struct WatcherStats {
     pub skipped: u64,
     /// Descents reported (`TreeChildEnter` events).
     pub descents: u64,
+    /// Table pages asked for ahead of index scans' rowid lookups (`Pages`
+    /// events; see [`RowidLookahead`]).
+    #[serde(default)]
+    pub rowid_pages: u64,
+}
+
+/// Appends a `Pages` event for the pages `ahead` names, if any.
+fn push_pages(stats: &mut WatcherStats, file: FileId, traversal: &Traversal, ahead: &Lookahead, out: &mut Vec<Event>) {
+    if ahead.is_empty() {
+        return;
+    }
+    let layout = traversal.layout();
+    let ranges: Vec<PageRange> =
+        ahead.interiors.iter().chain(&ahead.leaves).filter_map(|&page| layout.page_range(u64::from(page))).collect();
+    stats.rowid_pages += ranges.len() as u64;
+    out.push(Event::Pages { file, ranges: ranges.into() });
 }
 
 /// What looking at one page found.
@@ -98,6 +121,8 @@ enum Format {
 struct Watched {
     format: Format,
     traversal: Traversal,
+    /// SQLite files: the rowid lookups of index scans.
+    rowids: Option<Box<RowidLookahead>>,
     last_used: u64,
     /// Pages whose read was reported before their bytes were in the cache
     /// (the tracepoint fires while a cold read is still in flight), looked
@@ -169,15 +194,42 @@ impl DbWatcher {
         for _ in 0..watched.pending.len() {
             let Some(index) = watched.pending.pop_front() else { break };
             match Self::look(file, index, page_size, watched.format, &mut self.buf, &mut self.stats) {
-                Looked::Parsed(Some(interior)) => watched.traversal.learn(page_no(watched.format, index), interior),
-                Looked::Parsed(None) => {}
+                Looked::Parsed(parsed) => {
+                    // Its read was reported already (a table leaf's lookup
+                    // followed then); only what the bytes teach is taken.
+                    if let Some(rowids) = watched.rowids.as_mut()
+                        && let Ok(no) = u32::try_from(page_no(watched.format, index))
+                        && self.buf.first().is_some_and(|&kind| kind != sqlite::LEAF_TABLE)
+                    {
+                        let ahead = rowids.on_page(no, &self.buf);
+                        push_pages(&mut self.stats, id, &watched.traversal, &ahead, out);
+                    }
+                    if let Some(interior) = parsed {
+                        watched.traversal.learn(page_no(watched.format, index), interior);
+                    }
+                }
                 Looked::NotResident => self.stats.not_resident += 1,
             }
         }
         for index in first..end {
+            let no = u32::try_from(page_no(watched.format, index)).ok();
             let parsed = match Self::look(file, index, page_size, watched.format, &mut self.buf, &mut self.stats) {
-                Looked::Parsed(parsed) => parsed,
+                Looked::Parsed(parsed) => {
+                    if let Some(rowids) = watched.rowids.as_mut()
+                        && let Some(no) = no
+                    {
+                        let ahead = rowids.on_page(no, &self.buf);
+                        push_pages(&mut self.stats, id, &watched.traversal, &ahead, out);
+                    }
+                    parsed
+                }
                 Looked::NotResident => {
+                    if let Some(rowids) = watched.rowids.as_mut()
+                        && let Some(no) = no
+                    {
+                        let ahead = rowids.on_page_number(no);
+                        push_pages(&mut self.stats, id, &watched.traversal, &ahead, out);
+                    }
                     if watched.pending.len() >= MAX_PENDING {
                         watched.pending.pop_front();
                         self.stats.not_resident += 1;
@@ -260,7 +312,12 @@ impl DbWatcher {
             self.watched.remove(&oldest);
         }
         let traversal = Traversal::new(id, layout, TRAVERSAL_CAPACITY);
-        self.watched.insert(id, Watched { format, traversal, last_used: self.clock, pending: Default::default() });
+        let rowids = match format {
+            Format::Sqlite(geometry) => Some(Box::new(RowidLookahead::new(geometry, RowidConfig::default()))),
+            Format::Lmdb(_) => None,
+        };
+        self.watched
+            .insert(id, Watched { format, traversal, rowids, last_used: self.clock, pending: Default::default() });
         true
     }
 
@@ -327,6 +384,86 @@ mod tests {
             let Event::TreeChildEnter { children, position, .. } = event else { panic!("{event:?}") };
             assert_eq!(children[*position as usize], page - 1, "child as a 4 KiB page index");
         }
+    }
+
+    /// An unmodified program's index scan over a rowid table, seen as page
+    /// accesses: the watcher follows its rowid lookups and asks, as `Pages`
+    /// events, for the table leaves it then reads.
+    #[test]
+    fn an_index_scans_rowid_lookups_are_asked_for_ahead() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let db = dir.path().join("i.db");
+        let sql = "PRAGMA page_size=4096; CREATE TABLE t(id INTEGER PRIMARY KEY, k TEXT, v BLOB);\
+                   CREATE INDEX t_k ON t(k);\
+                   WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i+1 FROM c WHERE i < 10000)\
+                   INSERT INTO t(k, v) SELECT hex(randomblob(8)), randomblob(300) FROM c;";
+        let built = std::process::Command::new("sqlite3").arg(&db).arg(sql).output();
+        if !built.is_ok_and(|out| out.status.success()) {
+            crate::testing::skip("needs the sqlite3 shell");
+            return;
+        }
+        let root = |name: &str| -> u32 {
+            let sql = format!("SELECT rootpage FROM sqlite_schema WHERE name = '{name}';");
+            let out = std::process::Command::new("sqlite3").arg(&db).arg(sql).output().expect("sqlite3");
+            String::from_utf8_lossy(&out.stdout).trim().parse().expect("root page")
+        };
+        let (table_root, index_root) = (root("t"), root("t_k"));
+        let bytes = std::fs::read(&db).expect("read");
+        let geometry = sqlite::Geometry::new(4096, 0, None).expect("geometry");
+        let page = |n: u32| &bytes[(n as usize - 1) * 4096..n as usize * 4096];
+        // The index's pages in key order (interior pages before their
+        // children), as a scan from its start reads them.
+        let mut index_order = Vec::new();
+        let mut stack = vec![index_root];
+        while let Some(n) = stack.pop() {
+            index_order.push(n);
+            if let Ok(interior) = sqlite::parse_page(page(n), n, &geometry) {
+                stack.extend(interior.children.iter().rev().map(|&c| c as u32));
+            }
+        }
+        let file = FileRef::open(&db).expect("open");
+        let mut watcher = DbWatcher::new();
+        let mut events = Vec::new();
+        let mut read = |n: u32, events: &mut Vec<Event>| {
+            watcher.on_access(&file, PageRange::new(u64::from(n) - 1, u64::from(n)), events);
+        };
+        read(1, &mut events);
+        let mut seen = HashSet::new();
+        let mut table_reads = Vec::new();
+        for &n in index_order.iter().take(8) {
+            read(n, &mut events);
+            let Ok(rowids) = sqlite::index_leaf_rowids(page(n), n, &geometry) else { continue };
+            for rowid in rowids.into_iter().flatten() {
+                let mut at = table_root;
+                loop {
+                    if seen.insert(at) {
+                        table_reads.push(at);
+                        read(at, &mut events);
+                    }
+                    match sqlite::parse_table_interior(page(at), at, &geometry) {
+                        Ok(interior) => at = interior.child_for(rowid).expect("child"),
+                        Err(_) => break,
+                    }
+                }
+            }
+        }
+        let asked: HashSet<u64> = events
+            .iter()
+            .filter_map(|e| match e {
+                Event::Pages { ranges, .. } => Some(ranges.iter().map(|r| r.start).collect::<Vec<_>>()),
+                _ => None,
+            })
+            .flatten()
+            .collect();
+        let covered = table_reads.iter().filter(|&&n| asked.contains(&(u64::from(n) - 1))).count();
+        assert!(table_reads.len() > 200, "{} table pages read", table_reads.len());
+        assert!(
+            covered * 10 >= table_reads.len() * 8,
+            "{covered} of {} table pages asked ahead: {:?}",
+            table_reads.len(),
+            watcher.stats()
+        );
+        assert!(watcher.stats().rowid_pages as usize >= covered);
     }
 
     #[test]

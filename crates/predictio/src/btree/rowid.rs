@@ -199,8 +199,7 @@ impl RowidLookahead {
             }
             Some(sqlite::INTERIOR_INDEX) => {
                 if let Ok(interior) = sqlite::parse_page(bytes, page_no, &self.geometry) {
-                    let children: Vec<u32> =
-                        interior.children.iter().filter_map(|&c| u32::try_from(c).ok()).collect();
+                    let children: Vec<u32> = interior.children.iter().filter_map(|&c| u32::try_from(c).ok()).collect();
                     self.link(page_no, &children);
                 }
                 Lookahead::default()
@@ -209,6 +208,20 @@ impl RowidLookahead {
             Some(sqlite::LEAF_TABLE) => self.on_table_leaf(page_no),
             _ => Lookahead::default(),
         }
+    }
+
+    /// Takes a read of database page `page_no` whose bytes are not at hand
+    /// (an observer that sees the read before the page is cached): a page
+    /// known to be a leaf of a learnt table tree (its path and the tree's
+    /// depth say so) is taken as [`Self::on_page`] takes a table leaf;
+    /// anything else is passed over.
+    pub fn on_page_number(&mut self, page_no: u32) -> Lookahead {
+        let (top, levels) = self.top_of(page_no);
+        let under_table = self.parents.get(&page_no).is_some_and(|parent| self.tables.contains_key(parent));
+        if levels > 0 && under_table && self.depth.get(&top) == Some(&levels) {
+            return self.on_table_leaf(page_no);
+        }
+        Lookahead::default()
     }
 
     fn link(&mut self, parent: u32, children: &[u32]) {
@@ -243,7 +256,8 @@ impl RowidLookahead {
         // The next leaf of the same index while a scan is confirmed: the
         // scan goes on into it (a point read would have started with the
         // index's upper pages, or another index).
-        let continues = self.confirmed >= self.config.confirm && self.leaf.as_ref().is_some_and(|l| l.index_top == index_top);
+        let continues =
+            self.confirmed >= self.config.confirm && self.leaf.as_ref().is_some_and(|l| l.index_top == index_top);
         let asked = vec![false; rowids.len()];
         self.leaf = Some(IndexLeaf { index_top, rowids, position: None, asked_to: 0, asked, pending: false });
         if !continues {
