@@ -85,15 +85,18 @@ pub fn load_book(config: &LaunchSection, book: &ReplayBook, scores: &Scores) -> 
     let (walk, pacing, rule, now) = (config.walk_limits(), config.replay_pacing(), config.retire_rule(), now_s());
     for profile in &profiles {
         let mut benefit = benefits.remove(&(profile.exe.path.clone(), profile.shape.clone()));
+        let mut came_back = false;
         if let Some(b) = &mut benefit
             && b.retired.as_ref().is_some_and(|r| rule.may_come_back(r, now))
         {
+            tracing::info!(exe = %profile.exe.path, shape = %profile.shape, "retired launch profile replayed again");
             *b = Benefit::default();
-            scores.with(|board| board.dirty.insert((profile.exe.path.clone(), profile.shape.clone())));
+            came_back = true;
         }
         let retired = benefit.as_ref().is_some_and(|b| b.retired.is_some());
         if let Some(b) = benefit {
-            scores.with(|board| board.put(&profile.exe.path, &profile.shape, b, Some(profile.exe.id())));
+            let id = Some(profile.exe.id());
+            scores.with(|board| board.put(&profile.exe.path, &profile.shape, (b, id), came_back));
         }
         if !retired
             && loaded < predictio::launch::policy::MAX_REPLAYS
@@ -132,6 +135,8 @@ struct Board {
 }
 
 impl Board {
+    /// The entry of `exe` with shape `shape` (made if new; beyond
+    /// [`MAX_SCORED`] another is forgotten), marked to be written.
     fn entry(&mut self, exe: &str, shape: &str) -> &mut (Benefit, Option<FileId>) {
         let key = (exe.to_owned(), shape.to_owned());
         if self.benefits.len() >= MAX_SCORED && !self.benefits.contains_key(&key) {
@@ -145,9 +150,9 @@ impl Board {
         self.benefits.entry(key).or_default()
     }
 
-    fn put(&mut self, exe: &str, shape: &str, benefit: Benefit, id: Option<FileId>) {
-        let dirty = self.dirty.contains(&(exe.to_owned(), shape.to_owned()));
-        *self.entry(exe, shape) = (benefit, id);
+    /// Sets the entry of `exe` with shape `shape`; `dirty`: to be written.
+    fn put(&mut self, exe: &str, shape: &str, entry: (Benefit, Option<FileId>), dirty: bool) {
+        *self.entry(exe, shape) = entry;
         if !dirty {
             self.dirty.remove(&(exe.to_owned(), shape.to_owned()));
         }
@@ -575,7 +580,7 @@ fn learn(
         if id.is_none_or(|id| id == exe.id()) && !config.retire_rule().may_come_back(&retired, now_s()) {
             return Ok(false);
         }
-        scores.with(|b| *b.entry(&exe.path, &done.shape) = (Benefit::default(), Some(exe.id())));
+        scores.with(|b| b.put(&exe.path, &done.shape, (Benefit::default(), Some(exe.id())), true));
         tracing::info!(exe = %exe.path, shape = %done.shape, "retired launch profile learned again");
     }
     // A cold launch without a replay: how long its command takes unhelped.
@@ -771,6 +776,20 @@ mod tests {
         assert_eq!(load_book(&config, &book2, &scores2).expect("load"), 0, "a retired profile is not booked");
         assert!(scores2.benefit(&exe, "prog").is_some_and(|b| b.retired.is_some()));
         assert!(scores2.status().profiles.iter().any(|p| p.benefit.retired.is_some()), "the status says so");
+        // Retired longer ago than `retire_days`: booked again, its benefit
+        // started anew (and written so).
+        let mut long_ago = stored_benefit(&config, &exe);
+        long_ago.retired.as_mut().expect("retired").at_s = now_s() - config.retire_days * 86_400;
+        open_store(&config).expect("store").put_benefits(&[(&exe, "prog", &long_ago)]).expect("written");
+        let (book3, scores3) = (ReplayBook::default(), Scores::default());
+        assert_eq!(load_book(&config, &book3, &scores3).expect("load"), 1, "it may come back");
+        assert_eq!(scores3.benefit(&exe, "prog"), Some(Benefit::default()));
+        flush_scores(&config, &scores3);
+        assert_eq!(stored_benefit(&config, &exe), Benefit::default());
+    }
+
+    fn stored_benefit(config: &LaunchSection, exe: &str) -> Benefit {
+        open_store(config).expect("store").benefit(exe, "prog").expect("read").expect("stored")
     }
 
     fn prog_path(dir: &std::path::Path) -> String {
