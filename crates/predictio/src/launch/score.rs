@@ -54,6 +54,27 @@ fn overlap(a: &[PageRange], b: &[PageRange]) -> u64 {
     pages
 }
 
+/// The union of two sorted, merged range lists, sorted and merged (in one
+/// pass: no sort).
+fn union(a: &[PageRange], b: &[PageRange]) -> Vec<PageRange> {
+    let mut out: Vec<PageRange> = Vec::with_capacity(a.len() + b.len());
+    let (mut i, mut j) = (0, 0);
+    while i < a.len() || j < b.len() {
+        let next = if j >= b.len() || (i < a.len() && a[i].start <= b[j].start) {
+            i += 1;
+            a[i - 1]
+        } else {
+            j += 1;
+            b[j - 1]
+        };
+        match out.last_mut() {
+            Some(last) if next.start <= last.end => last.end = last.end.max(next.end),
+            _ => out.push(next),
+        }
+    }
+    out
+}
+
 /// Scores the launch `recorder` recorded against `replay`, the replay its
 /// exec handed over (`shadow`: it was not issued). Works on file ids and
 /// page ranges alone: nothing is named or opened.
@@ -72,7 +93,7 @@ pub fn score(recorder: &Recorder, replay: &Replay, shadow: bool) -> ReplayScore 
     for (id, ranges) in by_file {
         let ranges = normalized(ranges);
         let (accessed, missed) = recorder.seen_in(id);
-        let either = normalized(accessed.into_iter().chain(missed.iter().copied()).collect());
+        let either = union(&accessed, &missed);
         replayed += ranges.iter().map(PageRange::len).sum::<u64>();
         seen += overlap(&ranges, &either);
         late += overlap(&ranges, &missed);
@@ -333,6 +354,17 @@ mod tests {
         assert!(b.late_share().is_some_and(|l| (l - 5.0 / 120.0).abs() < 1e-9));
         let rule = RetireRule { by_duration: false, ..RetireRule::default() };
         assert_eq!(rule.judge(&b), None, "never retired on a use it cannot see");
+    }
+
+    #[test]
+    fn union_and_overlap_of_sorted_range_lists() {
+        let r = |a, b| PageRange::new(a, b);
+        let a = [r(0, 4), r(10, 12), r(20, 30)];
+        let b = [r(2, 6), r(6, 8), r(12, 15), r(40, 41)];
+        assert_eq!(union(&a, &b), [r(0, 8), r(10, 15), r(20, 30), r(40, 41)]);
+        assert_eq!(union(&a, &[]), a);
+        assert_eq!(overlap(&a, &b), 2);
+        assert_eq!(overlap(&union(&a, &b), &[r(5, 25)]), 3 + 5 + 5);
     }
 
     fn scored(replayed: u64, used: u64, ms: u32) -> ReplayScore {
