@@ -1,11 +1,21 @@
 # The SQLite program of `predictio bench sqlite-scan` (run by Debian's
-# /usr/bin/python3, whose sqlite3 module can load extensions). Two modes:
+# /usr/bin/python3, whose sqlite3 module can load extensions). Modes:
 #
 #   build DB ROWS VALUE_BYTES SEED
 #       creates the YCSB-style table: keys user%010d, VALUE_BYTES random
 #       bytes each, inserted in a shuffled order (one transaction) so that
 #       the table's leaves are scattered over the file.
-#   query DB LIMIT IDS [EXTENSION]
+#   build-index DB ROWS VALUE_BYTES SEED
+#       creates the ordinary rowid table with a secondary index:
+#       t(id INTEGER PRIMARY KEY, k TEXT, v BLOB), CREATE INDEX t_k ON t(k),
+#       page_size 8192, rows inserted in a random order of k (k = key(id),
+#       16 hex digits): each row of a k-range scan is a rowid lookup at a
+#       random place in the table.
+#   fresh SCHEMA DB LIMIT ID [EXTENSION]
+#       one query in this new process, timed from before the extension's
+#       load (when given) to the last row: load, open, schema, query.
+#       SCHEMA is rowid (the YCSB table) or index (the table above).
+#   query SCHEMA DB LIMIT IDS [EXTENSION]
 #       opens DB (after loading EXTENSION, when given, so its VFS shim wraps
 #       the file), then times, with time.perf_counter and nothing else in the
 #       timed region, one `SELECT ... WHERE id >= ? ORDER BY id LIMIT LIMIT`
@@ -51,7 +61,70 @@ def build(path, rows, value_bytes, seed):
     print(json.dumps({"rows": count}))
 
 
-def query(path, limit, ids, extension):
+def key(i):
+    # A bijection of 64-bit ids (an odd multiplier), so keys are unique and
+    # their order unrelated to the rowids.
+    return "%016x" % ((i * 0x9E3779B97F4A7C15) & 0xFFFFFFFFFFFFFFFF)
+
+
+def build_index(path, rows, value_bytes, seed):
+    rng = random.Random(seed)
+    ids = list(range(1, rows + 1))
+    db = sqlite3.connect(path, isolation_level=None)
+    db.execute("PRAGMA page_size = 8192")
+    db.execute("PRAGMA journal_mode = OFF")
+    db.execute("PRAGMA synchronous = OFF")
+    db.execute("PRAGMA cache_size = -1048576")
+    db.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, k TEXT, v BLOB)")
+    db.execute("CREATE INDEX t_k ON t(k)")
+    db.execute("BEGIN")
+    # Rowids in insertion order, keys in a random order of k.
+    order = list(ids)
+    rng.shuffle(order)
+    batch = []
+    for rowid, i in zip(ids, order):
+        batch.append((rowid, key(i), rng.randbytes(value_bytes)))
+        if len(batch) == 10000:
+            db.executemany("INSERT INTO t VALUES (?, ?, ?)", batch)
+            batch.clear()
+    db.executemany("INSERT INTO t VALUES (?, ?, ?)", batch)
+    db.execute("COMMIT")
+    (count,) = db.execute("SELECT count(*) FROM t").fetchone()
+    db.close()
+    print(json.dumps({"rows": count}))
+
+
+def fresh(schema, path, limit, start_id, extension):
+    start = time.perf_counter()
+    if extension:
+        loader = sqlite3.connect(":memory:")
+        loader.enable_load_extension(True)
+        loader.load_extension(extension)
+    db = sqlite3.connect("file:%s?mode=ro" % path, uri=True)
+    sql = statement(schema, limit)
+    arg = key(start_id) if schema == "index" else start_id
+    result = db.execute(sql, (arg,)).fetchall()
+    elapsed = time.perf_counter() - start
+    digest = hashlib.sha256()
+    for k, value in result:
+        digest.update(str(k).encode())
+        digest.update(value)
+    stats = json.loads(db.execute("SELECT predictio_stats()").fetchone()[0]) if extension else None
+    db.close()
+    print(json.dumps({"elapsed_s": elapsed, "rows": len(result), "sha256": digest.hexdigest(), "extension": stats}))
+
+
+def statement(schema, limit):
+    if schema == "index":
+        if limit == 1:
+            return "SELECT k, v FROM t WHERE k = ?"
+        return "SELECT k, v FROM t WHERE k >= ? ORDER BY k LIMIT %d" % limit
+    if limit == 1:
+        return "SELECT key, value FROM usertable WHERE id = ?"
+    return "SELECT key, value FROM usertable WHERE id >= ? ORDER BY id LIMIT %d" % limit
+
+
+def query(schema, path, limit, ids, extension):
     stats = None
     if extension:
         loader = sqlite3.connect(":memory:")
@@ -64,20 +137,18 @@ def query(path, limit, ids, extension):
     # moment ago, not this instant (the no-change mode finds a process's
     # files through /proc/PID/fd at most once per 100 ms per process).
     time.sleep(SETTLE_S)
-    if limit == 1:
-        sql = "SELECT key, value FROM usertable WHERE id = ?"
-    else:
-        sql = "SELECT key, value FROM usertable WHERE id >= ? ORDER BY id LIMIT %d" % limit
+    sql = statement(schema, limit)
+    args = [key(i) if schema == "index" else i for i in ids]
     results = []
     start = time.perf_counter()
-    for i in ids:
-        results.append(db.execute(sql, (i,)).fetchall())
+    for arg in args:
+        results.append(db.execute(sql, (arg,)).fetchall())
     elapsed = time.perf_counter() - start
     digest = hashlib.sha256()
     rows = 0
     for result in results:
-        for key, value in result:
-            digest.update(key.encode())
+        for k, value in result:
+            digest.update(k.encode())
             digest.update(value)
             rows += 1
     if extension:
@@ -89,11 +160,18 @@ def query(path, limit, ids, extension):
 def main(argv):
     if len(argv) >= 5 and argv[1] == "build":
         build(argv[2], int(argv[3]), int(argv[4]), int(argv[5]) if len(argv) > 5 else 1)
-    elif len(argv) >= 5 and argv[1] == "query":
-        ids = [int(x) for x in argv[4].split(",") if x]
-        query(argv[2], int(argv[3]), ids, argv[5] if len(argv) > 5 else None)
+    elif len(argv) >= 5 and argv[1] == "build-index":
+        build_index(argv[2], int(argv[3]), int(argv[4]), int(argv[5]) if len(argv) > 5 else 1)
+    elif len(argv) >= 6 and argv[1] == "fresh":
+        fresh(argv[2], argv[3], int(argv[4]), int(argv[5]), argv[6] if len(argv) > 6 else None)
+    elif len(argv) >= 6 and argv[1] == "query":
+        ids = [int(x) for x in argv[5].split(",") if x]
+        query(argv[2], argv[3], int(argv[4]), ids, argv[6] if len(argv) > 6 else None)
     else:
-        sys.exit("usage: sqlite_scan.py build DB ROWS VALUE_BYTES [SEED] | query DB LIMIT IDS [EXTENSION]")
+        sys.exit(
+            "usage: sqlite_scan.py build|build-index DB ROWS VALUE_BYTES [SEED] | query rowid|index DB LIMIT IDS [EXTENSION]"
+            " | fresh rowid|index DB LIMIT ID [EXTENSION]"
+        )
 
 
 if __name__ == "__main__":
