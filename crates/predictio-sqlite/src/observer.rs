@@ -307,7 +307,34 @@ struct Known {
     rowids: RowidLookahead,
 }
 
+/// Interior pages the rowid lookahead waits for, looked for in the page
+/// cache at each read (a cache-only read each).
+const WAITING_LOOKS: usize = 8;
+
 impl Known {
+    /// Takes in the table interior pages the rowid lookahead asked for once
+    /// their prefetch brought them into the page cache (looked at without
+    /// waiting: [`predictio::cache::read_cached`]), and what it then asks
+    /// for, as one event.
+    fn take_in_waiting(&mut self, file: &FileRef) -> Option<Event> {
+        let waiting: Vec<u32> = self.rowids.waiting().iter().take(WAITING_LOOKS).copied().collect();
+        if waiting.is_empty() {
+            return None;
+        }
+        let size = self.geometry.page_size as usize;
+        let mut buf = vec![0u8; size];
+        for page in waiting {
+            let offset = u64::from(page.saturating_sub(1)) * size as u64;
+            if let Ok(Some(n)) = predictio::cache::read_cached(file, &mut buf, offset)
+                && n == size
+            {
+                self.rowids.on_page(page, &buf);
+            }
+        }
+        let ahead = self.rowids.resume();
+        self.pages(&ahead)
+    }
+
     /// The file's 4 KiB pages of what `ahead` names, as one event.
     fn pages(&self, ahead: &Lookahead) -> Option<Event> {
         let layout = self.traversal.layout();
@@ -536,12 +563,18 @@ impl DbObserver {
             }
             return;
         }
-        let ahead = if rowid_lookahead() { known.rowids.on_page(page_no, bytes) } else { Lookahead::default() };
-        if !ahead.is_empty()
-            && let Some(prefetcher) = self.prefetcher
-            && let Some(event) = known.pages(&ahead)
-        {
-            prefetcher.dispatch(&event);
+        if rowid_lookahead() {
+            let ahead = known.rowids.on_page(page_no, bytes);
+            if let Some(prefetcher) = self.prefetcher {
+                if let Some(event) = known.pages(&ahead) {
+                    prefetcher.dispatch(&event);
+                }
+                if let Some(file) = self.file.as_ref()
+                    && let Some(event) = known.take_in_waiting(file)
+                {
+                    prefetcher.dispatch(&event);
+                }
+            }
         }
         let parsed = sqlite::parse_page(bytes, page_no, &known.geometry).ok();
         let interior = parsed.is_some();

@@ -92,6 +92,15 @@ pub fn evict(file: &FileRef) -> io::Result<()> {
     sys::fadvise(file.as_fd(), 0, 0, sys::Advice::DontNeed)
 }
 
+/// Reads `buf.len()` bytes of `file` at `offset` only if they are in the
+/// page cache (`preadv2(RWF_NOWAIT)`): `Some(n)` with the bytes read,
+/// `None` when they are not cached (nothing is read from storage, nothing
+/// waits). For observers that look at pages a program or a prefetch
+/// brought in.
+pub fn read_cached(file: &FileRef, buf: &mut [u8], offset: u64) -> io::Result<Option<usize>> {
+    crate::sys::pread_resident(std::os::fd::AsFd::as_fd(file), buf, offset)
+}
+
 /// Polls until every page of `ranges` (clamped to the file) is resident and
 /// up to date, or `timeout` passes. Returns the up-to-date page count at the
 /// end.

@@ -6,14 +6,14 @@
 //!
 //! - **rowid** (`scan-*`, `point`): YCSB-style keys `user%010d`, inserted
 //!   in a shuffled order in one transaction so that leaves are scattered
-//!   over the file (≥ 500 MB, 4 KiB pages); `SELECT key, value … WHERE id
-//!   >= ? ORDER BY id LIMIT N` (the rowid is the key's number, so rowid
-//!   order is key order), or a point read.
+//!   over the file (≥ 500 MB, 4 KiB pages);
+//!   `SELECT key, value … WHERE id >= ? ORDER BY id LIMIT N` (the rowid is
+//!   the key's number, so rowid order is key order), or a point read.
 //! - **index** (`index-*`): the ordinary schema `t(id INTEGER PRIMARY KEY,
 //!   k TEXT, v BLOB)` with `CREATE INDEX t_k ON t(k)`, 8 KiB pages, rows
-//!   inserted in a random order of `k` (≥ 400 MB); `SELECT k, v … WHERE k
-//!   >= ? ORDER BY k LIMIT N`: each row is a rowid lookup at a random place
-//!   in the table.
+//!   inserted in a random order of `k` (≥ 400 MB);
+//!   `SELECT k, v … WHERE k >= ? ORDER BY k LIMIT N`: each row is a rowid
+//!   lookup at a random place in the table.
 //!
 //! Each pass is one `/usr/bin/python3` process (Debian's `sqlite3` module,
 //! which can load extensions). In the in-process cases it opens the
@@ -321,9 +321,8 @@ fn measure(h: &Harness, setup: &Setup, spec: &CaseSpec, rows: u64, pairs: usize)
         let span = rows.saturating_sub(spec.limit).max(1);
         // Rowid table: ids from 0 (the scan's start); index table: ids from
         // 1, whose keys are at random places in key order.
-        let ids: Vec<u64> = (0..spec.queries)
-            .map(|_| rng.below(span) + u64::from(spec.schema == Schema::Index))
-            .collect();
+        let ids: Vec<u64> =
+            (0..spec.queries).map(|_| rng.below(span) + u64::from(spec.schema == Schema::Index)).collect();
         let mut passes: Vec<Option<Pass>> = (0..SIDES.len()).map(|_| None).collect();
         h.prime(&[db])?;
         for k in 0..SIDES.len() {

@@ -130,6 +130,10 @@ struct Watched {
     pending: std::collections::VecDeque<u64>,
 }
 
+/// Table interior pages a rowid lookahead waits for, looked for in the
+/// cache per access.
+const WAITING_LOOKS: usize = 8;
+
 /// Pages per file waiting to be looked at again.
 pub const MAX_PENDING: usize = 8;
 
@@ -242,6 +246,23 @@ impl DbWatcher {
                 self.stats.descents += 1;
                 out.push(event);
             }
+        }
+        // Table interior pages the rowid lookahead asked for, taken in as
+        // soon as their prefetch brought them into the cache.
+        if let Some(rowids) = watched.rowids.as_mut()
+            && !rowids.waiting().is_empty()
+        {
+            let waiting: Vec<u32> = rowids.waiting().iter().take(WAITING_LOOKS).copied().collect();
+            for no in waiting {
+                let offset = u64::from(no.saturating_sub(1)).saturating_mul(page_size);
+                if let Ok(Some(n)) = crate::sys::pread_resident(file.as_fd(), &mut self.buf, offset)
+                    && n == self.buf.len()
+                {
+                    rowids.on_page(no, &self.buf);
+                }
+            }
+            let ahead = rowids.resume();
+            push_pages(&mut self.stats, id, &watched.traversal, &ahead, out);
         }
     }
 

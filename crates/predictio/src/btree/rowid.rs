@@ -65,6 +65,8 @@ impl Default for RowidConfig {
 /// Table interior pages kept at most (their keys and children): a 1 M-row
 /// table of 8 KiB pages has about 30.
 pub const MAX_TABLE_PAGES: usize = 4096;
+/// Table interior pages remembered as asked for and not seen yet.
+pub const MAX_WAITING: usize = 64;
 /// Child-to-parent links kept at most (one per child of every interior page
 /// seen, table or index).
 pub const MAX_PARENTS: usize = 1 << 20;
@@ -149,6 +151,11 @@ pub struct RowidLookahead {
     /// leaves (1: the top's children are leaves).
     depth: HashMap<u32, u32>,
     leaf: Option<IndexLeaf>,
+    /// Table interior pages asked for and not seen yet (at most
+    /// [`MAX_WAITING`]).
+    waiting: Vec<u32>,
+    /// One of them was seen since the last [`Self::resume`].
+    taken_in: bool,
     /// In-order lookups seen in the current scan.
     confirmed: u32,
     window: usize,
@@ -166,6 +173,8 @@ impl RowidLookahead {
             tables_of: HashMap::new(),
             depth: HashMap::new(),
             leaf: None,
+            waiting: Vec::new(),
+            taken_in: false,
             confirmed: 0,
             window: 0,
             stats: RowidStats::default(),
@@ -189,6 +198,10 @@ impl RowidLookahead {
         let header = if page_no == 1 { sqlite::HEADER_SIZE } else { 0 };
         match bytes.get(header).copied() {
             Some(sqlite::INTERIOR_TABLE) => {
+                if let Some(i) = self.waiting.iter().position(|&w| w == page_no) {
+                    self.waiting.swap_remove(i);
+                    self.taken_in = true;
+                }
                 if let Ok(interior) = sqlite::parse_table_interior(bytes, page_no, &self.geometry) {
                     self.link(page_no, &interior.children);
                     if self.tables.len() < MAX_TABLE_PAGES || self.tables.contains_key(&page_no) {
@@ -222,6 +235,29 @@ impl RowidLookahead {
             return self.on_table_leaf(page_no);
         }
         Lookahead::default()
+    }
+
+    /// Table interior pages this asked for and has not seen yet: an
+    /// observer that can look at cached pages without waiting hands their
+    /// bytes to [`Self::on_page`] once the prefetch brought them in, and
+    /// then [`Self::resume`]s, so that the rowids waiting for them are
+    /// mapped before the scan reaches them rather than as it does.
+    pub fn waiting(&self) -> &[u32] {
+        &self.waiting
+    }
+
+    /// Asks again for the rowids ahead of the scan that waited for interior
+    /// pages (after [`Self::waiting`] pages were taken in).
+    pub fn resume(&mut self) -> Lookahead {
+        if !std::mem::take(&mut self.taken_in) {
+            return Lookahead::default();
+        }
+        let Some(leaf) = self.leaf.as_ref() else { return Lookahead::default() };
+        if !leaf.pending || self.confirmed < self.config.confirm {
+            return Lookahead::default();
+        }
+        let position = leaf.position;
+        self.ask_ahead(position)
     }
 
     fn link(&mut self, parent: u32, children: &[u32]) {
@@ -359,6 +395,9 @@ impl RowidLookahead {
                     pending = true;
                     if !ahead.interiors.contains(&interior) {
                         ahead.interiors.push(interior);
+                        if !self.waiting.contains(&interior) && self.waiting.len() < MAX_WAITING {
+                            self.waiting.push(interior);
+                        }
                     }
                 }
                 // An overflowing cell, or a tree whose depth is not known.
@@ -606,6 +645,28 @@ mod tests {
         look.on_page(4, &table_interior(4, &cells, 29));
         let ahead = look.on_page(16, &table_leaf());
         assert_eq!(ahead.leaves, vec![24, 26], "the rowids that waited for interior 4");
+    }
+
+    /// The interior pages a window waits for, once taken in ahead of the
+    /// scan (an observer reads them from the cache after their prefetch),
+    /// let the waiting rowids be asked for at once.
+    #[test]
+    fn rowids_waiting_for_an_interior_page_resume_once_it_is_taken_in() {
+        let mut look = RowidLookahead::new(geometry(), RowidConfig::default());
+        look.on_page(2, &table_interior(2, &[(3, 1000)], 4));
+        let cells: Vec<(u32, i64)> = (0..9).map(|i| (10 + i, 100 * (i as i64 + 1))).collect();
+        look.on_page(3, &table_interior(3, &cells, 19));
+        index(&mut look);
+        look.on_page(41, &index_leaf(&[150, 420, 650, 1500, 1700]));
+        look.on_page(11, &table_leaf());
+        assert_eq!(look.on_page(14, &table_leaf()).interiors, vec![4]);
+        assert_eq!(look.waiting(), &[4]);
+        assert!(look.resume().is_empty(), "nothing new to map yet");
+        let cells: Vec<(u32, i64)> = (0..9).map(|i| (20 + i, 1000 + 100 * (i as i64 + 1))).collect();
+        look.on_page(4, &table_interior(4, &cells, 29));
+        assert!(look.waiting().is_empty());
+        assert_eq!(look.resume().leaves, vec![24, 26], "mapped before the scan gets there");
+        assert!(look.resume().is_empty(), "and asked once");
     }
 
     #[test]
