@@ -19,7 +19,8 @@
 //! checkpoint, often the upper levels of the trees, are read from the WAL,
 //! and without them the observer would miss every descent through them.
 //! The WAL reads of a checkpoint (it holds the checkpoint lock) are not
-//! lookups and pass through, as do journals and temp files. Loading
+//! lookups and pass through, as do journals and temp files. A page SQLite
+//! maps (`xFetch`) is shown as a read is. Loading
 //! registers the VFS and the SQL function and does nothing else: no thread,
 //! no file, no runtime; each main database's observer starts the process's
 //! runtime at its first read from the device ([`DbObserver::lazy`]). Every
@@ -128,7 +129,6 @@ forward_io!(io_device_characteristics, xDeviceCharacteristics, () -> c_int, 0);
 forward_io!(io_shm_map, xShmMap, (page: c_int, size: c_int, extend: c_int, out: *mut *mut c_void) -> c_int, SQLITE_IOERR);
 forward_io!(io_shm_barrier, xShmBarrier, () -> (), ());
 forward_io!(io_shm_unmap, xShmUnmap, (delete: c_int) -> c_int, SQLITE_IOERR);
-forward_io!(io_fetch, xFetch, (offset: sqlite3_int64, amt: c_int, out: *mut *mut c_void) -> c_int, SQLITE_IOERR);
 forward_io!(io_unfetch, xUnfetch, (offset: sqlite3_int64, p: *mut c_void) -> c_int, SQLITE_IOERR);
 
 /// The WAL-index lock a checkpoint holds exclusively (`WAL_CKPT_LOCK`).
@@ -225,6 +225,53 @@ unsafe extern "C" fn io_read(file: *mut sqlite3_file, buf: *mut c_void, amt: c_i
             let bytes = unsafe { std::slice::from_raw_parts(buf.cast::<u8>().cast_const(), amt as usize) };
             // A panic while observing must not change what SQLite gets.
             guard((), || observer.after_read(db_offset as u64, bytes, elapsed));
+        }
+        rc
+    })
+}
+
+/// A page SQLite maps (`mmap_size` above 0) rather than reads is shown to
+/// the observer as a read would be: the descent before, the mapped bytes
+/// after, timed up to the first touch of the page (the page fault, which
+/// reads it from the device if it is not cached, happens there instead of
+/// in SQLite's first access to it).
+unsafe extern "C" fn io_fetch(
+    file: *mut sqlite3_file,
+    offset: sqlite3_int64,
+    amt: c_int,
+    out: *mut *mut c_void,
+) -> c_int {
+    guard(SQLITE_IOERR, || {
+        // SAFETY: a file opened by `shim_open`; the real fetch gets exactly
+        // SQLite's arguments.
+        let fetch = || unsafe {
+            let real = real_file(file);
+            match (*(*real).pMethods).xFetch {
+                Some(fetch) => fetch(real, offset, amt, out),
+                None => SQLITE_IOERR,
+            }
+        };
+        // SAFETY: the observer is ours or null and lives until `io_close`.
+        let observer = unsafe { (*file.cast::<ShimFile>()).observer.as_ref() };
+        let Some(observer) = observer.filter(|_| amt >= MIN_PAGE && offset >= 0 && !out.is_null()) else {
+            return fetch();
+        };
+        guard((), || observer.before_read(offset as u64, amt as usize));
+        let start = std::time::Instant::now();
+        let rc = fetch();
+        // SAFETY: `out` is SQLite's slot, written by the real fetch.
+        let page = unsafe { *out };
+        if rc == SQLITE_OK && !page.is_null() {
+            // SAFETY: on SQLITE_OK with a pointer, the real VFS mapped all
+            // `amt` bytes of the file there, which SQLite is about to read
+            // and we only read (the first byte now, so that the fault
+            // falls in the timed span).
+            let bytes = unsafe {
+                std::ptr::read_volatile(page.cast::<u8>());
+                std::slice::from_raw_parts(page.cast::<u8>().cast_const(), amt as usize)
+            };
+            let elapsed = start.elapsed();
+            guard((), || observer.after_read(offset as u64, bytes, elapsed));
         }
         rc
     })
