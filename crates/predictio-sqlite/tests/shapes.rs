@@ -584,6 +584,90 @@ fn a_wal_database_whose_upper_pages_are_in_the_wal() {
     assert!(counter(&stats, &["events"]) > 100, "few descents followed: {stats}");
 }
 
+/// Pages SQLite maps (`mmap_size`, `xFetch`) rather than reads give the
+/// same answers, and the shim sees them as it sees reads.
+#[test]
+fn memory_mapped_pages() {
+    if !have_sqlite3() {
+        return;
+    }
+    let dir = disk_dir();
+    let db = build(dir.path(), "mapped.db", &rowid_table(4096, ROWS));
+    let queries = format!(
+        "{}SELECT id, hex(v) FROM t WHERE id >= 1000 ORDER BY id LIMIT 2000;
+         SELECT count(*), sum(length(v)) FROM t;\n",
+        range_scans("t", "k", "id, k, hex(v)")
+    );
+    // Whether the runtime starts here depends on the kernel: a page fault
+    // reads the pages around it too (`read_ahead_kb`, 8 MiB on some VMs:
+    // then the first fault reads the whole file and nothing is left to
+    // prefetch).
+    let (out, _) = compare(path_str(&db), &[&db], &format!("PRAGMA mmap_size = 268435456;\n{queries}"));
+    assert!(out.lines().count() > 9_000, "{} lines", out.lines().count());
+
+    // So that the mapped pages can be seen observed: lookups read first
+    // (from the device: the runtime starts), then a scan of other rows
+    // mapped. The observer counted the mapped pages as reads.
+    drop_cache(&db);
+    let keys: Vec<String> = (0..40).map(|i| format!("'{}'", key(i * 197 % ROWS))).collect();
+    let script = format!(
+        ".load {}\n.open {}
+         PRAGMA mmap_size = 0;
+         SELECT count(*), sum(length(v)) FROM t WHERE k IN ({});
+         SELECT predictio_stats();
+         PRAGMA mmap_size = 268435456;
+         SELECT count(*), sum(length(v)) FROM (SELECT v FROM t WHERE k >= '{}' ORDER BY k LIMIT 1500);
+         SELECT predictio_stats();\n",
+        extension().display(),
+        db.display(),
+        keys.join(", "),
+        key(5_000)
+    );
+    let out = run(&[":memory:"], &script);
+    assert!(out.status.success() && out.stderr.is_empty(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).expect("utf-8 output");
+    let stats: Vec<serde_json::Value> = text
+        .lines()
+        .filter(|line| line.starts_with('{'))
+        .map(|line| serde_json::from_str(line).expect("json"))
+        .collect();
+    let [read, mapped] = &stats[..] else { panic!("two predictio_stats() expected: {text}") };
+    let seen = |stats: &serde_json::Value| counter(stats, &["reads_observed"]) + counter(stats, &["reads_unobserved"]);
+    assert!(seen(read) > 0, "the lookups' reads did not start the runtime: {read}");
+    assert!(seen(mapped) > seen(read) + 100, "mapped pages were not seen: {read} then {mapped}");
+}
+
+/// A read-only open of a WAL database whose roots are in the WAL.
+#[test]
+fn a_read_only_open_of_a_wal_database() {
+    if !have_sqlite3() {
+        return;
+    }
+    let dir = disk_dir();
+    let db = build(
+        dir.path(),
+        "readonly.db",
+        &format!("PRAGMA journal_mode = WAL;\n{}PRAGMA wal_checkpoint(TRUNCATE);\n", rowid_table(4096, ROWS)),
+    );
+    let append = ".dbconfig no_ckpt_on_close on
+        INSERT INTO t(k, v) SELECT 'zz' || k, randomblob(200) FROM t WHERE id <= 300;\n";
+    let out = run(&[path_str(&db)], append);
+    assert!(out.status.success() && out.stderr.is_empty(), "{}", String::from_utf8_lossy(&out.stderr));
+    let wal = dir.path().join("readonly.db-wal");
+    // Opened from the in-memory connection in both runs (after the load in
+    // the second).
+    let script = format!(
+        ".open --readonly {}
+         {}SELECT id, hex(v) FROM t WHERE id >= 1000 ORDER BY id LIMIT 2000;
+         SELECT count(*) FROM t;\n",
+        db.display(),
+        range_scans("t", "k", "id, k, hex(v)")
+    );
+    let (out, stats) = compare(":memory:", &[&db, &wal], &script);
+    assert!(out.lines().count() > 9_000, "{} lines", out.lines().count());
+    assert_prefetched("read-only WAL", &stats);
+}
+
 #[test]
 fn every_page_size() {
     if !have_sqlite3() {
@@ -682,11 +766,16 @@ fn temp_tables_and_temp_files() {
     let db = build(dir.path(), "temp.db", &rowid_table(4096, ROWS));
     // A small cache, so that the temp database and the sorters spill to
     // their temporary files (which pass through the shim unobserved): the
-    // two ORDER BY v sorts write 25 and 1,196 pages to theirs.
+    // two ORDER BY v sorts write 25 and 1,196 pages to theirs. The first
+    // query looks rows up through the index, reads from the device
+    // scattered enough that the observer starts its runtime (a scan in
+    // rowid order reads the file in order, which the kernel's readahead
+    // serves from the cache).
     let script = format!(
         "PRAGMA temp_store = FILE;
          PRAGMA cache_size = 50;
          PRAGMA temp.cache_size = 50;
+         SELECT count(*), sum(length(v)) FROM t WHERE k >= '{}' AND k < '{}';
          CREATE TEMP TABLE tt AS SELECT id, k, v FROM t WHERE id % 2 = 0;
          CREATE INDEX temp.tt_k ON tt(k);
          {}SELECT tt.id, t.id FROM tt JOIN t ON t.k = tt.k WHERE tt.k >= '{}' ORDER BY tt.k LIMIT 1000;
@@ -696,6 +785,8 @@ fn temp_tables_and_temp_files() {
          SELECT count(*), sum(length(v)) FROM tt;
          DROP TABLE tt;
          SELECT count(*) FROM temp.sqlite_schema;\n",
+        key(1_000),
+        key(2_000),
         range_scans("tt", "k", "id, k, hex(v)"),
         key(1_000),
     );
