@@ -1,7 +1,8 @@
 //! Every SQL shape people use gives the same answer with the extension
 //! loaded as without it, on a cold cache: descending scans, joins, GROUP BY,
 //! secondary indexes of rowid and WITHOUT ROWID tables, covering indexes, a
-//! WAL reader beside a concurrent writer, every page size, ATTACH, temp
+//! WAL reader beside a concurrent writer, pages read from the WAL, mapped
+//! pages, read-only opens, every page size and a change of it, ATTACH, temp
 //! tables and in-memory databases. Each test builds real databases on disk
 //! (under /var/tmp: a tmpfs has no device to be cold on), drops their pages
 //! from the page cache before each run, runs the same script in the
@@ -188,13 +189,14 @@ fn assert_plan(stdout: &str, step: &str) {
     assert!(stdout.contains(step), "the plan has no {step:?}: {}", &stdout[..stdout.len().min(2000)]);
 }
 
-/// Rows of the test tables: with 200-byte values, ~2 MB and a 3-level
-/// table b-tree at 4 KiB pages.
+/// Rows of the test tables: with 200-byte values, ~2 MB; at 4 KiB pages
+/// the table's b-tree has ~470 leaves under its root, the index's ~50
+/// (more levels at smaller pages).
 const ROWS: u32 = 8_000;
 
-/// `n` rows numbered 0..n in a scattered order (a permutation: 7919 is a
-/// prime that does not divide `n`), as a CTE `c(i)` ready for `INSERT …
-/// SELECT … FROM c ORDER BY random()`.
+/// The numbers 0..n as a CTE `c(i)`, for `INSERT … SELECT … FROM c ORDER
+/// BY random()` (keys `i * 7919 % n` are a permutation of 0..n: 7919 is a
+/// prime that divides none of the `n` used here).
 fn rows(n: u32) -> String {
     format!("WITH RECURSIVE c(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM c WHERE i + 1 < {n})")
 }
