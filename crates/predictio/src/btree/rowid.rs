@@ -491,7 +491,7 @@ mod tests {
         page
     }
 
-    fn table_leaf() -> Vec<u8> {
+    pub(crate) fn table_leaf() -> Vec<u8> {
         let mut page = vec![0u8; PAGE];
         page[0] = sqlite::LEAF_TABLE;
         page[5..7].copy_from_slice(&(PAGE as u16).to_be_bytes());
@@ -691,5 +691,32 @@ mod tests {
             }
         }
         let _ = look.on_page(7, &page[..10]);
+    }
+}
+#[cfg(test)]
+mod point_tests {
+    use super::tests::*;
+    use super::*;
+
+    /// Point reads through an index, one after another, each reading an
+    /// index leaf and one table leaf: nothing is asked for.
+    #[test]
+    fn point_reads_through_an_index_ask_for_nothing() {
+        let mut look = RowidLookahead::new(Geometry::new(4096, 0, None).expect("g"), RowidConfig::default());
+        look.on_page(2, &table_interior(2, &[(3, 1000)], 4));
+        let cells: Vec<(u32, i64)> = (0..9).map(|i| (10 + i, 100 * (i as i64 + 1))).collect();
+        look.on_page(3, &table_interior(3, &cells, 19));
+        let cells: Vec<(u32, i64)> = (0..9).map(|i| (20 + i, 1000 + 100 * (i as i64 + 1))).collect();
+        look.on_page(4, &table_interior(4, &cells, 29));
+        look.on_page(40, &crate::btree::sqlite::tests::interior(4096, 40, sqlite::INTERIOR_INDEX, &[41, 42, 43]));
+        let a = index_leaf(&[150, 1950, 420, 1230, 777]);
+        let b = index_leaf(&[1099, 5, 1999, 333]);
+        let mut asked = 0;
+        for round in 0..20 {
+            let (leaf, page, table) = if round % 2 == 0 { (&a, 41, 17) } else { (&b, 42, 13) };
+            asked += look.on_page(page, leaf).leaves.len();
+            asked += look.on_page(table, &table_leaf()).leaves.len();
+        }
+        assert_eq!(asked, 0, "{:?}", look.stats());
     }
 }
