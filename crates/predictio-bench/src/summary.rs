@@ -499,7 +499,7 @@ fn rows_of(workload: Workload, file: &ResultFile, notes: &mut Vec<String>) -> Re
             }
         }
         Workload::SqliteScan => {
-            for name in ["scan-100", "scan-1000", "scan-10000", "point"] {
+            for name in ["scan-100", "scan-1000", "scan-10000", "point", "index-1000", "fresh-index-10"] {
                 let case = file.case(name)?;
                 rows.push(case.ab_row(workload, " (`.load`)")?);
                 if name == "scan-1000" {
