@@ -21,27 +21,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-/// `libpredictio_sqlite.so` of this very build, next to this test binary in
-/// `deps/` (see tests/shell.rs).
-fn extension() -> PathBuf {
-    let exe = std::env::current_exe().expect("current_exe");
-    let deps = exe.parent().expect("test binary has a directory");
-    let lib = deps.join("libpredictio_sqlite.so");
-    assert!(lib.exists(), "{} not found: the crate's cdylib crate type produces it", lib.display());
-    lib
-}
-
-/// Whether the `sqlite3` shell is there; outside CI a missing shell skips
-/// the test with a message, under `CI=true` it fails.
-#[track_caller]
-fn have_sqlite3() -> bool {
-    let found = Command::new("sqlite3").arg("-version").stdout(Stdio::null()).status().is_ok_and(|s| s.success());
-    if !found {
-        assert!(std::env::var("CI").as_deref() != Ok("true"), "sqlite3 shell missing under CI (scripts/deps.sh)");
-        eprintln!("skipping: needs the sqlite3 shell (apt install sqlite3)");
-    }
-    found
-}
+mod common;
+use common::{extension, have_sqlite3};
 
 /// A directory on disk for the test's databases: /var/tmp, not a tmpfs
 /// `TMPDIR`, whose pages cannot be dropped to make a cold cache.

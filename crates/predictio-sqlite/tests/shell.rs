@@ -10,32 +10,11 @@ use std::process::{Command, Output, Stdio};
 
 use predictio::testing::skip;
 
+mod common;
+use common::{extension, have_sqlite3};
+
 /// Rows in the test table: ~20k rows of 400-byte values, a 3-level tree.
 const ROWS: u32 = 20_000;
-
-/// `libpredictio_sqlite.so` of this very build. Cargo builds the library
-/// unit with all its crate types into `<target>/<profile>/deps/`, next to
-/// this test binary; only `cargo build` copies it up a level, so `deps/` is
-/// the one that is never stale.
-fn extension() -> PathBuf {
-    let exe = std::env::current_exe().expect("current_exe");
-    let deps = exe.parent().expect("test binary has a directory");
-    let lib = deps.join("libpredictio_sqlite.so");
-    assert!(lib.exists(), "{} not found: the crate's cdylib crate type produces it", lib.display());
-    lib
-}
-
-/// Whether the `sqlite3` shell is there; outside CI a missing shell skips
-/// the test with a message, under `CI=true` it fails.
-#[track_caller]
-fn have_sqlite3() -> bool {
-    let found = Command::new("sqlite3").arg("-version").stdout(Stdio::null()).status().is_ok_and(|s| s.success());
-    if !found {
-        assert!(std::env::var("CI").as_deref() != Ok("true"), "sqlite3 shell missing under CI (scripts/deps.sh)");
-        eprintln!("skipping: needs the sqlite3 shell (apt install sqlite3)");
-    }
-    found
-}
 
 /// Seconds a shell run may take before it counts as a hang (`timeout`
 /// then ends it and exits with [`HUNG`]).

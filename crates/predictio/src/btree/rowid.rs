@@ -491,7 +491,7 @@ mod tests {
         page
     }
 
-    pub(crate) fn table_leaf() -> Vec<u8> {
+    fn table_leaf() -> Vec<u8> {
         let mut page = vec![0u8; PAGE];
         page[0] = sqlite::LEAF_TABLE;
         page[5..7].copy_from_slice(&(PAGE as u16).to_be_bytes());
@@ -533,9 +533,19 @@ mod tests {
     /// A table of 3 levels: top 2 → interiors 3 (rowids ≤ 1000) and 4
     /// (above); 3 → leaves 10..=19 of 100 rowids each, 4 → leaves 20..=29.
     fn table(look: &mut RowidLookahead) {
+        top_and_left(look);
+        right(look);
+    }
+
+    /// The table's top and its left interior page (3), not the right (4).
+    fn top_and_left(look: &mut RowidLookahead) {
         look.on_page(2, &table_interior(2, &[(3, 1000)], 4));
         let cells: Vec<(u32, i64)> = (0..9).map(|i| (10 + i, 100 * (i as i64 + 1))).collect();
         look.on_page(3, &table_interior(3, &cells, 19));
+    }
+
+    /// The table's right interior page (4).
+    fn right(look: &mut RowidLookahead) {
         let cells: Vec<(u32, i64)> = (0..9).map(|i| (20 + i, 1000 + 100 * (i as i64 + 1))).collect();
         look.on_page(4, &table_interior(4, &cells, 29));
     }
@@ -618,9 +628,7 @@ mod tests {
     fn an_unseen_interior_page_on_the_path_is_asked_for_first() {
         let mut look = RowidLookahead::new(geometry(), RowidConfig::default());
         // Interior 4 not seen yet.
-        look.on_page(2, &table_interior(2, &[(3, 1000)], 4));
-        let cells: Vec<(u32, i64)> = (0..9).map(|i| (10 + i, 100 * (i as i64 + 1))).collect();
-        look.on_page(3, &table_interior(3, &cells, 19));
+        top_and_left(&mut look);
         index(&mut look);
         look.on_page(41, &index_leaf(&[150, 420, 1500, 650]));
         look.on_page(11, &table_leaf());
@@ -629,20 +637,16 @@ mod tests {
         assert_eq!(ahead.leaves, vec![16], "the leaf of 650, whose path is known");
         // Interior 4 read (the lookup of 1500 reads it): the rowid waiting
         // for it is asked for at the next lookup, nothing twice.
-        let cells: Vec<(u32, i64)> = (0..9).map(|i| (20 + i, 1000 + 100 * (i as i64 + 1))).collect();
-        look.on_page(4, &table_interior(4, &cells, 29));
+        right(&mut look);
         look.on_page(24, &table_leaf());
         assert_eq!(look.stats().leaves_ahead, 1, "1500's own leaf was just read: nothing left to ask");
         let mut look = RowidLookahead::new(geometry(), RowidConfig::default());
-        look.on_page(2, &table_interior(2, &[(3, 1000)], 4));
-        let cells: Vec<(u32, i64)> = (0..9).map(|i| (10 + i, 100 * (i as i64 + 1))).collect();
-        look.on_page(3, &table_interior(3, &cells, 19));
+        top_and_left(&mut look);
         index(&mut look);
         look.on_page(41, &index_leaf(&[150, 420, 650, 1500, 1700]));
         look.on_page(11, &table_leaf());
         assert_eq!(look.on_page(14, &table_leaf()).interiors, vec![4]);
-        let cells: Vec<(u32, i64)> = (0..9).map(|i| (20 + i, 1000 + 100 * (i as i64 + 1))).collect();
-        look.on_page(4, &table_interior(4, &cells, 29));
+        right(&mut look);
         let ahead = look.on_page(16, &table_leaf());
         assert_eq!(ahead.leaves, vec![24, 26], "the rowids that waited for interior 4");
     }
@@ -653,20 +657,34 @@ mod tests {
     #[test]
     fn rowids_waiting_for_an_interior_page_resume_once_it_is_taken_in() {
         let mut look = RowidLookahead::new(geometry(), RowidConfig::default());
-        look.on_page(2, &table_interior(2, &[(3, 1000)], 4));
-        let cells: Vec<(u32, i64)> = (0..9).map(|i| (10 + i, 100 * (i as i64 + 1))).collect();
-        look.on_page(3, &table_interior(3, &cells, 19));
+        top_and_left(&mut look);
         index(&mut look);
         look.on_page(41, &index_leaf(&[150, 420, 650, 1500, 1700]));
         look.on_page(11, &table_leaf());
         assert_eq!(look.on_page(14, &table_leaf()).interiors, vec![4]);
         assert_eq!(look.waiting(), &[4]);
         assert!(look.resume().is_empty(), "nothing new to map yet");
-        let cells: Vec<(u32, i64)> = (0..9).map(|i| (20 + i, 1000 + 100 * (i as i64 + 1))).collect();
-        look.on_page(4, &table_interior(4, &cells, 29));
+        right(&mut look);
         assert!(look.waiting().is_empty());
         assert_eq!(look.resume().leaves, vec![24, 26], "mapped before the scan gets there");
         assert!(look.resume().is_empty(), "and asked once");
+    }
+
+    /// Point reads through an index, one after another, each reading an
+    /// index leaf and one table leaf: nothing is asked for.
+    #[test]
+    fn point_reads_through_an_index_ask_for_nothing() {
+        let mut look = RowidLookahead::new(geometry(), RowidConfig::default());
+        table(&mut look);
+        index(&mut look);
+        let (a, b) = (index_leaf(&[150, 1950, 420, 1230, 777]), index_leaf(&[1099, 5, 1999, 333]));
+        let mut asked = 0;
+        for round in 0..20 {
+            let (leaf, page, table) = if round % 2 == 0 { (&a, 41, 17) } else { (&b, 42, 13) };
+            asked += look.on_page(page, leaf).leaves.len();
+            asked += look.on_page(table, &table_leaf()).leaves.len();
+        }
+        assert_eq!(asked, 0, "{:?}", look.stats());
     }
 
     #[test]
@@ -691,32 +709,5 @@ mod tests {
             }
         }
         let _ = look.on_page(7, &page[..10]);
-    }
-}
-#[cfg(test)]
-mod point_tests {
-    use super::tests::*;
-    use super::*;
-
-    /// Point reads through an index, one after another, each reading an
-    /// index leaf and one table leaf: nothing is asked for.
-    #[test]
-    fn point_reads_through_an_index_ask_for_nothing() {
-        let mut look = RowidLookahead::new(Geometry::new(4096, 0, None).expect("g"), RowidConfig::default());
-        look.on_page(2, &table_interior(2, &[(3, 1000)], 4));
-        let cells: Vec<(u32, i64)> = (0..9).map(|i| (10 + i, 100 * (i as i64 + 1))).collect();
-        look.on_page(3, &table_interior(3, &cells, 19));
-        let cells: Vec<(u32, i64)> = (0..9).map(|i| (20 + i, 1000 + 100 * (i as i64 + 1))).collect();
-        look.on_page(4, &table_interior(4, &cells, 29));
-        look.on_page(40, &crate::btree::sqlite::tests::interior(4096, 40, sqlite::INTERIOR_INDEX, &[41, 42, 43]));
-        let a = index_leaf(&[150, 1950, 420, 1230, 777]);
-        let b = index_leaf(&[1099, 5, 1999, 333]);
-        let mut asked = 0;
-        for round in 0..20 {
-            let (leaf, page, table) = if round % 2 == 0 { (&a, 41, 17) } else { (&b, 42, 13) };
-            asked += look.on_page(page, leaf).leaves.len();
-            asked += look.on_page(table, &table_leaf()).leaves.len();
-        }
-        assert_eq!(asked, 0, "{:?}", look.stats());
     }
 }

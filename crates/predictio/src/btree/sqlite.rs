@@ -163,14 +163,7 @@ impl Geometry {
 /// page. An interior table or index page yields its children in key order;
 /// anything else is a [`PageError`] (a valid leaf is [`PageError::Leaf`]).
 pub fn parse_page(page: &[u8], page_no: u32, geometry: &Geometry) -> Result<InteriorPage, PageError> {
-    let page_size = geometry.page_size as usize;
-    if page.len() != page_size {
-        return Err(PageError::Length { expected: page_size, actual: page.len() });
-    }
-    let usable = geometry.usable_size as usize;
-    if usable > page_size || usable < 480 {
-        return Err(PageError::Header { what: "usable size", value: usable as u64 });
-    }
+    let (page_size, usable) = whole_page(page, geometry)?;
     if page_no == 0 {
         return Err(PageError::Header { what: "page number", value: 0 });
     }
@@ -260,14 +253,7 @@ pub fn parse_table_interior(
 /// [`parse_page`] checks an interior page's; a cell's record is read only
 /// within the page's usable bytes.
 pub fn index_leaf_rowids(page: &[u8], page_no: u32, geometry: &Geometry) -> Result<Vec<Option<i64>>, PageError> {
-    let page_size = geometry.page_size as usize;
-    if page.len() != page_size {
-        return Err(PageError::Length { expected: page_size, actual: page.len() });
-    }
-    let usable = geometry.usable_size as usize;
-    if usable > page_size || usable < 480 {
-        return Err(PageError::Header { what: "usable size", value: usable as u64 });
-    }
+    let (_, usable) = whole_page(page, geometry)?;
     let header = if page_no == 1 { HEADER_SIZE } else { 0 };
     if page[header] != LEAF_INDEX {
         return Err(PageError::NotBtree { kind: u16::from(page[header]) });
@@ -341,6 +327,20 @@ fn serial_size(serial: u64) -> Option<usize> {
         10 | 11 => return None,
         n => usize::try_from((n - 12) / 2).ok()?,
     })
+}
+
+/// Checks that `page` is one whole page of `geometry` with a usable size a
+/// page can have; its size and usable size.
+fn whole_page(page: &[u8], geometry: &Geometry) -> Result<(usize, usize), PageError> {
+    let page_size = geometry.page_size as usize;
+    if page.len() != page_size {
+        return Err(PageError::Length { expected: page_size, actual: page.len() });
+    }
+    let usable = geometry.usable_size as usize;
+    if usable > page_size || usable < 480 {
+        return Err(PageError::Header { what: "usable size", value: usable as u64 });
+    }
+    Ok((page_size, usable))
 }
 
 fn be16(bytes: &[u8], at: usize) -> Option<u16> {
