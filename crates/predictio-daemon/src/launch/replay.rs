@@ -599,6 +599,23 @@ mod tests {
     }
 
     /// `n` files of one page each in `dir`.
+    /// A replay of three one-page files in `dir`, a sink that collects what
+    /// the replayer hands the executor, and a job channel.
+    fn three_file_replay(
+        dir: &Path,
+    ) -> (
+        Replay,
+        Arc<Collect>,
+        std::sync::mpsc::SyncSender<predictio::launch::policy::ReplayJob>,
+        std::sync::mpsc::Receiver<predictio::launch::policy::ReplayJob>,
+    ) {
+        let files = page_files(dir, 3);
+        let profile = profile_of(&files[0], &files, 1);
+        let replay = plan_replay(&profile, &WalkLimits::default(), &ReplayPacing::default());
+        let (jobs, rx) = predictio::launch::policy::replay_channel();
+        (replay, Arc::new(Collect::default()), jobs, rx)
+    }
+
     fn page_files(dir: &Path, n: usize) -> Vec<std::path::PathBuf> {
         (0..n)
             .map(|i| {
@@ -773,11 +790,7 @@ mod tests {
     #[test]
     fn a_shadow_replayer_issues_nothing() {
         let dir = tempfile::tempdir().unwrap();
-        let files = page_files(dir.path(), 3);
-        let profile = profile_of(&files[0], &files, 1);
-        let replay = plan_replay(&profile, &WalkLimits::default(), &ReplayPacing::default());
-        let sink = Arc::new(Collect::default());
-        let (jobs, rx) = predictio::launch::policy::replay_channel();
+        let (replay, sink, jobs, rx) = three_file_replay(dir.path());
         let replayer = start_replayer_with(sink.clone(), rx, true, || {}).unwrap();
         let totals = replayer.totals();
         jobs.send(job(replay.clone(), Some("/bin/sh"))).unwrap();
@@ -797,11 +810,7 @@ mod tests {
     #[test]
     fn the_replayer_runs_jobs_until_its_senders_are_gone() {
         let dir = tempfile::tempdir().unwrap();
-        let files = page_files(dir.path(), 3);
-        let profile = profile_of(&files[0], &files, 1);
-        let replay = plan_replay(&profile, &WalkLimits::default(), &ReplayPacing::default());
-        let sink = Arc::new(Collect::default());
-        let (jobs, rx) = predictio::launch::policy::replay_channel();
+        let (replay, sink, jobs, rx) = three_file_replay(dir.path());
         let replayer = start_replayer(sink.clone(), rx).unwrap();
         jobs.send(job(replay, None)).unwrap();
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
