@@ -318,10 +318,15 @@ impl RowidLookahead {
         // path leads to this leaf; rowids mapped to a cached leaf SQLite
         // found in its own cache are skipped over.
         let from = leaf.position.map_or(0, |p| p + 1);
-        let found = leaf.rowids[from.min(leaf.rowids.len())..]
-            .iter()
-            .position(|rowid| rowid.and_then(|r| self.leaf_of(table_top, r).ok()) == Some(page_no))
-            .map(|i| from + i);
+        let rest = &leaf.rowids[from.min(leaf.rowids.len())..];
+        // The leaf's key range, from its parent's cell: a comparison per
+        // rowid instead of a descent (a point read's rowid is anywhere in
+        // its index leaf).
+        let found = match self.key_range(page_no) {
+            Some((above, upto)) => rest.iter().position(|r| r.is_some_and(|r| r > above && r <= upto)),
+            None => rest.iter().position(|r| r.and_then(|r| self.leaf_of(table_top, r).ok()) == Some(page_no)),
+        }
+        .map(|i| from + i);
         let Some(position) = found else {
             // The scan at the end of its index leaf looks up the entry the
             // parent index page holds between this leaf and the next (an
@@ -406,6 +411,30 @@ impl RowidLookahead {
         }
         leaf.asked_to = leaf.asked_to.max(to);
         leaf.pending = pending;
+    }
+
+    /// The rowids table page `page` holds, `(above, upto]`: the cells that
+    /// name it and its ancestors, up to the top, narrowed level by level;
+    /// `None` if its parent was not seen.
+    fn key_range(&self, page: u32) -> Option<(i64, i64)> {
+        let (mut above, mut upto) = (i64::MIN, i64::MAX);
+        let mut at = page;
+        let mut seen = false;
+        // A corrupt file's parent links may loop: trees are shallow.
+        for _ in 0..16 {
+            let Some(parent) = self.parents.get(&at).and_then(|p| Some((*p, self.tables.get(p)?))) else { break };
+            let (parent_no, interior) = parent;
+            let i = interior.children.iter().position(|&c| c == at)?;
+            if i > 0 {
+                above = above.max(*interior.keys.get(i - 1)?);
+            }
+            if let Some(&key) = interior.keys.get(i) {
+                upto = upto.min(key);
+            }
+            seen = true;
+            at = parent_no;
+        }
+        seen.then_some((above, upto))
     }
 
     /// The table leaf holding `rowid` in the tree whose top is `top`; or the
