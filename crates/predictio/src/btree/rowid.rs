@@ -49,7 +49,8 @@ use super::sqlite::{self, Geometry};
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RowidConfig {
     /// Lookups that must follow the index leaf's order before anything is
-    /// requested (2).
+    /// requested (3: two point reads from one cached index leaf land a few
+    /// cells apart now and then; three in a row almost never do).
     pub confirm: u32,
     /// Rowids looked up ahead once a scan is confirmed (8).
     pub first_window: usize,
@@ -59,12 +60,15 @@ pub struct RowidConfig {
 
 impl Default for RowidConfig {
     fn default() -> Self {
-        Self { confirm: 2, first_window: 8, max_window: 256 }
+        Self { confirm: 3, first_window: 8, max_window: 256 }
     }
 }
 /// Table interior pages kept at most (their keys and children): a 1 M-row
 /// table of 8 KiB pages has about 30.
 pub const MAX_TABLE_PAGES: usize = 4096;
+/// Rowids a continuing scan may have looked up without a read (their table
+/// leaf was in SQLite's own cache) between two lookups it is seen making.
+pub const SKIP: usize = 2;
 /// Table interior pages remembered as asked for and not seen yet.
 pub const MAX_WAITING: usize = 64;
 /// Child-to-parent links kept at most (one per child of every interior page
@@ -289,11 +293,13 @@ impl RowidLookahead {
         };
         self.stats.index_leaves += 1;
         let (index_top, _) = self.top_of(page_no);
-        // The next leaf of the same index while a scan is confirmed: the
-        // scan goes on into it (a point read would have started with the
-        // index's upper pages, or another index).
-        let continues =
-            self.confirmed >= self.config.confirm && self.leaf.as_ref().is_some_and(|l| l.index_top == index_top);
+        // The next leaf of the same index while a scan is confirmed and was
+        // at the end of its leaf: the scan goes on into it (a point read
+        // lands anywhere in a leaf).
+        let continues = self.confirmed >= self.config.confirm
+            && self.leaf.as_ref().is_some_and(|l| {
+                l.index_top == index_top && l.position.is_some_and(|p| p + 1 + SKIP >= l.rowids.len())
+            });
         let asked = vec![false; rowids.len()];
         self.leaf = Some(IndexLeaf { index_top, rowids, position: None, asked_to: 0, asked, pending: false });
         if !continues {
@@ -342,7 +348,16 @@ impl RowidLookahead {
             return Lookahead::default();
         };
         self.stats.followed += 1;
-        self.confirmed = self.confirmed.saturating_add(1);
+        // A continuation is the next rowid, or one a little further (rowids
+        // whose leaf SQLite had in its own cache are not read); a lookup
+        // further on in the leaf is a point read, or a new scan starting
+        // there.
+        if position <= from + SKIP {
+            self.confirmed = self.confirmed.saturating_add(1);
+        } else {
+            self.confirmed = 1;
+            self.window = 0;
+        }
         if let Some(leaf) = self.leaf.as_mut() {
             leaf.position = Some(position);
         }
@@ -475,6 +490,11 @@ mod tests {
 
     const PAGE: usize = 4096;
 
+    /// The mechanism's tests confirm a scan at its second lookup.
+    fn two() -> RowidConfig {
+        RowidConfig { confirm: 2, ..RowidConfig::default() }
+    }
+
     fn geometry() -> Geometry {
         Geometry::new(PAGE as u32, 0, None).expect("geometry")
     }
@@ -586,7 +606,7 @@ mod tests {
 
     #[test]
     fn a_confirmed_index_scan_asks_for_the_leaves_of_the_rowids_ahead() {
-        let mut look = RowidLookahead::new(geometry(), RowidConfig::default());
+        let mut look = RowidLookahead::new(geometry(), two());
         table(&mut look);
         index(&mut look);
         // Rowids in index order, scattered over the table's leaves.
@@ -605,7 +625,11 @@ mod tests {
         assert!(look.on_page(17, &table_leaf()).is_empty());
         let more = look.on_page(20, &table_leaf());
         assert_eq!(more.leaves, vec![16, 28], "the rest of the leaf, window grown");
-        // The next index leaf of the same scan: asked at once.
+        for leaf in [10, 29, 13, 24, 16, 28] {
+            look.on_page(leaf, &table_leaf());
+        }
+        // The next index leaf of the scan that reached the end of its leaf:
+        // asked at once.
         let next = look.on_page(42, &index_leaf(&[1001, 2]));
         assert_eq!(next.leaves, vec![20, 10]);
     }
@@ -615,7 +639,7 @@ mod tests {
     /// which does not stop the scan being followed.
     #[test]
     fn the_entry_between_two_index_leaves_does_not_end_the_scan() {
-        let mut look = RowidLookahead::new(geometry(), RowidConfig::default());
+        let mut look = RowidLookahead::new(geometry(), two());
         table(&mut look);
         index(&mut look);
         look.on_page(41, &index_leaf(&[150, 1950, 420]));
@@ -630,7 +654,7 @@ mod tests {
 
     #[test]
     fn a_point_read_and_a_covering_index_ask_for_nothing() {
-        let mut look = RowidLookahead::new(geometry(), RowidConfig::default());
+        let mut look = RowidLookahead::new(geometry(), two());
         table(&mut look);
         index(&mut look);
         assert!(look.on_page(41, &index_leaf(&[150, 1950, 420])).is_empty());
@@ -642,7 +666,7 @@ mod tests {
 
     #[test]
     fn a_lookup_out_of_order_closes_the_window() {
-        let mut look = RowidLookahead::new(geometry(), RowidConfig::default());
+        let mut look = RowidLookahead::new(geometry(), two());
         table(&mut look);
         index(&mut look);
         look.on_page(41, &index_leaf(&[150, 1950, 420, 1230]));
@@ -655,7 +679,7 @@ mod tests {
 
     #[test]
     fn an_unseen_interior_page_on_the_path_is_asked_for_first() {
-        let mut look = RowidLookahead::new(geometry(), RowidConfig::default());
+        let mut look = RowidLookahead::new(geometry(), two());
         // Interior 4 not seen yet.
         top_and_left(&mut look);
         index(&mut look);
@@ -669,7 +693,7 @@ mod tests {
         right(&mut look);
         look.on_page(24, &table_leaf());
         assert_eq!(look.stats().leaves_ahead, 1, "1500's own leaf was just read: nothing left to ask");
-        let mut look = RowidLookahead::new(geometry(), RowidConfig::default());
+        let mut look = RowidLookahead::new(geometry(), two());
         top_and_left(&mut look);
         index(&mut look);
         look.on_page(41, &index_leaf(&[150, 420, 650, 1500, 1700]));
@@ -685,7 +709,7 @@ mod tests {
     /// let the waiting rowids be asked for at once.
     #[test]
     fn rowids_waiting_for_an_interior_page_resume_once_it_is_taken_in() {
-        let mut look = RowidLookahead::new(geometry(), RowidConfig::default());
+        let mut look = RowidLookahead::new(geometry(), two());
         top_and_left(&mut look);
         index(&mut look);
         look.on_page(41, &index_leaf(&[150, 420, 650, 1500, 1700]));
@@ -704,21 +728,40 @@ mod tests {
     #[test]
     fn point_reads_through_an_index_ask_for_nothing() {
         let mut look = RowidLookahead::new(geometry(), RowidConfig::default());
-        table(&mut look);
+        // A table of 400 leaves (pages 1000-1399) of 100 rowids under one
+        // top page, and an index over it.
+        let cells: Vec<(u32, i64)> = (0..399).map(|i| (1000 + i, 100 * (i as i64 + 1))).collect();
+        look.on_page(2, &table_interior(2, &cells, 1399));
         index(&mut look);
-        let (a, b) = (index_leaf(&[150, 1950, 420, 1230, 777]), index_leaf(&[1099, 5, 1999, 333]));
+        // Two index leaves of 200 rowids, each in a table leaf of its own
+        // (a real index leaf of 300 over 55,000 table leaves hardly ever
+        // has two in one).
+        let mut rng = crate::testing::Rng(7);
+        let mut order: Vec<i64> = (0..400).collect();
+        for i in (1..order.len()).rev() {
+            order.swap(i, rng.below(i + 1));
+        }
+        let a: Vec<i64> = order[..200].iter().map(|k| 100 * k + 50).collect();
+        let b: Vec<i64> = order[200..].iter().map(|k| 100 * k + 50).collect();
+        let leaf_of = |rowid: i64| 1000 + ((rowid - 1) / 100) as u32;
+        let (ia, ib) = (index_leaf(&a), index_leaf(&b));
         let mut asked = 0;
-        for round in 0..20 {
-            let (leaf, page, table) = if round % 2 == 0 { (&a, 41, 17) } else { (&b, 42, 13) };
-            asked += look.on_page(page, leaf).leaves.len();
-            asked += look.on_page(table, &table_leaf()).leaves.len();
+        for round in 0..1000 {
+            // Each point read lands anywhere in its leaf; five in a row use
+            // one leaf, which SQLite keeps in its own cache after the first.
+            let (rowids, page, image) = if round / 5 % 2 == 0 { (&a, 41, &ia) } else { (&b, 42, &ib) };
+            if round % 5 == 0 {
+                asked += look.on_page(page, image).leaves.len();
+            }
+            let rowid = rowids[rng.below(rowids.len())];
+            asked += look.on_page(leaf_of(rowid), &table_leaf()).leaves.len();
         }
         assert_eq!(asked, 0, "{:?}", look.stats());
     }
 
     #[test]
     fn memory_is_bounded() {
-        let mut look = RowidLookahead::new(geometry(), RowidConfig::default());
+        let mut look = RowidLookahead::new(geometry(), two());
         for page in 2..(MAX_TABLE_PAGES as u32 + 100) {
             look.on_page(page, &table_interior(page, &[(page + 100_000, 5)], page + 200_000));
         }
@@ -728,7 +771,7 @@ mod tests {
 
     #[test]
     fn garbage_never_panics() {
-        let mut look = RowidLookahead::new(geometry(), RowidConfig::default());
+        let mut look = RowidLookahead::new(geometry(), two());
         let mut page = vec![0u8; PAGE];
         for kind in [sqlite::INTERIOR_TABLE, sqlite::INTERIOR_INDEX, sqlite::LEAF_INDEX, sqlite::LEAF_TABLE] {
             for fill in [0u8, 0x7f, 0xff] {
