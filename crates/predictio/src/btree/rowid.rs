@@ -75,6 +75,33 @@ pub const MAX_WAITING: usize = 64;
 /// seen, table or index).
 pub const MAX_PARENTS: usize = 1 << 20;
 
+/// Maps keyed by database page number with a multiplicative hash: page
+/// numbers are not chosen by an adversary who gains by colliding them (a
+/// crafted file costs at most its own lookups some speed), and SipHash made
+/// linking the ~700 children of each table interior page a point read
+/// brings in cost more than the read's own parsing.
+type PageMap<V> = HashMap<u32, V, std::hash::BuildHasherDefault<PageHasher>>;
+
+/// The hasher of [`PageMap`] (Fibonacci hashing of one integer).
+#[derive(Default)]
+struct PageHasher(u64);
+
+impl std::hash::Hasher for PageHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &byte in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(byte)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+
+    fn write_u32(&mut self, n: u32) {
+        self.0 = (u64::from(n) ^ self.0).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
 /// A table interior page: child `i` holds the rowids up to `keys[i]`, the
 /// last child those above the last key.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -146,9 +173,9 @@ struct IndexLeaf {
 pub struct RowidLookahead {
     config: RowidConfig,
     geometry: Geometry,
-    tables: HashMap<u32, TableInterior>,
+    tables: PageMap<TableInterior>,
     /// Each child page's parent, for table and index interior pages seen.
-    parents: HashMap<u32, u32>,
+    parents: PageMap<u32>,
     /// Index tree (top page) → table tree (top page).
     tables_of: HashMap<u32, u32>,
     /// Per table tree: how many levels of interior pages lie above its
@@ -172,8 +199,8 @@ impl RowidLookahead {
         Self {
             config: RowidConfig { confirm: config.confirm.max(1), first_window: config.first_window.max(1), ..config },
             geometry,
-            tables: HashMap::new(),
-            parents: HashMap::new(),
+            tables: PageMap::default(),
+            parents: PageMap::default(),
             tables_of: HashMap::new(),
             depth: HashMap::new(),
             leaf: None,
