@@ -21,8 +21,11 @@
 //!
 //! - **Only a confirmed scan costs anything.** A point read through an
 //!   index (one rowid) and a covering index (no table reads) request
-//!   nothing; the window opens once [`RowidConfig::confirm`] lookups have followed the
-//!   index leaf's order, so a `LIMIT 1` wastes nothing.
+//!   nothing; the window opens once [`RowidConfig::confirm`] lookups in a
+//!   row were each of the next rowid of the index leaf (or [`SKIP`] more),
+//!   so a `LIMIT 1` wastes nothing, nor do point reads that land anywhere
+//!   in a cached index leaf. A scan goes on into the next index leaf only
+//!   from the end of the one before.
 //! - **The window grows** ([`RowidConfig::first_window`], doubling each time the
 //!   scan has used half of it, up to [`RowidConfig::max_window`] rowids ahead) and carries
 //!   over to the next index leaf of the scan, so that a long scan keeps the
