@@ -16,43 +16,19 @@ use std::fs::File;
 use std::io::Write;
 use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{extension, have_sqlite3};
+use common::{HANG_SECONDS, extension, have_sqlite3, run};
 
 /// A directory on disk for the test's databases: /var/tmp, not a tmpfs
 /// `TMPDIR`, whose pages cannot be dropped to make a cold cache.
 fn disk_dir() -> tempfile::TempDir {
     std::fs::create_dir_all("/var/tmp").ok();
     tempfile::Builder::new().prefix("predictio-sqlite-shapes").tempdir_in("/var/tmp").expect("temp dir on disk")
-}
-
-/// Seconds a shell run may take before it counts as a hang.
-const HANG_SECONDS: &str = "120";
-
-/// Runs the `sqlite3` shell with `args` and `script` on stdin.
-#[track_caller]
-fn run(args: &[&str], script: &str) -> Output {
-    let mut child = Command::new("timeout")
-        .args([HANG_SECONDS, "sqlite3"])
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn sqlite3");
-    let mut stdin = child.stdin.take().expect("stdin");
-    // Written from a thread: a long script and a long answer would
-    // otherwise wait on each other's pipes.
-    let script = script.to_owned();
-    let writer = std::thread::spawn(move || stdin.write_all(script.as_bytes()));
-    let out = child.wait_with_output().expect("sqlite3 output");
-    writer.join().expect("script writer").expect("write script");
-    out
 }
 
 fn path_str(path: &Path) -> &str {

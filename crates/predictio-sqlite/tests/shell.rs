@@ -6,36 +6,15 @@
 use std::fs::File;
 use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 
 use predictio::testing::skip;
 
 mod common;
-use common::{extension, have_sqlite3};
+use common::{HUNG, extension, have_sqlite3, run};
 
 /// Rows in the test table: ~20k rows of 400-byte values, a 3-level tree.
 const ROWS: u32 = 20_000;
-
-/// Seconds a shell run may take before it counts as a hang (`timeout`
-/// then ends it and exits with [`HUNG`]).
-const HANG_SECONDS: &str = "120";
-/// `timeout(1)`'s exit code when it had to end the command.
-const HUNG: i32 = 124;
-
-#[track_caller]
-fn run(args: &[&str], script: &str) -> Output {
-    use std::io::Write;
-    let mut child = Command::new("timeout")
-        .args([HANG_SECONDS, "sqlite3"])
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn sqlite3");
-    child.stdin.take().expect("stdin").write_all(script.as_bytes()).expect("write script");
-    child.wait_with_output().expect("sqlite3 output")
-}
 
 /// Evicts the file's clean pages so that the next scan is cold.
 fn drop_cache(path: &Path) {

@@ -1,8 +1,9 @@
 //! What the shell tests share: the extension of this very build and the
 //! `sqlite3` shell.
 
+use std::io::Write;
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::{Command, Output, Stdio};
 
 /// `libpredictio_sqlite.so` of this very build. Cargo builds the library
 /// unit with all its crate types into `<target>/<profile>/deps/`, next to
@@ -26,4 +27,33 @@ pub fn have_sqlite3() -> bool {
         eprintln!("skipping: needs the sqlite3 shell (apt install sqlite3)");
     }
     found
+}
+
+/// Seconds a shell run may take before it counts as a hang (`timeout` then
+/// ends it and exits with [`HUNG`]).
+pub const HANG_SECONDS: &str = "120";
+/// `timeout(1)`'s exit code when it had to end the command.
+#[allow(dead_code)]
+pub const HUNG: i32 = 124;
+
+/// Runs the `sqlite3` shell with `args` and `script` on stdin, ended as hung
+/// after [`HANG_SECONDS`].
+#[track_caller]
+pub fn run(args: &[&str], script: &str) -> Output {
+    let mut child = Command::new("timeout")
+        .args([HANG_SECONDS, "sqlite3"])
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn sqlite3");
+    let mut stdin = child.stdin.take().expect("stdin");
+    // Written from a thread: a long script and a long answer would
+    // otherwise wait on each other's pipes.
+    let script = script.to_owned();
+    let writer = std::thread::spawn(move || stdin.write_all(script.as_bytes()));
+    let out = child.wait_with_output().expect("sqlite3 output");
+    writer.join().expect("script writer").expect("write script");
+    out
 }
