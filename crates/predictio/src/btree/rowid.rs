@@ -629,6 +629,20 @@ mod tests {
         look.on_page(4, &table_interior(4, &cells, 29));
     }
 
+    /// A lookahead (confirming at the second lookup) that has seen the
+    /// index's top and the table, all of it or its top and left interior
+    /// page only.
+    fn ready(whole_table: bool) -> RowidLookahead {
+        let mut look = RowidLookahead::new(geometry(), two());
+        if whole_table {
+            table(&mut look);
+        } else {
+            top_and_left(&mut look);
+        }
+        index(&mut look);
+        look
+    }
+
     /// The index: top 40 → leaves 41, 42.
     fn index(look: &mut RowidLookahead) {
         look.on_page(40, &interior(PAGE, 40, sqlite::INTERIOR_INDEX, &[41, 42]));
@@ -636,9 +650,7 @@ mod tests {
 
     #[test]
     fn a_confirmed_index_scan_asks_for_the_leaves_of_the_rowids_ahead() {
-        let mut look = RowidLookahead::new(geometry(), two());
-        table(&mut look);
-        index(&mut look);
+        let mut look = ready(true);
         // Rowids in index order, scattered over the table's leaves.
         let rowids: Vec<i64> = vec![150, 1950, 420, 1230, 777, 1099, 5, 1999, 333, 1500, 650, 1820];
         assert!(look.on_page(41, &index_leaf(&rowids)).is_empty(), "no scan yet");
@@ -669,9 +681,7 @@ mod tests {
     /// which does not stop the scan being followed.
     #[test]
     fn the_entry_between_two_index_leaves_does_not_end_the_scan() {
-        let mut look = RowidLookahead::new(geometry(), two());
-        table(&mut look);
-        index(&mut look);
+        let mut look = ready(true);
         look.on_page(41, &index_leaf(&[150, 1950, 420]));
         look.on_page(11, &table_leaf());
         look.on_page(29, &table_leaf());
@@ -684,9 +694,7 @@ mod tests {
 
     #[test]
     fn a_point_read_and_a_covering_index_ask_for_nothing() {
-        let mut look = RowidLookahead::new(geometry(), two());
-        table(&mut look);
-        index(&mut look);
+        let mut look = ready(true);
         assert!(look.on_page(41, &index_leaf(&[150, 1950, 420])).is_empty());
         assert!(look.on_page(11, &table_leaf()).is_empty(), "one lookup");
         // The next query: another index leaf, covering (no table reads).
@@ -696,9 +704,7 @@ mod tests {
 
     #[test]
     fn a_lookup_out_of_order_closes_the_window() {
-        let mut look = RowidLookahead::new(geometry(), two());
-        table(&mut look);
-        index(&mut look);
+        let mut look = ready(true);
         look.on_page(41, &index_leaf(&[150, 1950, 420, 1230]));
         look.on_page(11, &table_leaf());
         assert!(!look.on_page(29, &table_leaf()).is_empty());
@@ -709,10 +715,8 @@ mod tests {
 
     #[test]
     fn an_unseen_interior_page_on_the_path_is_asked_for_first() {
-        let mut look = RowidLookahead::new(geometry(), two());
         // Interior 4 not seen yet.
-        top_and_left(&mut look);
-        index(&mut look);
+        let mut look = ready(false);
         look.on_page(41, &index_leaf(&[150, 420, 1500, 650]));
         look.on_page(11, &table_leaf());
         let ahead = look.on_page(14, &table_leaf());
@@ -723,9 +727,7 @@ mod tests {
         right(&mut look);
         look.on_page(24, &table_leaf());
         assert_eq!(look.stats().leaves_ahead, 1, "1500's own leaf was just read: nothing left to ask");
-        let mut look = RowidLookahead::new(geometry(), two());
-        top_and_left(&mut look);
-        index(&mut look);
+        let mut look = ready(false);
         look.on_page(41, &index_leaf(&[150, 420, 650, 1500, 1700]));
         look.on_page(11, &table_leaf());
         assert_eq!(look.on_page(14, &table_leaf()).interiors, vec![4]);
@@ -739,9 +741,7 @@ mod tests {
     /// let the waiting rowids be asked for at once.
     #[test]
     fn rowids_waiting_for_an_interior_page_resume_once_it_is_taken_in() {
-        let mut look = RowidLookahead::new(geometry(), two());
-        top_and_left(&mut look);
-        index(&mut look);
+        let mut look = ready(false);
         look.on_page(41, &index_leaf(&[150, 420, 650, 1500, 1700]));
         look.on_page(11, &table_leaf());
         assert_eq!(look.on_page(14, &table_leaf()).interiors, vec![4]);
