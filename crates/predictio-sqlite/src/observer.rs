@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
-use predictio::btree::rowid::{Lookahead, RowidConfig, RowidLookahead};
+use predictio::btree::rowid::{RowidConfig, RowidLookahead};
 use predictio::btree::sqlite::{self, Geometry};
 use predictio::btree::{DbPageLayout, Traversal};
 use predictio::embedded::Embedded;
@@ -307,44 +307,21 @@ struct Known {
     rowids: RowidLookahead,
 }
 
-/// Interior pages the rowid lookahead waits for, looked for in the page
-/// cache at each read (a cache-only read each).
-const WAITING_LOOKS: usize = 8;
-
 impl Known {
     /// Takes in the table interior pages the rowid lookahead asked for once
     /// their prefetch brought them into the page cache (looked at without
     /// waiting: [`predictio::cache::read_cached`]), and what it then asks
     /// for, as one event.
     fn take_in_waiting(&mut self, file: &FileRef) -> Option<Event> {
-        let waiting: Vec<u32> = self.rowids.waiting().iter().take(WAITING_LOOKS).copied().collect();
-        if waiting.is_empty() {
+        if self.rowids.waiting().is_empty() {
             return None;
         }
         let size = self.geometry.page_size as usize;
-        let mut buf = vec![0u8; size];
-        for page in waiting {
+        let ahead = self.rowids.take_in_waiting(&mut vec![0u8; size], |page, buf| {
             let offset = u64::from(page.saturating_sub(1)) * size as u64;
-            if let Ok(Some(n)) = predictio::cache::read_cached(file, &mut buf, offset)
-                && n == size
-            {
-                self.rowids.on_page(page, &buf);
-            }
-        }
-        let ahead = self.rowids.resume();
-        self.pages(&ahead)
-    }
-
-    /// The file's 4 KiB pages of what `ahead` names, as one event.
-    fn pages(&self, ahead: &Lookahead) -> Option<Event> {
-        let layout = self.traversal.layout();
-        let ranges: Vec<_> = ahead
-            .interiors
-            .iter()
-            .chain(&ahead.leaves)
-            .filter_map(|&page| layout.page_range(u64::from(page)))
-            .collect();
-        (!ranges.is_empty()).then(|| Event::Pages { file: self.id, ranges: ranges.into() })
+            matches!(predictio::cache::read_cached(file, buf, offset), Ok(Some(n)) if n == size)
+        });
+        ahead.event(self.id, self.traversal.layout())
     }
 }
 
@@ -566,7 +543,7 @@ impl DbObserver {
         if rowid_lookahead() {
             let ahead = known.rowids.on_page(page_no, bytes);
             if let Some(prefetcher) = self.prefetcher {
-                if let Some(event) = known.pages(&ahead) {
+                if let Some(event) = ahead.event(known.id, known.traversal.layout()) {
                     prefetcher.dispatch(&event);
                 }
                 if let Some(file) = self.file.as_ref()

@@ -84,14 +84,12 @@ pub struct WatcherStats {
 
 /// Appends a `Pages` event for the pages `ahead` names, if any.
 fn push_pages(stats: &mut WatcherStats, file: FileId, traversal: &Traversal, ahead: &Lookahead, out: &mut Vec<Event>) {
-    if ahead.is_empty() {
-        return;
+    if let Some(event) = ahead.event(file, traversal.layout()) {
+        if let Event::Pages { ranges, .. } = &event {
+            stats.rowid_pages += ranges.len() as u64;
+        }
+        out.push(event);
     }
-    let layout = traversal.layout();
-    let ranges: Vec<PageRange> =
-        ahead.interiors.iter().chain(&ahead.leaves).filter_map(|&page| layout.page_range(u64::from(page))).collect();
-    stats.rowid_pages += ranges.len() as u64;
-    out.push(Event::Pages { file, ranges: ranges.into() });
 }
 
 /// What looking at one page found.
@@ -129,10 +127,6 @@ struct Watched {
     /// at again on the file's next access, oldest first.
     pending: std::collections::VecDeque<u64>,
 }
-
-/// Table interior pages a rowid lookahead waits for, looked for in the
-/// cache per access.
-const WAITING_LOOKS: usize = 8;
 
 /// Pages per file waiting to be looked at again.
 pub const MAX_PENDING: usize = 8;
@@ -249,19 +243,11 @@ impl DbWatcher {
         }
         // Table interior pages the rowid lookahead asked for, taken in as
         // soon as their prefetch brought them into the cache.
-        if let Some(rowids) = watched.rowids.as_mut()
-            && !rowids.waiting().is_empty()
-        {
-            let waiting: Vec<u32> = rowids.waiting().iter().take(WAITING_LOOKS).copied().collect();
-            for no in waiting {
+        if let Some(rowids) = watched.rowids.as_mut() {
+            let ahead = rowids.take_in_waiting(&mut self.buf, |no, buf| {
                 let offset = u64::from(no.saturating_sub(1)).saturating_mul(page_size);
-                if let Ok(Some(n)) = crate::sys::pread_resident(file.as_fd(), &mut self.buf, offset)
-                    && n == self.buf.len()
-                {
-                    rowids.on_page(no, &self.buf);
-                }
-            }
-            let ahead = rowids.resume();
+                matches!(crate::sys::pread_resident(file.as_fd(), buf, offset), Ok(Some(n)) if n == buf.len())
+            });
             push_pages(&mut self.stats, id, &watched.traversal, &ahead, out);
         }
     }

@@ -46,7 +46,11 @@
 
 use std::collections::HashMap;
 
+use super::DbPageLayout;
 use super::sqlite::{self, Geometry};
+use crate::event::Event;
+use crate::file::FileId;
+use crate::page::PageRange;
 
 /// How far ahead a [`RowidLookahead`] asks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -72,6 +76,9 @@ pub const MAX_TABLE_PAGES: usize = 4096;
 /// Rowids a continuing scan may have looked up without a read (their table
 /// leaf was in SQLite's own cache) between two lookups it is seen making.
 pub const SKIP: usize = 2;
+/// Waiting table interior pages looked for in the cache per
+/// [`RowidLookahead::take_in_waiting`].
+pub const WAITING_LOOKS: usize = 8;
 /// Table interior pages remembered as asked for and not seen yet.
 pub const MAX_WAITING: usize = 64;
 /// Child-to-parent links kept at most (one per child of every interior page
@@ -138,6 +145,15 @@ impl Lookahead {
     /// Nothing to fetch.
     pub fn is_empty(&self) -> bool {
         self.leaves.is_empty() && self.interiors.is_empty()
+    }
+
+    /// The 4 KiB pages of `file` (laid out as `layout`) that this names, as
+    /// one `Pages` event for the `hints` policy; `None` when it names
+    /// nothing.
+    pub fn event(&self, file: FileId, layout: &DbPageLayout) -> Option<Event> {
+        let ranges: Vec<PageRange> =
+            self.interiors.iter().chain(&self.leaves).filter_map(|&page| layout.page_range(u64::from(page))).collect();
+        (!ranges.is_empty()).then(|| Event::Pages { file, ranges: ranges.into() })
     }
 }
 
@@ -278,6 +294,27 @@ impl RowidLookahead {
     /// mapped before the scan reaches them rather than as it does.
     pub fn waiting(&self) -> &[u32] {
         &self.waiting
+    }
+
+    /// Takes in up to [`WAITING_LOOKS`] of the [`Self::waiting`] pages that
+    /// `read_cached(page, buf)` finds in the page cache (it fills `buf`, one
+    /// database page, and says whether it could without waiting: it must
+    /// never read from storage), then [`Self::resume`]s.
+    pub fn take_in_waiting(
+        &mut self,
+        buf: &mut [u8],
+        mut read_cached: impl FnMut(u32, &mut [u8]) -> bool,
+    ) -> Lookahead {
+        if self.waiting.is_empty() {
+            return Lookahead::default();
+        }
+        let waiting: Vec<u32> = self.waiting.iter().take(WAITING_LOOKS).copied().collect();
+        for page in waiting {
+            if read_cached(page, buf) {
+                self.on_page(page, buf);
+            }
+        }
+        self.resume()
     }
 
     /// Asks again for the rowids ahead of the scan that waited for interior
