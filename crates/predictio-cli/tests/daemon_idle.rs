@@ -112,12 +112,7 @@ fn an_idle_daemon_sleeps_and_stops_at_once_when_told() {
             .spawn()
             .expect("the daemon starts"),
     );
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !d.join("control.sock").exists() {
-        assert!(Instant::now() < deadline, "the daemon did not start");
-        assert!(daemon.0.try_wait().unwrap().is_none(), "the daemon exited at start");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    daemon.wait_ready(d);
     // Start-up done (the self-check, the store, the first polls).
     std::thread::sleep(Duration::from_secs(3));
     let pid = daemon.0.id();

@@ -11,7 +11,6 @@ mod common;
 use common::{Daemon, bin, daemon_status, disk_dir};
 
 use std::process::Command;
-use std::time::{Duration, Instant};
 
 #[test]
 fn a_daemon_start_passes_the_self_check_and_runs_on_ebpf() {
@@ -34,8 +33,7 @@ fn a_daemon_start_passes_the_self_check_and_runs_on_ebpf() {
         ),
     )
     .expect("config");
-    let started = Instant::now();
-    let daemon = Daemon(
+    let mut daemon = Daemon(
         Command::new(bin())
             .args(["daemon", "--config"])
             .arg(&config)
@@ -44,10 +42,7 @@ fn a_daemon_start_passes_the_self_check_and_runs_on_ebpf() {
             .spawn()
             .expect("daemon starts"),
     );
-    while !dir.path().join("control.sock").exists() {
-        assert!(started.elapsed() < Duration::from_secs(20), "daemon did not start");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    daemon.wait_ready(dir.path());
     let status = daemon_status(dir.path());
     assert_eq!(status["source"], "ebpf", "{status}");
     let note = status["source_note"].as_str().unwrap_or_default();

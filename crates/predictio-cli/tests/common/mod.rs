@@ -4,6 +4,7 @@
 #![allow(dead_code)] // each test crate uses its own subset
 
 use std::process::Output;
+use std::time::{Duration, Instant};
 
 /// The `predictio` binary under test.
 pub fn bin() -> &'static str {
@@ -76,6 +77,20 @@ pub fn root_with_ebpf() -> bool {
 /// A daemon process, killed when dropped.
 pub struct Daemon(pub std::process::Child);
 
+impl Daemon {
+    /// Waits (up to 20 s) until the daemon has bound its control socket in
+    /// `dir`: it is ready. Fails if it exits first.
+    #[track_caller]
+    pub fn wait_ready(&mut self, dir: &std::path::Path) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !dir.join("control.sock").exists() {
+            assert!(Instant::now() < deadline, "the daemon did not open its control socket");
+            assert!(self.0.try_wait().ok().flatten().is_none(), "the daemon exited at start");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
 impl Drop for Daemon {
     fn drop(&mut self) {
         let _ = self.0.kill();
@@ -95,7 +110,6 @@ pub fn start_launch_daemon(
     observe_extra: &str,
     launch_extra: &str,
 ) -> Daemon {
-    use std::time::{Duration, Instant};
     let config = dir.join("predictio.toml");
     // A daemon killed before leaves its socket: wait for this one's.
     let _ = std::fs::remove_file(dir.join("control.sock"));
@@ -113,18 +127,14 @@ pub fn start_launch_daemon(
         ),
     )
     .expect("config");
-    let daemon = Daemon(
+    let mut daemon = Daemon(
         std::process::Command::new(bin())
             .args(["daemon", "--config", config.to_str().expect("utf8")])
             .stderr(std::process::Stdio::null())
             .spawn()
             .expect("daemon starts"),
     );
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !dir.join("control.sock").exists() {
-        assert!(Instant::now() < deadline, "daemon did not start");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    daemon.wait_ready(dir);
     daemon
 }
 
