@@ -41,8 +41,9 @@ use predictio_client::{Batch, Client, SendError};
 /// helper client (see `helper_unprivileged_client`).
 const HELPER_ENV: &str = "PREDICTIO_HINTS_TEST_HELPER";
 
-/// Held by the tests that flood or measure time, so that they do not run
-/// at once on a two-core machine.
+/// Held by every test here: some flood the socket or time it and one runs
+/// the C compiler, and on a two-core machine any of them beside the flood
+/// test is enough to push root's hints past its latency bar.
 fn exclusive() -> MutexGuard<'static, ()> {
     static EXCLUSIVE: Mutex<()> = Mutex::new(());
     EXCLUSIVE.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -164,6 +165,7 @@ fn send_retry(mut send: impl FnMut() -> Result<(), SendError>) {
 
 #[test]
 fn every_frame_kind_round_trips_with_descriptors() {
+    let _serial = exclusive();
     let (dir, data) = setup();
     let mut server = HintServer::bind(HintConfig::at(dir.path().join("run/hint.sock"))).expect("bind");
     let mode = std::fs::metadata(server.path()).expect("stat socket").permissions().mode() & 0o777;
@@ -236,6 +238,7 @@ fn every_frame_kind_round_trips_with_descriptors() {
 /// (the daemon would resolve, as root, a path the sender controls).
 #[test]
 fn a_sync_is_answered_with_the_clients_own_outcomes() {
+    let _serial = exclusive();
     let (dir, data) = setup();
     let mut server = HintServer::bind(HintConfig::at(dir.path().join("hint.sock"))).expect("bind");
     let path = server.path().to_path_buf();
@@ -276,6 +279,7 @@ fn a_sync_is_answered_with_the_clients_own_outcomes() {
 
 #[test]
 fn several_frames_and_descriptors_in_one_datagram() {
+    let _serial = exclusive();
     let (dir, data) = setup();
     let mut server = HintServer::bind(HintConfig::at(dir.path().join("hint.sock"))).expect("bind");
     let client = Client::connect(server.path()).expect("client");
@@ -322,6 +326,7 @@ fn several_frames_and_descriptors_in_one_datagram() {
 
 #[test]
 fn handles_are_private_to_each_client() {
+    let _serial = exclusive();
     let (dir, data) = setup();
     let mut server = HintServer::bind(HintConfig::at(dir.path().join("hint.sock"))).expect("bind");
     let alice = Client::connect(server.path()).expect("client a");
@@ -404,6 +409,7 @@ fn helper_unprivileged_client() {
 
 #[test]
 fn unprivileged_client_cannot_reach_files_it_cannot_open() {
+    let _serial = exclusive();
     if !is_root() && skip("needs root to run a helper as uid 65534") {
         return;
     }
@@ -726,6 +732,7 @@ fn a_million_fuzzed_frames_never_crash_and_are_all_counted() {
 
 #[test]
 fn server_gone_mid_run_costs_the_client_nothing() {
+    let _serial = exclusive();
     let (dir, data) = setup();
     let socket = dir.path().join("hint.sock");
     let mut server = HintServer::bind(HintConfig::at(&socket)).expect("bind");
@@ -790,6 +797,7 @@ fn server_gone_mid_run_costs_the_client_nothing() {
 /// library notices and registers its files again from the child.
 #[test]
 fn forked_child_registers_its_files_again() {
+    let _serial = exclusive();
     let (dir, data) = setup();
     let mut server = HintServer::bind(HintConfig::at(dir.path().join("hint.sock"))).expect("bind");
     let client = Client::connect(server.path()).expect("client");
@@ -823,6 +831,7 @@ fn forked_child_registers_its_files_again() {
 
 #[test]
 fn stale_socket_is_replaced_but_a_live_one_or_a_file_is_not() {
+    let _serial = exclusive();
     let (dir, _) = setup();
     let socket = dir.path().join("hint.sock");
     let server = HintServer::bind(HintConfig::at(&socket)).expect("bind");
@@ -842,6 +851,7 @@ fn stale_socket_is_replaced_but_a_live_one_or_a_file_is_not() {
 
 #[test]
 fn rate_volume_and_handle_limits_drop_and_count() {
+    let _serial = exclusive();
     let (dir, data) = setup();
     let config = HintConfig {
         frames_per_sec: 1,
@@ -971,6 +981,7 @@ fn hint_throughput_through_the_socket() {
 
 #[test]
 fn dropped_client_releases_its_handles_and_one_user_cannot_fill_the_table() {
+    let _serial = exclusive();
     let (dir, data) = setup();
     let config = HintConfig { max_clients_per_uid: 3, ..HintConfig::at(dir.path().join("hint.sock")) };
     let mut server = HintServer::bind(config).expect("bind");
@@ -1002,6 +1013,7 @@ fn dropped_client_releases_its_handles_and_one_user_cannot_fill_the_table() {
 /// server: the descriptor it passes becomes the file of every hint.
 #[test]
 fn c_example_hints_reach_the_server() {
+    let _serial = exclusive();
     let client_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../predictio-client");
     // Cargo builds the client's staticlib next to this test binary (deps/).
     let exe = std::env::current_exe().expect("current_exe");
@@ -1052,6 +1064,7 @@ fn c_example_hints_reach_the_server() {
 
 #[test]
 fn kinds_cover_the_protocol() {
+    let _serial = exclusive();
     // A reminder to extend the tests above with any new frame kind.
     assert_eq!(Kind::ALL.len(), 9);
 }
@@ -1302,6 +1315,7 @@ fn a_users_many_clients_share_the_users_frame_budget() {
 /// frame token like any frame, so refusals are no cheaper to flood with.
 #[test]
 fn refused_datagrams_cost_their_sender_frames() {
+    let _serial = exclusive();
     let (dir, data) = setup();
     let config = HintConfig { frames_per_sec: 1, frame_burst: 6, ..HintConfig::at(dir.path().join("hint.sock")) };
     let mut server = HintServer::bind(config).expect("bind");
@@ -1329,6 +1343,7 @@ fn refused_datagrams_cost_their_sender_frames() {
 /// handles come back when the user's processes are gone.
 #[test]
 fn a_users_handles_are_capped_over_its_clients_and_in_all() {
+    let _serial = exclusive();
     if !is_root() && skip("needs root to run the clients as uid 65534") {
         return;
     }
