@@ -56,6 +56,7 @@ use replay::Replayer;
 use replay::{ReplayTotals, plan_replay};
 use store::{BenefitSummary, Store, StoreError};
 
+pub mod keys;
 pub mod replay;
 pub mod store;
 

@@ -472,7 +472,9 @@ pub fn prepare_replay(
     let launch = predictio::launch::command::launch_of(command).ok()?;
     let (exe, shape) = (launch.exe, launch.shape);
     let key = LaunchKey::new(exe.id(), &shape);
-    if !dir.join(store::FILE_NAME).exists() {
+    // The key index answers for most commands, which have no profile,
+    // without the database's open and close (fsyncs).
+    if !dir.join(store::FILE_NAME).exists() || super::keys::may_hold(dir, &exe.path, &shape) == Some(false) {
         return None;
     }
     let store = Store::open(dir, store::DEFAULT_CAP_BYTES, std::time::Duration::from_secs(10)).ok()?;

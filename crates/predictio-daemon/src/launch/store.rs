@@ -31,10 +31,12 @@ use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use redb::{Database, ReadableTable, TableDefinition};
+use redb::{Database, ReadableTable, TableDefinition, TableHandle};
 
 use predictio::launch::Benefit;
 use predictio::launch::profile::{PROFILE_VERSION, Profile};
+
+use super::keys;
 
 /// Version of the store's layout: 1 held the profiles alone; 2 adds the
 /// `used` table (a version-1 store is upgraded when opened).
@@ -336,33 +338,88 @@ impl Store {
                 Err(e) => return Err(err(e.into())),
             }
         };
-        let txn = db.begin_write().map_err(|e| err(e.into()))?;
-        {
-            let mut meta = txn.open_table(META).map_err(|e| err(e.into()))?;
-            let found = meta.get("version").map_err(|e| err(e.into()))?.map(|v| v.value());
-            let profiles = txn.open_table(PROFILES).map_err(|e| err(e.into()))?;
-            let mut used = txn.open_table(USED).map_err(|e| err(e.into()))?;
-            txn.open_table(SCORES).map_err(|e| err(e.into()))?;
-            match found {
-                Some(STORE_VERSION) => {}
-                // Version 1: build the `used` table from the profiles, the
-                // one time every profile is decoded for it.
-                Some(1) => {
-                    for item in profiles.iter().map_err(|e| err(e.into()))? {
-                        let (k, v) = item.map_err(|e| err(e.into()))?;
-                        let last = Self::decode(k.value(), v.value()).map_or(0, |p| p.last_used_s);
-                        used.insert(k.value(), (last, v.value().len() as u64)).map_err(|e| err(e.into()))?;
-                    }
-                    meta.insert("version", STORE_VERSION).map_err(|e| err(e.into()))?;
-                }
-                Some(v) => return Err(StoreError::Version { path: shown, found: v }),
-                None => {
-                    meta.insert("version", STORE_VERSION).map_err(|e| err(e.into()))?;
+        // A store of this version with every table is only read: a write
+        // transaction costs a commit (fsyncs) on each open.
+        let current = (|| -> Result<bool, redb::Error> {
+            let txn = db.begin_read()?;
+            let version = match txn.open_table(META) {
+                Ok(meta) => meta.get("version")?.map(|v| v.value()),
+                Err(redb::TableError::TableDoesNotExist(_)) => None,
+                Err(e) => return Err(e.into()),
+            };
+            for table in ["profiles", "used", "scores"] {
+                if !txn.list_tables()?.any(|t| t.name() == table) {
+                    return Ok(false);
                 }
             }
+            Ok(version == Some(STORE_VERSION))
+        })()
+        .map_err(err)?;
+        if !current {
+            let txn = db.begin_write().map_err(|e| err(e.into()))?;
+            {
+                let mut meta = txn.open_table(META).map_err(|e| err(e.into()))?;
+                let found = meta.get("version").map_err(|e| err(e.into()))?.map(|v| v.value());
+                let profiles = txn.open_table(PROFILES).map_err(|e| err(e.into()))?;
+                let mut used = txn.open_table(USED).map_err(|e| err(e.into()))?;
+                txn.open_table(SCORES).map_err(|e| err(e.into()))?;
+                match found {
+                    Some(STORE_VERSION) => {}
+                    // Version 1: build the `used` table from the profiles, the
+                    // one time every profile is decoded for it.
+                    Some(1) => {
+                        for item in profiles.iter().map_err(|e| err(e.into()))? {
+                            let (k, v) = item.map_err(|e| err(e.into()))?;
+                            let last = Self::decode(k.value(), v.value()).map_or(0, |p| p.last_used_s);
+                            used.insert(k.value(), (last, v.value().len() as u64)).map_err(|e| err(e.into()))?;
+                        }
+                        meta.insert("version", STORE_VERSION).map_err(|e| err(e.into()))?;
+                    }
+                    Some(v) => return Err(StoreError::Version { path: shown, found: v }),
+                    None => {
+                        meta.insert("version", STORE_VERSION).map_err(|e| err(e.into()))?;
+                    }
+                }
+            }
+            txn.commit().map_err(|e| err(e.into()))?;
         }
-        txn.commit().map_err(|e| err(e.into()))?;
-        Ok(Store { db, path, cap_bytes })
+        let store = Store { db, path, cap_bytes };
+        if keys::missing(dir) {
+            store.index();
+        }
+        Ok(store)
+    }
+
+    /// Removes the key index before a commit that changes the stored keys
+    /// ([`keys`]): an index that cannot be removed would go on saying that
+    /// a profile about to be written is not there.
+    fn unindex(&self) -> Result<(), StoreError> {
+        let Some(dir) = self.path.parent() else { return Ok(()) };
+        keys::invalidate(dir).map_err(|e| StoreError::File {
+            path: dir.join(keys::KEYS_FILE).display().to_string(),
+            why: format!("the key index cannot be removed before a write: {e}"),
+        })
+    }
+
+    /// Writes the key index ([`keys`]) of the profiles stored now. A
+    /// failure is logged: without an index, readers open the database.
+    fn index(&self) {
+        let Some(dir) = self.path.parent() else { return };
+        let listed = (|| -> Result<(), StoreError> {
+            let txn = self.db.begin_read().map_err(|e| self.err(e))?;
+            let used = txn.open_table(USED).map_err(|e| self.err(e))?;
+            let mut names = Vec::new();
+            for item in used.iter().map_err(|e| self.err(e))? {
+                names.push(item.map_err(|e| self.err(e))?.0.value().to_owned());
+            }
+            keys::write(dir, names.iter().map(String::as_str)).map_err(|e| StoreError::File {
+                path: dir.join(keys::KEYS_FILE).display().to_string(),
+                why: e.to_string(),
+            })
+        })();
+        if let Err(err) = listed {
+            tracing::warn!(%err, "the profile store's key index was not written");
+        }
     }
 
     /// The database file.
@@ -404,6 +461,7 @@ impl Store {
         let exe = key.as_str();
         let bytes = serde_json::to_vec(profile)
             .map_err(|e| StoreError::Profile { exe: shown_key(exe), reason: e.to_string() })?;
+        self.unindex()?;
         let txn = self.db.begin_write().map_err(|e| self.err(e))?;
         let mut evicted = Vec::new();
         {
@@ -435,6 +493,7 @@ impl Store {
             }
         }
         txn.commit().map_err(|e| self.err(e))?;
+        self.index();
         Ok(evicted)
     }
 
@@ -622,6 +681,7 @@ impl Store {
             Some(shape) => vec![key(exe, shape)],
             None => self.keys_of(exe)?,
         };
+        self.unindex()?;
         let txn = self.db.begin_write().map_err(|e| self.err(e))?;
         let mut removed = 0;
         {
@@ -635,6 +695,7 @@ impl Store {
             }
         }
         txn.commit().map_err(|e| self.err(e))?;
+        self.index();
         Ok(removed)
     }
 
@@ -743,9 +804,35 @@ mod tests {
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
         drop(Store::open(dir.path(), DEFAULT_CAP_BYTES, Duration::ZERO).unwrap());
         assert_eq!(mode(&path), 0o600, "an existing readable store is made private");
-        let names: Vec<String> =
+        let mut names: Vec<String> =
             std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into()).collect();
-        assert_eq!(names, [FILE_NAME], "no temporary file is left behind");
+        names.sort();
+        assert_eq!(names, [keys::KEYS_FILE, FILE_NAME], "no temporary file is left behind");
+        assert_eq!(mode(&dir.path().join(keys::KEYS_FILE)), 0o600);
+    }
+
+    /// The key index follows every write that adds or removes profiles, so
+    /// that a command without a profile is told so without the database.
+    #[test]
+    fn the_key_index_lists_what_the_store_holds() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), DEFAULT_CAP_BYTES, Duration::ZERO).unwrap();
+        assert_eq!(keys::may_hold(dir.path(), "/usr/bin/a", "x"), Some(false), "a new store's index is empty");
+        store.put(&profile("/usr/bin/a", 3, 1)).unwrap();
+        assert_eq!(keys::may_hold(dir.path(), "/usr/bin/a", ""), Some(true));
+        assert_eq!(keys::may_hold(dir.path(), "/usr/bin/a", "x"), Some(false));
+        store.touch("/usr/bin/a", "").unwrap();
+        assert_eq!(keys::may_hold(dir.path(), "/usr/bin/a", ""), Some(true), "a touch keeps the index");
+        store.remove("/usr/bin/a", None).unwrap();
+        assert_eq!(keys::may_hold(dir.path(), "/usr/bin/a", ""), Some(false));
+        drop(store);
+
+        // An index lost (a crash between removing it and writing it again)
+        // is written again on open.
+        std::fs::remove_file(dir.path().join(keys::KEYS_FILE)).unwrap();
+        assert_eq!(keys::may_hold(dir.path(), "/usr/bin/a", "x"), None);
+        drop(Store::open(dir.path(), DEFAULT_CAP_BYTES, Duration::ZERO).unwrap());
+        assert_eq!(keys::may_hold(dir.path(), "/usr/bin/a", "x"), Some(false));
     }
 
     /// Regression: the database was opened by its path, following a
