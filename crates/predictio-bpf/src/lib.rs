@@ -204,6 +204,22 @@ pub fn monotonic_now_ns() -> u64 {
     sys::monotonic_ns()
 }
 
+/// Hands every descriptor this process holds to a helper process that
+/// keeps them until this process has exited: for a process that ends while
+/// an observer is still being loaded on another thread, whose exit would
+/// otherwise wait for the kernel to detach each program attached so far
+/// (over a second on a two-core VM). Returns the helper's pid, or `None`
+/// when the process cannot fork (the exit then waits).
+pub fn release_at_exit() -> Option<u32> {
+    match sys::hold_until_exit() {
+        Ok(helper) => Some(helper),
+        Err(err) => {
+            tracing::debug!("holding descriptors past exit: cannot fork ({err})");
+            None
+        }
+    }
+}
+
 /// Whether this build carries the BPF object: `Err` names what the build
 /// lacked (e.g. clang). A machine may still refuse to load it at run time.
 pub fn available() -> Result<(), &'static str> {

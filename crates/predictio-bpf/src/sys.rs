@@ -163,6 +163,29 @@ pub(crate) fn read_fanotify(
 /// reader of this process's output sees its end when this process exits.
 #[cfg_attr(predictio_bpf_unavailable, allow(dead_code, reason = "used by the eBPF observer only"))]
 pub(crate) fn release_in_helper(release: impl FnOnce()) -> io::Result<u32> {
+    let (helper, hold) = fork_holder()?;
+    release();
+    // Dropping the write end lets the helper go.
+    drop(hold);
+    Ok(helper)
+}
+
+/// Forks a helper that holds a copy of every descriptor of this process
+/// until this process exits, then exits itself: the kernel's closing of
+/// what this process leaves (eBPF links, whose detaching takes a second
+/// here) happens in the helper's exit, which nobody waits for, and not in
+/// this one's. Returns the helper's pid.
+pub(crate) fn hold_until_exit() -> io::Result<u32> {
+    let (helper, hold) = fork_holder()?;
+    // Closed by this process's exit, which is what the helper waits for.
+    std::mem::forget(hold);
+    Ok(helper)
+}
+
+/// Forks the helper of [`release_in_helper`] and [`hold_until_exit`]: it
+/// closes its standard descriptors, then waits for the end of a pipe whose
+/// only write end is returned here, and exits.
+fn fork_holder() -> io::Result<(u32, std::os::fd::OwnedFd)> {
     // Both ends close when dropped, in the parent and (the write end) in
     // the child: `OwnedFd`'s drop is a bare close(2).
     let (read_end, write_end) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
@@ -182,8 +205,7 @@ pub(crate) fn release_in_helper(release: impl FnOnce()) -> io::Result<u32> {
                 libc::close(1);
                 libc::close(2);
             }
-            // Blocks until every write end is closed (end of file): the
-            // parent's goes when `release` has run.
+            // Blocks until every write end is closed (end of file).
             let mut byte = [0u8; 1];
             while rustix::io::read(&read_end, &mut byte) == Err(Errno::INTR) {}
             // SAFETY: ends the helper without running exit handlers or
@@ -191,10 +213,8 @@ pub(crate) fn release_in_helper(release: impl FnOnce()) -> io::Result<u32> {
             unsafe { libc::_exit(0) }
         }
         child => {
-            release();
-            // Dropping the write end lets the helper go.
-            drop((read_end, write_end));
-            Ok(child as u32)
+            drop(read_end);
+            Ok((child as u32, write_end))
         }
     }
 }

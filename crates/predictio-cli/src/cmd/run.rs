@@ -15,6 +15,9 @@ use predictio_bpf::FollowAllLookups;
 use predictio_daemon::sources::{HintSource, is_own, observer_or_note};
 use predictio_daemon::status::Status;
 
+/// Events `run`'s pipeline queues before it drops and counts.
+const RUN_QUEUE_EVENTS: usize = 1 << 14;
+
 /// Arguments of `run`.
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -97,31 +100,23 @@ pub fn run(args: Args) -> Result<()> {
         None => None,
     };
     let resolve = Some(predictio::resolve::ResolverConfig::default());
-    let pipeline = Pipeline::start_with(Arc::clone(&executor), policies, 1 << 16, resolve)?;
+    // One process tree's events: a quarter of the daemon's queue, which
+    // is allocated and touched whole at start (2 MiB here).
+    let pipeline = Pipeline::start_with(Arc::clone(&executor), policies, RUN_QUEUE_EVENTS, resolve)?;
     let sender = pipeline.sender();
 
     let socket_dir = tempfile::Builder::new().prefix("predictio-run").tempdir().context("temporary directory")?;
     let socket = socket_dir.path().join("hint.sock");
     let hints = HintSource::start_private(&socket, sender.clone())?;
 
-    let (mut observer, note) = observer_or_note(false, FollowAllLookups::None);
+    let mut observer = None;
+    let mut note = None;
     let signals = Forwarded::install()?;
     let me = std::process::id();
     let start = Instant::now();
     let mut cmd = Command::new(&args.command[0]);
     cmd.args(&args.command[1..]).env("PREDICTIO_HINT_SOCK", &socket);
-    let spawned = match observer.as_mut() {
-        Some(obs) => {
-            // Follow ourselves across the fork so the child is followed from
-            // its first instruction; our own events are dropped below.
-            obs.follow(me).context("following the command")?;
-            let spawned = cmd.spawn();
-            let _ = obs.unfollow(me);
-            spawned
-        }
-        None => cmd.spawn(),
-    };
-    let mut child = spawned.with_context(|| format!("starting {}", args.command[0]))?;
+    let mut child = cmd.spawn().with_context(|| format!("starting {}", args.command[0]))?;
     if let Some((key, _, _)) = &replay {
         // `spawn` returns once the command has exec'd: replay now, as the
         // daemon does on the exec event. Not before: the exec's own reads
@@ -138,6 +133,17 @@ pub fn run(args: Args) -> Result<()> {
             None,
         );
     }
+    // Loading the eBPF observer takes ~100 ms of CPU, and the command
+    // neither waits for it nor shares the CPU with it before it has
+    // started (a replay needs no observation): it follows the command and
+    // everything forked by then once it is loaded. A command that ends
+    // first never waits for it.
+    let mut loading = Some(
+        std::thread::Builder::new()
+            .name("observer-load".into())
+            .spawn(|| observer_or_note(false, FollowAllLookups::None))
+            .context("starting the observer's loader")?,
+    );
     let mut forward = |event: predictio::Event| {
         if !is_own(&event, me) {
             sender.send(event, None);
@@ -145,11 +151,25 @@ pub fn run(args: Args) -> Result<()> {
     };
     let status = loop {
         signals.forward_to(&child);
+        if loading.as_ref().is_some_and(|thread| thread.is_finished())
+            && let Some(thread) = loading.take()
+        {
+            let (loaded, why) = thread.join().unwrap_or_else(|_| (None, Some("the observer's loader panicked".into())));
+            note = why;
+            observer = loaded;
+            if let Some(obs) = observer.as_mut() {
+                follow_tree(obs, child.id())?;
+            }
+        }
         match observer.as_mut() {
             Some(obs) => {
                 obs.poll(obs.poll_interval().max(Duration::from_millis(1)), &mut forward)?;
             }
-            None => std::thread::sleep(Duration::from_millis(5)),
+            None => {
+                // Until the observer is there: the command's end is what
+                // is waited for, at the pace of a short command.
+                std::thread::sleep(Duration::from_micros(if loading.is_some() { 200 } else { 5000 }))
+            }
         }
         if let Some(status) = child.try_wait()? {
             if let Some(obs) = observer.as_mut() {
@@ -169,6 +189,15 @@ pub fn run(args: Args) -> Result<()> {
     if let Some(observer) = observer.take() {
         observer.close_in_background();
     }
+    let note = if loading.is_some() {
+        // The loader is still attaching programs: a helper holds what it
+        // has made so far, so that this process's exit does not wait for
+        // their detaching either.
+        predictio_bpf::release_at_exit();
+        Some(format!("{} ended before eBPF observation was ready", args.command[0]))
+    } else {
+        note
+    };
 
     if !args.quiet {
         let report = Status {
@@ -198,10 +227,90 @@ pub fn run(args: Args) -> Result<()> {
             super::stat::write_text(&mut err, &report, 5)?;
         }
     }
-    match status.code() {
-        Some(0) => Ok(()),
-        Some(code) => std::process::exit(code),
+    let code = match status.code() {
+        Some(code) => code,
         None => bail!("{} was killed ({status})", args.command[0]),
+    };
+    // Everything is reported: exit now, without joining the executor's and
+    // the pipeline's threads one by one (milliseconds that a short command
+    // would pay); only the socket's directory needs removing.
+    drop(socket_dir);
+    let _ = std::io::Write::flush(&mut std::io::stdout());
+    std::process::exit(code)
+}
+
+/// Follows `root` and every process it has forked by now (read from
+/// `/proc`): what it forks from now on the observer follows by itself.
+fn follow_tree(observer: &mut predictio_bpf::Observer, root: u32) -> Result<()> {
+    observer.follow(root).context("following the command")?;
+    for pid in descendants(root) {
+        // A descendant that has exited since /proc was read is no loss.
+        let _ = observer.follow(pid);
+    }
+    Ok(())
+}
+
+/// The processes below `root` in the process tree, from each
+/// `/proc/PID/stat`'s parent field. Best effort: a process that ends while
+/// /proc is read is left out.
+fn descendants(root: u32) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
+    let mut parent_of = Vec::new();
+    for entry in entries.flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|name| name.parse::<u32>().ok()) else { continue };
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else { continue };
+        if let Some(ppid) = parent_in_stat(&stat) {
+            parent_of.push((pid, ppid));
+        }
+    }
+    let mut found = vec![root];
+    let mut next = 0;
+    while next < found.len() {
+        let parent = found[next];
+        found.extend(parent_of.iter().filter(|&&(_, ppid)| ppid == parent).map(|&(pid, _)| pid));
+        next += 1;
+    }
+    found.remove(0);
+    found
+}
+
+/// The parent pid in a `/proc/PID/stat` line: the second field after the
+/// command name, which ends at the line's last `)` (a name may hold any
+/// byte, spaces and parentheses included).
+fn parent_in_stat(stat: &str) -> Option<u32> {
+    let (_, rest) = stat.rsplit_once(')')?;
+    let mut fields = rest.split_ascii_whitespace();
+    let _state = fields.next()?;
+    fields.next()?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_parent_is_read_past_any_name() {
+        assert_eq!(parent_in_stat("42 (cat) S 7 42 42 0 -1"), Some(7));
+        assert_eq!(parent_in_stat("42 (a) b) (c) R 1234 42"), Some(1234));
+        assert_eq!(parent_in_stat("42 (x"), None);
+        assert_eq!(parent_in_stat("42 (x) S"), None);
+    }
+
+    #[test]
+    fn descendants_include_grandchildren_and_not_the_root() {
+        let mut child =
+            std::process::Command::new("sh").args(["-c", "sh -c 'sleep 5; true' & wait"]).spawn().expect("sh");
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let mut found = descendants(child.id());
+        while found.len() < 2 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+            found = descendants(child.id());
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        assert_eq!(found.len(), 2, "{found:?}");
+        assert!(!found.contains(&child.id()));
+        assert!(descendants(std::process::id()).iter().all(|&pid| pid != std::process::id()));
     }
 }
 
