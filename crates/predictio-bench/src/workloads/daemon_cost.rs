@@ -21,6 +21,11 @@
 //!    only checks. The program is run once untimed to warm the cache, then
 //!    [`WARM_LAUNCHES`] times timed (the pass's time is their mean).
 //!
+//! 4. **`predictio run`'s own cost**: a cold `true` against a cold
+//!    `predictio run -q -- true`, with no daemon and beside the running
+//!    daemon: what a user pays for prefixing a command that has no profile
+//!    and sends no hints ([`RUN_BAR_MS`] over the plain command at most).
+//!
 //! A/B cases are interleaved pass by pass, alternating which side runs
 //! first; the daemon is started before each of its passes and stopped
 //! after, so a baseline pass runs with no daemon at all. Each daemon pass
@@ -62,6 +67,10 @@ const START_SETTLE: Duration = Duration::from_millis(1500);
 const LAUNCH_BAR: f64 = 0.98;
 const IDLE_CPU_BAR_MS_PER_S: f64 = 0.5;
 const IDLE_WAKEUPS_BAR_PER_S: f64 = 2.0;
+
+/// The bar on `predictio run -- true` from a cold cache: at most this many
+/// milliseconds over a plain `true` (the median of per-pair differences).
+const RUN_BAR_MS: f64 = 10.0;
 
 /// One running daemon.
 pub(crate) struct Daemon {
@@ -273,6 +282,68 @@ fn measure(
     Ok(case)
 }
 
+/// `predictio run -q -- true` against `true`, both from a cold cache,
+/// `pairs` interleaved pairs; with `beside` a daemon is started before
+/// each pass of either side and stopped after it.
+fn run_cost(h: &Harness, setup: &Setup, beside: Option<&Path>, pairs: usize) -> Result<Case, BenchError> {
+    let truth = which("true")?;
+    let plain = vec![truth.clone()];
+    let me = setup.me.display().to_string();
+    let wrapped = vec![me, "run".into(), "-q".into(), "--".into(), truth];
+    let label = match beside {
+        None => "cold predictio run -- true, no daemon",
+        Some(_) => "cold predictio run -- true, beside the daemon",
+    };
+    let mut secs: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
+    let mut identical = true;
+    let mut resident: f64 = 0.0;
+    for pair in 0..pairs {
+        for k in 0..2 {
+            let side = (k + pair) % 2;
+            let daemon = match beside {
+                Some(config) => Some(setup.start(config)?),
+                None => None,
+            };
+            resident = resident.max(h.make_cold(&[])?);
+            settle();
+            let run = spawn_and_wait(if side == 0 { &plain } else { &wrapped })?;
+            identical &= run.status == Some(0) && run.stdout.is_empty();
+            if let Some(d) = daemon {
+                d.stop()?;
+            }
+            secs[side].push(run.seconds);
+            h.step(format!("{label} pair {}/{pairs}: {}", pair + 1, if side == 0 { "true" } else { "run" }));
+        }
+    }
+    let over_ms: Vec<f64> = secs[1].iter().zip(&secs[0]).map(|(t, b)| (t - b) * 1e3).collect();
+    let over = median(&over_ms);
+    let [base, treat] = secs;
+    let mut case = Case::ab(label, base, treat);
+    case.limit_s = case.baseline.as_ref().map(|b| b.median);
+    case.resident_before = resident;
+    case.answers_identical = identical;
+    let e = &mut case.extra;
+    e.insert("command".into(), "predictio run -q -- true".into());
+    e.insert("cache".into(), "cold".into());
+    e.insert("daemon".into(), if beside.is_some() { "running (default configuration)" } else { "none" }.into());
+    e.insert("overhead_ms".into(), over_ms.into());
+    e.insert("overhead_ms_median".into(), over.into());
+    e.insert("meets_bar".into(), (over <= RUN_BAR_MS).into());
+    Ok(case)
+}
+
+/// The absolute path of `name` on `PATH`: the bench runs a program by a
+/// path that both sides share.
+fn which(name: &str) -> Result<String, BenchError> {
+    std::env::var_os("PATH")
+        .iter()
+        .flat_map(std::env::split_paths)
+        .map(|dir| dir.join(name))
+        .find(|path| path.is_file())
+        .map(|path| path.display().to_string())
+        .ok_or_else(|| BenchError::Options(format!("{name} is not on PATH")))
+}
+
 /// The idle daemon: CPU ms a second and wake-ups a second (each the median
 /// of [`IDLE_WINDOWS`] windows of [`IDLE_S`], after the machine has
 /// settled: a window is at the mercy of whatever else the machine does,
@@ -310,7 +381,7 @@ pub fn run(options: &BenchOptions) -> Result<Report, BenchError> {
             PROGRAMS.join(", ")
         )));
     }
-    let h = Harness::new(options, (progs.len() * pairs * 4) as u64)?;
+    let h = Harness::new(options, (progs.len() * pairs * 4 + pairs * 4) as u64)?;
     let setup = Setup::new(&options.dir)?;
 
     h.say("the idle daemon");
@@ -342,7 +413,19 @@ pub fn run(options: &BenchOptions) -> Result<Report, BenchError> {
     for prog in &progs {
         cases.push(measure(&h, &setup, prog, &setup.replaying, Cache::Warm, pairs)?);
     }
+    let run_cases = [run_cost(&h, &setup, None, pairs)?, run_cost(&h, &setup, Some(&setup.replaying), pairs)?];
     h.finish();
+    for c in &run_cases {
+        let over = c.extra.get("overhead_ms_median").and_then(|v| v.as_f64()).unwrap_or(f64::NAN);
+        notes.push(format!(
+            "{}: true {:.1} ms, predictio run -q -- true {:.1} ms (medians); its own cost {over:.1} ms (median of \
+             per-pair differences; bar: <= {RUN_BAR_MS} ms: {})",
+            c.name,
+            c.baseline.as_ref().map_or(f64::NAN, |s| s.median) * 1e3,
+            c.treatment.as_ref().map_or(f64::NAN, |s| s.median) * 1e3,
+            if over <= RUN_BAR_MS { "met" } else { "not met" },
+        ));
+    }
 
     notes.push(format!(
         "idle (nothing launched; the median of {IDLE_WINDOWS} windows of {IDLE_S:.0} s, at least {:.1} s after its start, the machine settled): \
@@ -378,6 +461,7 @@ pub fn run(options: &BenchOptions) -> Result<Report, BenchError> {
          untimed first, then {WARM_LAUNCHES} times timed (their mean is its time); a cold one drops the page cache \
          first and times one launch. limit_s is the baseline: the daemon can only add"
     ));
+    cases.extend(run_cases);
     if options.quick {
         notes.push("--quick: one program, 2 pairs: a smoke test, not a result".into());
     }
