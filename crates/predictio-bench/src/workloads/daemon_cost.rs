@@ -348,22 +348,58 @@ fn which(name: &str) -> Result<String, BenchError> {
 /// of [`IDLE_WINDOWS`] windows of [`IDLE_S`], after the machine has
 /// settled: a window is at the mercy of whatever else the machine does,
 /// whose page-cache events the daemon observes), and its resident bytes.
-fn idle(setup: &Setup) -> Result<(f64, f64, u64), BenchError> {
+fn idle(setup: &Setup) -> Result<Idle, BenchError> {
     let daemon = setup.start(&setup.replaying)?;
     settle();
-    let (mut cpu, mut wakeups) = (Vec::new(), Vec::new());
+    let (mut cpu, mut wakeups, mut seen) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..IDLE_WINDOWS {
+        let observed_before = observed(&setup.control);
         let before = daemon.usage();
         let start = Instant::now();
         std::thread::sleep(Duration::from_secs_f64(IDLE_S));
         let after = daemon.usage();
         let secs = start.elapsed().as_secs_f64();
+        let observed_after = observed(&setup.control);
         cpu.push(after.cpu_ns.saturating_sub(before.cpu_ns) as f64 / 1e6 / secs);
         wakeups.push(after.switches.saturating_sub(before.switches) as f64 / secs);
+        if let (Some((e0, r0)), Some((e1, r1))) = (observed_before, observed_after) {
+            seen.push(((e1.saturating_sub(e0)) as f64 / secs, (r1.saturating_sub(r0)) as f64 / secs));
+        }
     }
     let rss = daemon.rss_bytes();
     daemon.stop()?;
-    Ok((median(&cpu), median(&wakeups), rss))
+    let at_median = |pick: fn(&(f64, f64)) -> f64| median(&seen.iter().map(pick).collect::<Vec<_>>());
+    Ok(Idle {
+        cpu_ms_per_s: median(&cpu),
+        wakeups_per_s: median(&wakeups),
+        rss,
+        execs_per_s: at_median(|s| s.0),
+        records_per_s: at_median(|s| s.1),
+    })
+}
+
+/// What [`idle`] measured: the daemon's CPU, wake-ups and memory, and what
+/// its observer saw happen on the machine meanwhile (every exec and every
+/// page-cache miss or eviction elsewhere is work, not idleness).
+struct Idle {
+    cpu_ms_per_s: f64,
+    wakeups_per_s: f64,
+    rss: u64,
+    execs_per_s: f64,
+    records_per_s: f64,
+}
+
+/// The daemon observer's counts of execs and records so far, asked on its
+/// control socket (`None` if it does not answer).
+fn observed(control: &Path) -> Option<(u64, u64)> {
+    use std::io::{Read, Write};
+    let mut stream = std::os::unix::net::UnixStream::connect(control).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    stream.write_all(b"status\n").ok()?;
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).ok()?;
+    let status: serde_json::Value = serde_json::from_str(&answer).ok()?;
+    Some((status["observer"]["execs"].as_u64()?, status["observer"]["records"].as_u64()?))
 }
 
 /// Runs the workload.
@@ -385,7 +421,7 @@ pub fn run(options: &BenchOptions) -> Result<Report, BenchError> {
     let setup = Setup::new(&options.dir)?;
 
     h.say("the idle daemon");
-    let (cpu, wakeups, rss) = idle(&setup)?;
+    let Idle { cpu_ms_per_s: cpu, wakeups_per_s: wakeups, rss, execs_per_s, records_per_s } = idle(&setup)?;
     let mut cases = vec![
         Case::metric(
             "idle daemon CPU",
@@ -430,7 +466,8 @@ pub fn run(options: &BenchOptions) -> Result<Report, BenchError> {
     notes.push(format!(
         "idle (nothing launched; the median of {IDLE_WINDOWS} windows of {IDLE_S:.0} s, at least {:.1} s after its start, the machine settled): \
          {cpu:.1} ms of CPU a second, {wakeups:.0} wake-ups a second (voluntary context switches of all its threads), \
-         {:.1} MiB resident",
+         {:.1} MiB resident; meanwhile its observer saw {execs_per_s:.1} execs and {records_per_s:.0} records a \
+         second elsewhere on the machine (medians)",
         START_SETTLE.as_secs_f64(),
         rss as f64 / 1048576.0
     ));
