@@ -623,7 +623,9 @@ fn rows_of(workload: Workload, file: &ResultFile, notes: &mut Vec<String>) -> Re
                 [("cold ", "slowest cold launch beside it"), ("warm ", "slowest warm launch beside it")]
             {
                 let mut slowest: Option<(f64, Case<'_>)> = None;
-                for case in file.cases()?.into_iter().filter(|c| c.name.starts_with(prefix)) {
+                for case in
+                    file.cases()?.into_iter().filter(|c| c.name.starts_with(prefix) && !c.name.starts_with(RUN_COST))
+                {
                     let ratio = case.num("ratio_median")?;
                     if slowest.as_ref().is_none_or(|(r, _)| ratio < *r) {
                         slowest = Some((ratio, case));
@@ -643,11 +645,37 @@ fn rows_of(workload: Workload, file: &ResultFile, notes: &mut Vec<String>) -> Re
                     run: file.run.clone(),
                 });
             }
+            // `predictio run`'s own cost (older results have no such case).
+            let cost = |case: &Case<'_>| case.num("overhead_ms_median");
+            let runs: Vec<Case<'_>> = file.cases()?.into_iter().filter(|c| c.name.starts_with(RUN_COST)).collect();
+            if let [alone, beside] = runs.as_slice() {
+                let met = cost(alone)? <= RUN_COST_BAR_MS && cost(beside)? <= RUN_COST_BAR_MS;
+                rows.push(Row {
+                    workload: workload.name(),
+                    case: "`predictio run -q -- true`, cold: its own cost without a daemon, beside one".into(),
+                    times: None,
+                    result: format!(
+                        "{:.1} ms, {:.1} ms (bar <= {RUN_COST_BAR_MS} ms: {})",
+                        cost(alone)?,
+                        cost(beside)?,
+                        if met { "met" } else { "**not met**" }
+                    ),
+                    closure: None,
+                    limit: None,
+                    peer: None,
+                    run: file.run.clone(),
+                });
+            }
         }
         Workload::Backends => {}
     }
     Ok(rows)
 }
+
+/// The names of daemon-cost's `predictio run -- true` cases begin so.
+const RUN_COST: &str = "cold predictio run -- true";
+/// Its bar (as the workload's `RUN_BAR_MS`), ms over a plain `true`.
+const RUN_COST_BAR_MS: f64 = 10.0;
 
 /// Closure in percent, or `None` where the baseline is not above the limit.
 fn closure(baseline: f64, treatment: f64, limit: f64) -> Option<f64> {
