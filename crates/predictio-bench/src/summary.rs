@@ -539,6 +539,12 @@ fn rows_of(workload: Workload, file: &ResultFile, notes: &mut Vec<String>) -> Re
                 let case = file.case(name)?;
                 let mut row = case.ab_row(workload, "")?;
                 row.peer = Some(format!("{} {}", case.string("peer")?, times_x(case.num("peer_ratio_median")?)));
+                // Closure against the ideal pass (the model made resident
+                // just before, on the same cold memory), where it was run.
+                if let Some(ideal) = case.opt_num("ideal_median_s") {
+                    row.closure = closure(case.baseline()?, case.treatment()?, ideal);
+                    row.limit = Some(format!("ideal {}", secs(ideal)));
+                }
                 rows.push(row);
             }
         }
