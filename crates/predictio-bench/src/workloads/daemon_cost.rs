@@ -266,20 +266,38 @@ fn measure(
             h.step(format!("{label} pair {}/{pairs}: {}", pair + 1, if side == 0 { "no daemon" } else { "daemon" }));
         }
     }
-    let [base, treat] = secs;
-    let mut case = Case::ab(label, base, treat);
-    case.limit_s = case.baseline.as_ref().map(|b| b.median);
-    case.resident_before = resident;
-    case.answers_identical = identical;
+    let mut case = launch_case(
+        label,
+        secs,
+        resident,
+        identical,
+        [
+            ("command", prog.argv.join(" ")),
+            ("cache", (if cache == Cache::Warm { "warm" } else { "cold" }).into()),
+            ("daemon", (if cache == Cache::Warm { "learning and replaying" } else { "learning only" }).into()),
+        ],
+    );
     let e = &mut case.extra;
-    e.insert("command".into(), prog.argv.join(" ").into());
-    e.insert("cache".into(), if cache == Cache::Warm { "warm" } else { "cold" }.into());
-    e.insert("daemon".into(), if cache == Cache::Warm { "learning and replaying" } else { "learning only" }.into());
     // Per launch (a warm pass's CPU over its launches).
     e.insert("daemon_cpu_ms".into(), daemon_cpu_ms.clone().into());
     e.insert("daemon_cpu_ms_median".into(), median(&daemon_cpu_ms).into());
     e.insert("meets_bar".into(), (case.ratio_median >= LAUNCH_BAR).into());
     Ok(case)
+}
+
+/// An A/B case of launches, `secs` its baseline's and treatment's pass
+/// times: its limit is its baseline (the daemon can only add), with what
+/// was launched, how and beside what as `about`.
+fn launch_case(label: String, secs: [Vec<f64>; 2], resident: f64, identical: bool, about: [(&str, String); 3]) -> Case {
+    let [base, treat] = secs;
+    let mut case = Case::ab(label, base, treat);
+    case.limit_s = case.baseline.as_ref().map(|b| b.median);
+    case.resident_before = resident;
+    case.answers_identical = identical;
+    for (key, value) in about {
+        case.extra.insert(key.into(), value.into());
+    }
+    case
 }
 
 /// `predictio run -q -- true` against `true`, both from a cold cache,
@@ -317,15 +335,18 @@ fn run_cost(h: &Harness, setup: &Setup, beside: Option<&Path>, pairs: usize) -> 
     }
     let over_ms: Vec<f64> = secs[1].iter().zip(&secs[0]).map(|(t, b)| (t - b) * 1e3).collect();
     let over = median(&over_ms);
-    let [base, treat] = secs;
-    let mut case = Case::ab(label, base, treat);
-    case.limit_s = case.baseline.as_ref().map(|b| b.median);
-    case.resident_before = resident;
-    case.answers_identical = identical;
+    let mut case = launch_case(
+        label.into(),
+        secs,
+        resident,
+        identical,
+        [
+            ("command", "predictio run -q -- true".into()),
+            ("cache", "cold".into()),
+            ("daemon", (if beside.is_some() { "running (default configuration)" } else { "none" }).into()),
+        ],
+    );
     let e = &mut case.extra;
-    e.insert("command".into(), "predictio run -q -- true".into());
-    e.insert("cache".into(), "cold".into());
-    e.insert("daemon".into(), if beside.is_some() { "running (default configuration)" } else { "none" }.into());
     e.insert("overhead_ms".into(), over_ms.into());
     e.insert("overhead_ms_median".into(), over.into());
     e.insert("meets_bar".into(), (over <= RUN_BAR_MS).into());

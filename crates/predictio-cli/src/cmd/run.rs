@@ -284,36 +284,6 @@ fn parent_in_stat(stat: &str) -> Option<u32> {
     fields.next()?.parse().ok()
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_parent_is_read_past_any_name() {
-        assert_eq!(parent_in_stat("42 (cat) S 7 42 42 0 -1"), Some(7));
-        assert_eq!(parent_in_stat("42 (a) b) (c) R 1234 42"), Some(1234));
-        assert_eq!(parent_in_stat("42 (x"), None);
-        assert_eq!(parent_in_stat("42 (x) S"), None);
-    }
-
-    #[test]
-    fn descendants_include_grandchildren_and_not_the_root() {
-        let mut child =
-            std::process::Command::new("sh").args(["-c", "sh -c 'sleep 5; true' & wait"]).spawn().expect("sh");
-        let deadline = Instant::now() + Duration::from_secs(5);
-        let mut found = descendants(child.id());
-        while found.len() < 2 && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(10));
-            found = descendants(child.id());
-        }
-        let _ = child.kill();
-        let _ = child.wait();
-        assert_eq!(found.len(), 2, "{found:?}");
-        assert!(!found.contains(&child.id()));
-        assert!(descendants(std::process::id()).iter().all(|&pid| pid != std::process::id()));
-    }
-}
-
 /// Signals `run` passes on to its command, as `env` or `timeout` would:
 /// a service manager's SIGTERM stops the command, and `run` stays to report
 /// and to exit with the command's status. SIGINT and SIGQUIT from a
@@ -358,5 +328,35 @@ impl Forwarded {
         if let Err(err) = rustix::process::kill_process(pid, signal) {
             tracing::warn!(%err, "passing {signal:?} on to the command");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_parent_is_read_past_any_name() {
+        assert_eq!(parent_in_stat("42 (cat) S 7 42 42 0 -1"), Some(7));
+        assert_eq!(parent_in_stat("42 (a) b) (c) R 1234 42"), Some(1234));
+        assert_eq!(parent_in_stat("42 (x"), None);
+        assert_eq!(parent_in_stat("42 (x) S"), None);
+    }
+
+    #[test]
+    fn descendants_include_grandchildren_and_not_the_root() {
+        let mut child =
+            std::process::Command::new("sh").args(["-c", "sh -c 'sleep 5; true' & wait"]).spawn().expect("sh");
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let mut found = descendants(child.id());
+        while found.len() < 2 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+            found = descendants(child.id());
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        assert_eq!(found.len(), 2, "{found:?}");
+        assert!(!found.contains(&child.id()));
+        assert!(descendants(std::process::id()).iter().all(|&pid| pid != std::process::id()));
     }
 }

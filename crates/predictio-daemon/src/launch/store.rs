@@ -340,21 +340,20 @@ impl Store {
         };
         // A store of this version with every table is only read: a write
         // transaction costs a commit (fsyncs) on each open.
-        let current = (|| -> Result<bool, redb::Error> {
-            let txn = db.begin_read()?;
+        let current = (|| -> Result<bool, StoreError> {
+            let txn = db.begin_read().map_err(|e| err(e.into()))?;
             let version = match txn.open_table(META) {
-                Ok(meta) => meta.get("version")?.map(|v| v.value()),
+                Ok(meta) => meta.get("version").map_err(|e| err(e.into()))?.map(|v| v.value()),
                 Err(redb::TableError::TableDoesNotExist(_)) => None,
-                Err(e) => return Err(e.into()),
+                Err(e) => return Err(err(e.into())),
             };
             for table in ["profiles", "used", "scores"] {
-                if !txn.list_tables()?.any(|t| t.name() == table) {
+                if !txn.list_tables().map_err(|e| err(e.into()))?.any(|t| t.name() == table) {
                     return Ok(false);
                 }
             }
             Ok(version == Some(STORE_VERSION))
-        })()
-        .map_err(err)?;
+        })()?;
         if !current {
             let txn = db.begin_write().map_err(|e| err(e.into()))?;
             {
