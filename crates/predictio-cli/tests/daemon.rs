@@ -255,17 +255,38 @@ fn run_follows_the_command_tree_and_keeps_its_exit_code() {
     let file = dir.path().join("data");
     data(&file, 8);
     let f = file.to_str().expect("utf8");
+    // The command starts at once and observation, loaded beside it, follows
+    // what it has forked by then: the subshell, forked at once, reads the
+    // file a second later through a cat it forks then.
     let out = Command::new(bin())
-        .args(["run", "--json", "--", "sh", "-c", &format!("cat {f} > /dev/null")])
+        .args(["run", "--json", "--", "sh", "-c", &format!("(sleep 1; cat {f} > /dev/null) & wait")])
         .output()
         .expect("run");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let stderr = String::from_utf8_lossy(&out.stderr);
     let json: serde_json::Value = serde_json::from_str(stderr.trim()).expect("run --json prints the status");
-    assert_eq!(json["source"], "ebpf");
+    assert_eq!(json["source"], "ebpf", "{json}");
     assert!(json["observer"]["reads"].as_u64().expect("reads") > 0, "the grandchild's reads were seen: {json}");
-    assert!(json["observer"]["execs"].as_u64().expect("execs") >= 2, "sh and cat: {json}");
+    assert!(json["observer"]["execs"].as_u64().expect("execs") >= 1, "cat: {json}");
     assert_eq!(json["observer"]["lost"], 0);
+    // Asked to, it observes from the command's first instruction: sh's own
+    // exec, and cat's at once.
+    ok(&Command::new(bin()).args(["evict", "-q", f]).output().expect("evict"));
+    let out = Command::new(bin())
+        .args(["run", "--json", "--observe-from-start", "--", "sh", "-c", &format!("cat {f} > /dev/null")])
+        .output()
+        .expect("run");
+    let json: serde_json::Value =
+        serde_json::from_str(String::from_utf8_lossy(&out.stderr).trim()).expect("status json");
+    assert_eq!(json["source"], "ebpf", "{json}");
+    assert!(json["observer"]["reads"].as_u64().expect("reads") > 0, "the child's reads were seen: {json}");
+    assert!(json["observer"]["execs"].as_u64().expect("execs") >= 2, "sh and cat: {json}");
+    // A command that ends before observation is ready never waits for it.
+    let out = Command::new(bin()).args(["run", "--json", "--", "true"]).output().expect("run");
+    let json: serde_json::Value =
+        serde_json::from_str(String::from_utf8_lossy(&out.stderr).trim()).expect("status json");
+    assert_eq!(json["source"], "none", "{json}");
+    assert!(json["source_note"].as_str().is_some_and(|n| n.contains("before eBPF observation was ready")), "{json}");
     // Hints from inside the tree reach the private socket.
     ok(&Command::new(bin()).args(["evict", "-q", f]).output().expect("evict"));
     let out =

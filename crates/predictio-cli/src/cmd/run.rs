@@ -45,6 +45,12 @@ pub struct Args {
     /// exists, else built-in defaults.
     #[arg(long, value_name = "FILE")]
     config: Option<std::path::PathBuf>,
+    /// Start the command only once eBPF observation is loaded (~100 ms), so
+    /// that its first reads are observed too. By default the command starts
+    /// at once and observation follows it, and what it has forked, when
+    /// ready: a command that ends within that time is not observed.
+    #[arg(long)]
+    observe_from_start: bool,
     /// The command and its arguments.
     #[arg(last = true, required = true)]
     command: Vec<String>,
@@ -109,14 +115,25 @@ pub fn run(args: Args) -> Result<()> {
     let socket = socket_dir.path().join("hint.sock");
     let hints = HintSource::start_private(&socket, sender.clone())?;
 
-    let mut observer = None;
-    let mut note = None;
+    let (mut observer, mut note) =
+        if args.observe_from_start { observer_or_note(false, FollowAllLookups::None) } else { (None, None) };
     let signals = Forwarded::install()?;
     let me = std::process::id();
     let start = Instant::now();
     let mut cmd = Command::new(&args.command[0]);
     cmd.args(&args.command[1..]).env("PREDICTIO_HINT_SOCK", &socket);
-    let mut child = cmd.spawn().with_context(|| format!("starting {}", args.command[0]))?;
+    let spawned = match observer.as_mut() {
+        Some(obs) => {
+            // Follow ourselves across the fork so the child is followed from
+            // its first instruction; our own events are dropped below.
+            obs.follow(me).context("following the command")?;
+            let spawned = cmd.spawn();
+            let _ = obs.unfollow(me);
+            spawned
+        }
+        None => cmd.spawn(),
+    };
+    let mut child = spawned.with_context(|| format!("starting {}", args.command[0]))?;
     if let Some((key, _, _)) = &replay {
         // `spawn` returns once the command has exec'd: replay now, as the
         // daemon does on the exec event. Not before: the exec's own reads
@@ -135,15 +152,20 @@ pub fn run(args: Args) -> Result<()> {
     }
     // Loading the eBPF observer takes ~100 ms of CPU, and the command
     // neither waits for it nor shares the CPU with it before it has
-    // started (a replay needs no observation): it follows the command and
-    // everything forked by then once it is loaded. A command that ends
-    // first never waits for it.
-    let mut loading = Some(
-        std::thread::Builder::new()
-            .name("observer-load".into())
-            .spawn(|| observer_or_note(false, FollowAllLookups::None))
-            .context("starting the observer's loader")?,
-    );
+    // started (a replay needs no observation), unless asked
+    // (`--observe-from-start`): it follows the command and everything
+    // forked by then once it is loaded. A command that ends first never
+    // waits for it.
+    let mut loading = if args.observe_from_start {
+        None
+    } else {
+        Some(
+            std::thread::Builder::new()
+                .name("observer-load".into())
+                .spawn(|| observer_or_note(false, FollowAllLookups::None))
+                .context("starting the observer's loader")?,
+        )
+    };
     let mut forward = |event: predictio::Event| {
         if !is_own(&event, me) {
             sender.send(event, None);
@@ -157,8 +179,16 @@ pub fn run(args: Args) -> Result<()> {
             let (loaded, why) = thread.join().unwrap_or_else(|_| (None, Some("the observer's loader panicked".into())));
             note = why;
             observer = loaded;
-            if let Some(obs) = observer.as_mut() {
-                follow_tree(obs, child.id())?;
+            // The command runs already: an observer that cannot follow it
+            // is reported, never a reason to leave the command behind.
+            if let Some(obs) = observer.as_mut()
+                && let Err(err) = follow_tree(obs, child.id())
+            {
+                tracing::warn!("{err:#}");
+                note = Some(format!("observation could not follow {}: {err:#}", args.command[0]));
+                if let Some(obs) = observer.take() {
+                    obs.close_in_background();
+                }
             }
         }
         match observer.as_mut() {
