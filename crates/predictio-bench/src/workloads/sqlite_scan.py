@@ -37,28 +37,43 @@ import time
 SETTLE_S = 0.25
 
 
+def create(path, page_size, schema, table, rows):
+    """Creates a database of `page_size` pages with the statements of
+    `schema`, inserts `rows` (an iterable of tuples, drawn as inserted) into
+    `table` in one transaction, 10,000 at a time, and prints the row count."""
+    db = sqlite3.connect(path, isolation_level=None)
+    db.execute("PRAGMA page_size = %d" % page_size)
+    db.execute("PRAGMA journal_mode = OFF")
+    db.execute("PRAGMA synchronous = OFF")
+    db.execute("PRAGMA cache_size = -1048576")
+    for statement in schema:
+        db.execute(statement)
+    db.execute("BEGIN")
+    insert = "INSERT INTO %s VALUES (?, ?, ?)" % table
+    batch = []
+    for row in rows:
+        batch.append(row)
+        if len(batch) == 10000:
+            db.executemany(insert, batch)
+            batch.clear()
+    db.executemany(insert, batch)
+    db.execute("COMMIT")
+    (count,) = db.execute("SELECT count(*) FROM %s" % table).fetchone()
+    db.close()
+    print(json.dumps({"rows": count}))
+
+
 def build(path, rows, value_bytes, seed):
     rng = random.Random(seed)
     ids = list(range(rows))
     rng.shuffle(ids)
-    db = sqlite3.connect(path, isolation_level=None)
-    db.execute("PRAGMA page_size = 4096")
-    db.execute("PRAGMA journal_mode = OFF")
-    db.execute("PRAGMA synchronous = OFF")
-    db.execute("PRAGMA cache_size = -1048576")
-    db.execute("CREATE TABLE usertable (id INTEGER PRIMARY KEY, key TEXT NOT NULL, value BLOB NOT NULL)")
-    db.execute("BEGIN")
-    batch = []
-    for i in ids:
-        batch.append((i, "user%010d" % i, rng.randbytes(value_bytes)))
-        if len(batch) == 10000:
-            db.executemany("INSERT INTO usertable VALUES (?, ?, ?)", batch)
-            batch.clear()
-    db.executemany("INSERT INTO usertable VALUES (?, ?, ?)", batch)
-    db.execute("COMMIT")
-    (count,) = db.execute("SELECT count(*) FROM usertable").fetchone()
-    db.close()
-    print(json.dumps({"rows": count}))
+    create(
+        path,
+        4096,
+        ["CREATE TABLE usertable (id INTEGER PRIMARY KEY, key TEXT NOT NULL, value BLOB NOT NULL)"],
+        "usertable",
+        ((i, "user%010d" % i, rng.randbytes(value_bytes)) for i in ids),
+    )
 
 
 def key(i):
@@ -70,28 +85,16 @@ def key(i):
 def build_index(path, rows, value_bytes, seed):
     rng = random.Random(seed)
     ids = list(range(1, rows + 1))
-    db = sqlite3.connect(path, isolation_level=None)
-    db.execute("PRAGMA page_size = 8192")
-    db.execute("PRAGMA journal_mode = OFF")
-    db.execute("PRAGMA synchronous = OFF")
-    db.execute("PRAGMA cache_size = -1048576")
-    db.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, k TEXT, v BLOB)")
-    db.execute("CREATE INDEX t_k ON t(k)")
-    db.execute("BEGIN")
     # Rowids in insertion order, keys in a random order of k.
     order = list(ids)
     rng.shuffle(order)
-    batch = []
-    for rowid, i in zip(ids, order):
-        batch.append((rowid, key(i), rng.randbytes(value_bytes)))
-        if len(batch) == 10000:
-            db.executemany("INSERT INTO t VALUES (?, ?, ?)", batch)
-            batch.clear()
-    db.executemany("INSERT INTO t VALUES (?, ?, ?)", batch)
-    db.execute("COMMIT")
-    (count,) = db.execute("SELECT count(*) FROM t").fetchone()
-    db.close()
-    print(json.dumps({"rows": count}))
+    create(
+        path,
+        8192,
+        ["CREATE TABLE t (id INTEGER PRIMARY KEY, k TEXT, v BLOB)", "CREATE INDEX t_k ON t(k)"],
+        "t",
+        ((rowid, key(i), rng.randbytes(value_bytes)) for rowid, i in zip(ids, order)),
+    )
 
 
 def fresh(schema, path, limit, start_id, extension):
