@@ -507,6 +507,26 @@ fn a_wal_reader_beside_a_concurrent_writer() {
     assert_eq!(String::from_utf8_lossy(&check.stdout), "ok\n1\n", "{}", String::from_utf8_lossy(&check.stderr));
 }
 
+/// A WAL database `name` in `dir` of [`ROWS`] rows, checkpointed, then
+/// appended to by a connection that leaves its WAL as it is on closing:
+/// rows added after the checkpoint put new leaves under the roots of the
+/// table and of its index, so their newest versions are in the WAL.
+/// Returns the database and its WAL.
+fn wal_with_new_roots(dir: &Path, name: &str) -> (PathBuf, PathBuf) {
+    let db = build(
+        dir,
+        name,
+        &format!("PRAGMA journal_mode = WAL;\n{}PRAGMA wal_checkpoint(TRUNCATE);\n", rowid_table(4096, ROWS)),
+    );
+    let append = ".dbconfig no_ckpt_on_close on
+        INSERT INTO t(k, v) SELECT 'zz' || k, randomblob(200) FROM t WHERE id <= 300;\n";
+    let out = run(&[path_str(&db)], append);
+    assert!(out.status.success() && out.stderr.is_empty(), "{}", String::from_utf8_lossy(&out.stderr));
+    let wal = dir.join(format!("{name}-wal"));
+    assert!(std::fs::metadata(&wal).is_ok_and(|m| m.len() > 0), "the appended rows are not in the WAL");
+    (db, wal)
+}
+
 /// The pages a writer changed since the last checkpoint are read from the
 /// WAL: here the roots of the table and of its index (rows appended after
 /// the checkpoint added leaves under them). The observer is shown those
@@ -520,17 +540,7 @@ fn a_wal_database_whose_upper_pages_are_in_the_wal() {
         return;
     }
     let dir = disk_dir();
-    let db = build(
-        dir.path(),
-        "walroots.db",
-        &format!("PRAGMA journal_mode = WAL;\n{}PRAGMA wal_checkpoint(TRUNCATE);\n", rowid_table(4096, ROWS)),
-    );
-    let append = ".dbconfig no_ckpt_on_close on
-        INSERT INTO t(k, v) SELECT 'zz' || k, randomblob(200) FROM t WHERE id <= 300;\n";
-    let out = run(&[path_str(&db)], append);
-    assert!(out.status.success() && out.stderr.is_empty(), "{}", String::from_utf8_lossy(&out.stderr));
-    let wal = dir.path().join("walroots.db-wal");
-    assert!(std::fs::metadata(&wal).is_ok_and(|m| m.len() > 0), "the appended rows are not in the WAL");
+    let (db, wal) = wal_with_new_roots(dir.path(), "walroots.db");
     let script = format!(
         ".dbconfig no_ckpt_on_close on
          {}SELECT id, hex(v) FROM t WHERE id >= 1000 ORDER BY id LIMIT 3000;
@@ -603,16 +613,7 @@ fn a_read_only_open_of_a_wal_database() {
         return;
     }
     let dir = disk_dir();
-    let db = build(
-        dir.path(),
-        "readonly.db",
-        &format!("PRAGMA journal_mode = WAL;\n{}PRAGMA wal_checkpoint(TRUNCATE);\n", rowid_table(4096, ROWS)),
-    );
-    let append = ".dbconfig no_ckpt_on_close on
-        INSERT INTO t(k, v) SELECT 'zz' || k, randomblob(200) FROM t WHERE id <= 300;\n";
-    let out = run(&[path_str(&db)], append);
-    assert!(out.status.success() && out.stderr.is_empty(), "{}", String::from_utf8_lossy(&out.stderr));
-    let wal = dir.path().join("readonly.db-wal");
+    let (db, wal) = wal_with_new_roots(dir.path(), "readonly.db");
     // Opened from the in-memory connection in both runs (after the load in
     // the second).
     let script = format!(
