@@ -347,12 +347,10 @@ impl Store {
                 Err(redb::TableError::TableDoesNotExist(_)) => None,
                 Err(e) => return Err(err(e.into())),
             };
-            for table in ["profiles", "used", "scores"] {
-                if !txn.list_tables().map_err(|e| err(e.into()))?.any(|t| t.name() == table) {
-                    return Ok(false);
-                }
-            }
-            Ok(version == Some(STORE_VERSION))
+            let tables: Vec<String> =
+                txn.list_tables().map_err(|e| err(e.into()))?.map(|t| t.name().to_owned()).collect();
+            let has = |name: &str| tables.iter().any(|t| t == name);
+            Ok(version == Some(STORE_VERSION) && has(PROFILES.name()) && has(USED.name()) && has(SCORES.name()))
         })()?;
         if !current {
             let txn = db.begin_write().map_err(|e| err(e.into()))?;
