@@ -304,7 +304,11 @@ fn launch_case(label: String, secs: [Vec<f64>; 2], resident: f64, identical: boo
 /// `pairs` interleaved pairs; with `beside` a daemon is started before
 /// each pass of either side and stopped after it.
 fn run_cost(h: &Harness, setup: &Setup, beside: Option<&Path>, pairs: usize) -> Result<Case, BenchError> {
-    let truth = which("true")?;
+    // By its path, as `execvp` finds it: both sides run the same file.
+    let truth = predictio::launch::command::find_program("true".as_ref())
+        .map_err(|e| BenchError::Options(format!("true: {e}")))?
+        .display()
+        .to_string();
     let plain = vec![truth.clone()];
     let me = setup.me.display().to_string();
     let wrapped = vec![me, "run".into(), "-q".into(), "--".into(), truth];
@@ -351,18 +355,6 @@ fn run_cost(h: &Harness, setup: &Setup, beside: Option<&Path>, pairs: usize) -> 
     e.insert("overhead_ms_median".into(), over.into());
     e.insert("meets_bar".into(), (over <= RUN_BAR_MS).into());
     Ok(case)
-}
-
-/// The absolute path of `name` on `PATH`: the bench runs a program by a
-/// path that both sides share.
-fn which(name: &str) -> Result<String, BenchError> {
-    std::env::var_os("PATH")
-        .iter()
-        .flat_map(std::env::split_paths)
-        .map(|dir| dir.join(name))
-        .find(|path| path.is_file())
-        .map(|path| path.display().to_string())
-        .ok_or_else(|| BenchError::Options(format!("{name} is not on PATH")))
 }
 
 /// The idle daemon: CPU ms a second and wake-ups a second (each the median
