@@ -325,6 +325,19 @@ after), so without it the side that ran first in a pair read from the real disk 
 host's cache, and a side reading blocks the others did not (a prefetcher's unused pages) read those from the \
 disk; primed, every timed side starts from the same state: the guest cold, the host's cache holding the file";
 
+/// Reads `path` once from start to end through the page cache (16 MiB
+/// reads into one buffer) and returns the fraction of it resident after:
+/// a file made warm, untimed.
+pub fn read_into_cache(path: &Path) -> Result<f64, BenchError> {
+    use std::io::Read;
+    let mut file = File::open(path).doing(|| format!("opening {}", path.display()))?;
+    let mut buf = vec![0u8; 16 << 20];
+    while file.read(&mut buf).doing(|| format!("reading {}", path.display()))? > 0 {}
+    let resident =
+        predictio::cache::residency(&FileRef::open(path)?).doing(|| format!("cachestat of {}", path.display()))?;
+    Ok(resident.fraction())
+}
+
 /// A data file of `size` bytes of deterministic pseudo-random content (seed
 /// from `name`), created once and reused while its size matches.
 pub fn data_file(dir: &Path, name: &str, size: u64) -> Result<PathBuf, BenchError> {

@@ -13,7 +13,6 @@
 //! figures beside it.
 
 use std::io;
-use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
@@ -164,12 +163,6 @@ fn dispatch_rate(events: u64) -> f64 {
     events as f64 / start.elapsed().as_secs_f64()
 }
 
-fn warm(path: &Path) -> Result<(), BenchError> {
-    let data = std::fs::read(path).doing(|| format!("reading {}", path.display()))?;
-    std::hint::black_box(data.len());
-    Ok(())
-}
-
 /// Runs the workload.
 pub fn run(options: &BenchOptions) -> Result<Report, BenchError> {
     let reps = options.pairs.max(1);
@@ -185,7 +178,7 @@ pub fn run(options: &BenchOptions) -> Result<Report, BenchError> {
         let mut skip = Vec::new();
         let mut issue = Vec::new();
         for rep in 0..reps {
-            warm(&path)?;
+            crate::harness::read_into_cache(&path)?;
             let (ns, _) = time_engine(&file, file_pages, run, gap, rep as u64, true);
             skip.push(ns);
             h.step(format!("skip, {shape}"));
@@ -234,7 +227,7 @@ pub fn run(options: &BenchOptions) -> Result<Report, BenchError> {
     c.extra.insert("samples".into(), rates.into());
     cases.push(c);
     h.say("event path: eBPF, traced reader, latency, hints");
-    warm(&path)?;
+    crate::harness::read_into_cache(&path)?;
     let (event_cases, event_notes) = super::event_path::cases(&options.dir, &path, reps, options.quick);
     cases.extend(event_cases);
     h.finish();

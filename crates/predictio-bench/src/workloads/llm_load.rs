@@ -62,18 +62,6 @@ enum Side {
 
 const SIDES: [Side; 4] = [Side::Baseline, Side::Peer, Side::Predictio, Side::Ideal];
 
-/// Reads `path` once from start to end, in 16 MiB reads, and returns the
-/// fraction of it resident after: the untimed fill before an ideal pass.
-fn fill(path: &Path) -> Result<f64, BenchError> {
-    use std::io::Read;
-    let mut file = std::fs::File::open(path).doing(|| format!("opening {}", path.display()))?;
-    let mut buf = vec![0u8; 16 << 20];
-    while file.read(&mut buf).doing(|| format!("reading {}", path.display()))? > 0 {}
-    let file = predictio::FileRef::open(path)?;
-    let resident = predictio::cache::residency(&file).doing(|| format!("cachestat of {}", path.display()))?;
-    Ok(resident.fraction())
-}
-
 /// What one loader run reported.
 #[derive(Debug, Clone, Default)]
 struct Pass {
@@ -193,7 +181,7 @@ fn measure(
             let s = (k + pair) % SIDES.len();
             resident_before = resident_before.max(h.make_cold(&[model])?);
             if SIDES[s] == Side::Ideal {
-                ideal_resident = ideal_resident.min(fill(model)?);
+                ideal_resident = ideal_resident.min(crate::harness::read_into_cache(model)?);
             }
             let pass = rt.run(model, mmap, SIDES[s])?;
             h.step(format!("{name} pair {} {:?}: {:.2} s", pair + 1, SIDES[s], pass.first_token_s));
