@@ -20,6 +20,10 @@ fn cache_lock() -> MutexGuard<'static, ()> {
     CACHE.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+fn pages(v: &serde_json::Value) -> u64 {
+    v.as_u64().unwrap_or_else(|| panic!("a page count, not {v}"))
+}
+
 fn predictio(args: &[&str]) -> Output {
     Command::new(bin()).args(args).output().expect("run predictio")
 }
@@ -113,9 +117,15 @@ fn evict_prefetch_residency_round_trip() {
         let out = ok(&predictio(&["prefetch", p, "--backend", backend, "--json"]));
         let out: serde_json::Value = serde_json::from_str(&out).expect("json");
         assert_eq!(out["backend"], backend);
-        assert_eq!(out["resident_pages"], out["wanted_pages"], "{backend}: {out}");
-        let after = ok(&predictio(&["residency", p]));
-        assert!(after.contains("100.0%"), "{backend}: {after}");
+        // The machine's own reclaim may take a few of the new pages at once
+        // (they sit unreferenced on the inactive list): allow 1 %.
+        let (resident, wanted) = (pages(&out["resident_pages"]), pages(&out["wanted_pages"]));
+        assert_eq!(wanted, 16384, "{backend}: {out}");
+        assert!(resident * 100 >= wanted * 99, "{backend}: {out}");
+        let after = ok(&predictio(&["residency", "--json", p]));
+        let after: serde_json::Value = serde_json::from_str(&after).expect("json");
+        let fraction = after[0]["fraction"].as_f64().expect("fraction");
+        assert!(fraction >= 0.99, "{backend}: {fraction} resident after the prefetch: {after}");
     }
     // Ranges: only what was asked becomes resident.
     ok(&predictio(&["evict", p]));
