@@ -223,6 +223,10 @@ impl Prefetcher {
 /// [`SLOW_READS_APART`]).
 const SLOW_READ: Duration = Duration::from_micros(40);
 
+/// Bytes of interior pages a lazy observer keeps, unparsed, until its
+/// runtime starts ([`DbObserver::lazy`]); past them it parses as it reads.
+const STASH_BYTES: usize = 1 << 20;
+
 /// Reads in a row that came from the page cache, with no request of the
 /// policy queued meanwhile, after which the observer stands aside.
 const WARM_AFTER_READS: u32 = 256;
@@ -308,6 +312,20 @@ struct Known {
 }
 
 impl Known {
+    /// Learns an interior page read earlier (a lazy observer's, kept until
+    /// its runtime started): the rowid map and the traversal take it in as
+    /// they would have at its read, and no event is made of it.
+    fn learn_interior(&mut self, page_no: u32, bytes: &[u8]) {
+        if rowid_lookahead() {
+            let _ = self.rowids.on_page(page_no, bytes);
+        }
+        if let Ok(interior) = sqlite::parse_page(bytes, page_no, &self.geometry) {
+            let page = u64::from(page_no);
+            self.traversal.learn(page, interior);
+            self.traversal.keep_bytes(page, bytes);
+        }
+    }
+
     /// Takes in the table interior pages the rowid lookahead asked for once
     /// their prefetch brought them into the page cache (looked at without
     /// waiting: [`predictio::cache::read_cached`]), and what it then asks
@@ -340,6 +358,10 @@ pub struct DbObserver {
     disabled: bool,
     /// Whether reads are left unobserved for now (a warm cache).
     gate: WarmGate,
+    /// Interior pages a lazy observer read before its runtime started, kept
+    /// as read (at most [`STASH_BYTES`]): learnt when it starts.
+    stash: Vec<(u32, Box<[u8]>)>,
+    stash_bytes: usize,
 }
 
 impl DbObserver {
@@ -354,21 +376,40 @@ impl DbObserver {
     /// runtime ([`Prefetcher::global`]) but starts it only at the first
     /// read [`Self::on_timed_read`] takes for one from the device: a
     /// program whose database is cached never starts it. Until then the
-    /// observer learns the tree (interior pages parsed, descents followed)
-    /// and drops the events, since nothing is there to prefetch, and holds
-    /// no descriptor of the file (it opens one when the runtime starts). If
-    /// the runtime cannot start, the observer stops observing.
+    /// observer keeps the interior pages it sees as they were read (up to
+    /// 1 MiB; past that it parses them as it reads) and learns the tree
+    /// from them when the runtime starts: parsing them, and mapping every
+    /// child to its parent, would cost a warm process's first hundred
+    /// queries tens of microseconds each for a prefetch that never comes.
+    /// It holds no descriptor of the file (it opens one when the runtime
+    /// starts). If the runtime cannot start, the observer stops observing.
     pub fn lazy(path: impl Into<PathBuf>) -> Self {
         Self::with(path.into(), None)
     }
 
     fn with(path: PathBuf, prefetcher: Option<&'static Prefetcher>) -> Self {
-        Self { path, prefetcher, file: None, known: None, announced: None, disabled: false, gate: WarmGate::default() }
+        Self {
+            path,
+            prefetcher,
+            file: None,
+            known: None,
+            announced: None,
+            disabled: false,
+            gate: WarmGate::default(),
+            stash: Vec::new(),
+            stash_bytes: 0,
+        }
     }
 
     /// Whether the header has been seen and parsed.
     pub fn knows_header(&self) -> bool {
         self.known.is_some()
+    }
+
+    /// Interior pages kept as read, to be learnt when the runtime starts (a
+    /// [`Self::lazy`] observer's, before its first read from the device).
+    pub fn pages_kept_unparsed(&self) -> usize {
+        self.stash.len()
     }
 
     /// Whether this observer feeds a runtime (always for [`Self::new`]; for
@@ -398,15 +439,42 @@ impl DbObserver {
             return;
         }
         let Some(id) = self.open_file(prefetcher) else { return };
-        if let Some(known) = self.known.as_mut()
-            && known.id != id
-        {
+        let stash = std::mem::take(&mut self.stash);
+        self.stash_bytes = 0;
+        let Some(known) = self.known.as_mut() else { return };
+        if known.id != id {
             // Another file under the same name since the header was read:
             // the tree is learnt again.
             known.traversal = Traversal::new(id, *known.traversal.layout(), TRAVERSAL_CAPACITY);
             known.rowids = RowidLookahead::new(known.geometry, rowid_config());
             known.id = id;
+            return;
         }
+        for (page_no, bytes) in stash {
+            known.learn_interior(page_no, &bytes);
+        }
+    }
+
+    /// Before the runtime of a lazy observer starts: keeps an interior page
+    /// to learn later, and says whether the read is done with (a leaf, or a
+    /// page kept). With the stash full, the page is left to be parsed now.
+    fn stash_before_start(&mut self, page_no: u32, bytes: &[u8]) -> bool {
+        if self.prefetcher.is_some() {
+            return false;
+        }
+        if !is_interior(page_no, bytes) {
+            // Nothing to learn from a leaf while nothing is prefetched.
+            return true;
+        }
+        if self.stash.iter().any(|(p, kept)| *p == page_no && **kept == *bytes) {
+            return true;
+        }
+        if self.stash_bytes + bytes.len() > STASH_BYTES {
+            return false;
+        }
+        self.stash_bytes += bytes.len();
+        self.stash.push((page_no, bytes.into()));
+        true
     }
 
     /// Opens the database for prefetch (a descriptor of our own, once) and
@@ -526,8 +594,12 @@ impl DbObserver {
         if offset == 0 && bytes.len() >= sqlite::HEADER_SIZE {
             self.on_header(bytes);
         }
+        let Some(page_size) = self.known.as_ref().map(|k| k.geometry.page_size) else { return };
+        let Some(page_no) = page_number(page_size, offset, bytes.len()) else { return };
+        if self.stash_before_start(page_no, bytes) {
+            return;
+        }
         let Some(known) = self.known.as_mut() else { return };
-        let Some(page_no) = page_number(known.geometry.page_size, offset, bytes.len()) else { return };
         let page = u64::from(page_no);
         // An interior page read again unchanged (SQLite re-reads the upper
         // levels on most lookups) is not parsed again.
@@ -667,6 +739,13 @@ impl SharedObserver {
     pub fn lock(&self) -> MutexGuard<'_, DbObserver> {
         self.observer.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
+}
+
+/// Whether database page `page_no` (its `bytes`) is an interior page of a
+/// table or an index B-tree, by its header's flag byte alone.
+fn is_interior(page_no: u32, bytes: &[u8]) -> bool {
+    let header = if page_no == 1 { sqlite::HEADER_SIZE } else { 0 };
+    matches!(bytes.get(header).copied(), Some(sqlite::INTERIOR_TABLE | sqlite::INTERIOR_INDEX))
 }
 
 /// The number of the database page a read of `len` bytes at `offset` is,

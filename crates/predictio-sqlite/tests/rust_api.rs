@@ -99,9 +99,10 @@ fn a_cold_walk_through_the_observer_issues_prefetches() {
 }
 
 /// A lazy observer (the extension's) starts no runtime while its reads come
-/// from the page cache, yet learns the tree; a lone slow read (a cached read
-/// preempted) does not start it, the second of two close together does: the
-/// process's runtime, and the descents after it reach the policy.
+/// from the page cache, and keeps the interior pages it sees unparsed until
+/// then; a lone slow read (a cached read preempted) does not start it, the
+/// second of two close together does: the process's runtime, which learns
+/// the kept pages, and the descents after it reach the policy.
 #[test]
 fn a_lazy_observer_starts_the_runtime_at_the_first_slow_read_only() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -121,7 +122,16 @@ fn a_lazy_observer_starts_the_runtime_at_the_first_slow_read_only() {
         observer.before_read(offset, PAGE);
         observer.on_timed_read(offset, bytes, cached);
     }
-    assert!(observer.knows_header(), "the tree is learnt before the runtime starts");
+    assert!(observer.knows_header(), "the header is read before the runtime starts");
+    // Its interior pages are kept as read, not parsed: nothing is
+    // prefetched yet, and a warm process would pay for parsing them.
+    let interior = |page_no: &u32| {
+        let (_, bytes) = page(*page_no);
+        matches!(bytes[if *page_no == 1 { 100 } else { 0 }], 0x02 | 0x05)
+    };
+    let seen_interior = reads[..half].iter().filter(|p| interior(p)).count();
+    assert!(seen_interior > 1, "{seen_interior} interior pages in the first {half} reads");
+    assert_eq!(observer.pages_kept_unparsed(), seen_interior);
     assert!(!observer.feeds_runtime(), "cached reads started the runtime");
     assert!(!Prefetcher::global_started(), "cached reads started the process's runtime");
 
@@ -136,6 +146,7 @@ fn a_lazy_observer_starts_the_runtime_at_the_first_slow_read_only() {
         observer.on_timed_read(offset, bytes, slow);
     }
     assert!(observer.feeds_runtime() && Prefetcher::global_started(), "reads from the device start the runtime");
+    assert_eq!(observer.pages_kept_unparsed(), 0, "learnt when the runtime started");
     let stats = Prefetcher::global().expect("runtime").stats();
     assert!(stats.events as usize > (reads.len() - half) / 2, "{stats:?}");
     // Counted from the second slow read on.
