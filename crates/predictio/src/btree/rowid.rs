@@ -85,6 +85,9 @@ pub const MAX_WAITING: usize = 64;
 /// seen, table or index).
 pub const MAX_PARENTS: usize = 1 << 20;
 
+/// Interior pages kept unlinked at most, before the first index leaf.
+pub const MAX_UNLINKED: usize = MAX_PARENTS / 64;
+
 /// Maps keyed by database page number with a multiplicative hash: page
 /// numbers are not chosen by an adversary who gains by colliding them (a
 /// crafted file costs at most its own lookups some speed), and SipHash made
@@ -193,8 +196,18 @@ pub struct RowidLookahead {
     config: RowidConfig,
     geometry: Geometry,
     tables: PageMap<TableInterior>,
-    /// Each child page's parent, for table and index interior pages seen.
+    /// Each child page's parent, for table and index interior pages seen
+    /// (from the first index leaf on: see [`Self::link`]).
     parents: PageMap<u32>,
+    /// Interior pages seen before any index leaf, with their children, not
+    /// linked yet: a file read only through its rowids never needs the
+    /// links, and making one per child of every table interior page a
+    /// point read brings in cost more than the rest of following it.
+    unlinked: Vec<(u32, Box<[u32]>)>,
+    /// Children in [`Self::unlinked`], held to [`MAX_PARENTS`] with the links.
+    unlinked_children: usize,
+    /// An index leaf was seen: links are made as pages come.
+    linking: bool,
     /// Index tree (top page) → table tree (top page).
     tables_of: HashMap<u32, u32>,
     /// Per table tree: how many levels of interior pages lie above its
@@ -220,6 +233,9 @@ impl RowidLookahead {
             geometry,
             tables: PageMap::default(),
             parents: PageMap::default(),
+            unlinked: Vec::new(),
+            unlinked_children: 0,
+            linking: false,
             tables_of: HashMap::new(),
             depth: HashMap::new(),
             leaf: None,
@@ -332,6 +348,15 @@ impl RowidLookahead {
     }
 
     fn link(&mut self, parent: u32, children: &[u32]) {
+        if !self.linking {
+            if self.parents.len() + self.unlinked_children + children.len() <= MAX_PARENTS
+                && self.unlinked.len() < MAX_UNLINKED
+            {
+                self.unlinked_children += children.len();
+                self.unlinked.push((parent, children.into()));
+            }
+            return;
+        }
         for &child in children {
             if self.parents.len() >= MAX_PARENTS && !self.parents.contains_key(&child) {
                 return;
@@ -358,6 +383,15 @@ impl RowidLookahead {
         let Ok(rowids) = sqlite::index_leaf_rowids(bytes, page_no, &self.geometry) else {
             return Lookahead::default();
         };
+        if !self.linking {
+            // Lookups through an index from now on: the interior pages
+            // seen so far are linked, and the next ones as they come.
+            self.linking = true;
+            self.unlinked_children = 0;
+            for (parent, children) in std::mem::take(&mut self.unlinked) {
+                self.link(parent, &children);
+            }
+        }
         self.stats.index_leaves += 1;
         let (index_top, _) = self.top_of(page_no);
         // The next leaf of the same index while a scan is confirmed and was
@@ -827,13 +861,28 @@ mod tests {
     }
 
     #[test]
+    fn pages_are_linked_from_the_first_index_leaf_on() {
+        let mut look = RowidLookahead::new(geometry(), two());
+        look.on_page(2, &table_interior(2, &[(10, 100), (11, 200)], 12));
+        look.on_page(10, &table_leaf());
+        assert!(look.parents.is_empty(), "a table read by rowid links nothing");
+        assert_eq!(look.unlinked_children, 3);
+        look.on_page(20, &index_leaf(&[150, 250]));
+        assert_eq!(look.parents.len(), 3, "the first index leaf links what was seen");
+        assert!(look.unlinked.is_empty() && look.unlinked_children == 0);
+        look.on_page(3, &table_interior(3, &[(30, 100)], 31));
+        assert_eq!(look.parents.get(&31), Some(&3), "and later pages as they come");
+    }
+
+    #[test]
     fn memory_is_bounded() {
         let mut look = RowidLookahead::new(geometry(), two());
         for page in 2..(MAX_TABLE_PAGES as u32 + 100) {
             look.on_page(page, &table_interior(page, &[(page + 100_000, 5)], page + 200_000));
         }
         assert_eq!(look.tables.len(), MAX_TABLE_PAGES);
-        assert!(look.parents.len() <= MAX_PARENTS);
+        assert!(look.parents.len() + look.unlinked_children <= MAX_PARENTS);
+        assert_eq!(look.unlinked.iter().map(|(_, c)| c.len()).sum::<usize>(), look.unlinked_children);
     }
 
     #[test]
