@@ -186,6 +186,25 @@ impl Prefetcher {
         GLOBAL.get().is_some()
     }
 
+    /// Starts the process's runtime ([`Self::global`]) on a thread of its
+    /// own, once, and returns at once: setting it up (the executor reads
+    /// the mounts and the cgroup's memory, probes `cachestat`, allocates its
+    /// queues; our own code is brought in) takes a cold process a
+    /// millisecond or two, which a query would otherwise wait for. Without
+    /// a thread it is started here.
+    fn start_in_background() {
+        static STARTING: AtomicBool = AtomicBool::new(false);
+        if GLOBAL.get().is_some() || STARTING.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let spawned = std::thread::Builder::new().name("predictio-start".into()).spawn(|| {
+            let _ = Prefetcher::global();
+        });
+        if spawned.is_err() {
+            let _ = Prefetcher::global();
+        }
+    }
+
     /// Holds `file` so that the policy may prefetch it.
     pub fn hold(&self, file: FileRef) {
         self.embedded.hold(file);
@@ -356,6 +375,10 @@ pub struct DbObserver {
     announced: Option<u32>,
     /// Set once opening the file for prefetch failed: never retried.
     disabled: bool,
+    /// A lazy observer saw reads from the device: its runtime is being
+    /// started ([`Prefetcher::start_in_background`]) and is attached at
+    /// the first read after it is up.
+    starting: bool,
     /// Whether reads are left unobserved for now (a warm cache).
     gate: WarmGate,
     /// Interior pages a lazy observer read before its runtime started, kept
@@ -373,8 +396,9 @@ impl DbObserver {
     }
 
     /// An observer of the database at `path` that feeds the process's
-    /// runtime ([`Prefetcher::global`]) but starts it only at the first
-    /// read [`Self::on_timed_read`] takes for one from the device: a
+    /// runtime ([`Prefetcher::global`]) but starts it (on a thread of its
+    /// own) only at the first read [`Self::on_timed_read`] takes for one
+    /// from the device: a
     /// program whose database is cached never starts it. Until then the
     /// observer keeps the interior pages it sees as they were read (up to
     /// 1 MiB; past that it parses them as it reads) and learns the tree
@@ -395,6 +419,7 @@ impl DbObserver {
             known: None,
             announced: None,
             disabled: false,
+            starting: false,
             gate: WarmGate::default(),
             stash: Vec::new(),
             stash_bytes: 0,
@@ -547,14 +572,23 @@ impl DbObserver {
     /// A [`Self::lazy`] observer starts the runtime at the first read from
     /// the device: the second of two reads close together that each took
     /// longer than a cached read does (40 µs). A lone slow read, a cached
-    /// read preempted, does not start it.
+    /// read preempted, does not start it. The process's runtime is set up
+    /// on a thread of its own; the observer attaches to it at its first
+    /// read after that (until then it keeps interior pages as before).
     pub fn on_timed_read(&mut self, offset: u64, bytes: &[u8], elapsed: Duration) {
         let device = elapsed > SLOW_READ && self.gate.since_slow < SLOW_READS_APART;
         let queued = self.prefetcher.map_or(0, |p| p.executor().queued_requests());
         let was_warm = self.gate.warm;
         let observe = self.gate.after_read(elapsed, queued) || offset == 0;
-        if device && self.prefetcher.is_none() && !self.disabled {
-            self.start_runtime();
+        if device {
+            self.starting = true;
+        }
+        if self.starting && self.prefetcher.is_none() && !self.disabled {
+            match GLOBAL.get() {
+                Some(Ok(_)) => self.start_runtime(),
+                Some(Err(_)) => self.disabled = true,
+                None => Prefetcher::start_in_background(),
+            }
         }
         let count = |counter: fn(&Prefetcher) -> &AtomicU64| {
             if let Some(prefetcher) = self.prefetcher {
