@@ -385,6 +385,9 @@ pub struct DbObserver {
     /// as read (at most [`STASH_BYTES`]): learnt when it starts.
     stash: Vec<(u32, Box<[u8]>)>,
     stash_bytes: usize,
+    /// The index leaf read last before the runtime started, taken in when
+    /// it starts.
+    last_index_leaf: Option<(u32, Box<[u8]>)>,
 }
 
 impl DbObserver {
@@ -423,6 +426,7 @@ impl DbObserver {
             gate: WarmGate::default(),
             stash: Vec::new(),
             stash_bytes: 0,
+            last_index_leaf: None,
         }
     }
 
@@ -464,7 +468,7 @@ impl DbObserver {
             return;
         }
         let Some(id) = self.open_file(prefetcher) else { return };
-        let stash = std::mem::take(&mut self.stash);
+        let (stash, last_index_leaf) = (std::mem::take(&mut self.stash), self.last_index_leaf.take());
         self.stash_bytes = 0;
         let Some(known) = self.known.as_mut() else { return };
         if known.id != id {
@@ -478,6 +482,11 @@ impl DbObserver {
         for (page_no, bytes) in stash {
             known.learn_interior(page_no, &bytes);
         }
+        if let Some((page_no, bytes)) = last_index_leaf
+            && rowid_lookahead()
+        {
+            let _ = known.rowids.on_page(page_no, &bytes);
+        }
     }
 
     /// Before the runtime of a lazy observer starts: keeps an interior page
@@ -488,7 +497,13 @@ impl DbObserver {
             return false;
         }
         if !is_interior(page_no, bytes) {
-            // Nothing to learn from a leaf while nothing is prefetched.
+            // Nothing to learn from a leaf while nothing is prefetched, but
+            // the index leaf read last: a scan through an index may be in
+            // it when the runtime starts (a 100-row scan reads one), and
+            // its rowids name the table leaves ahead.
+            if is_index_leaf(page_no, bytes) {
+                self.last_index_leaf = Some((page_no, bytes.into()));
+            }
             return true;
         }
         if self.stash.iter().any(|(p, kept)| *p == page_no && **kept == *bytes) {
@@ -773,6 +788,13 @@ impl SharedObserver {
     pub fn lock(&self) -> MutexGuard<'_, DbObserver> {
         self.observer.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
+}
+
+/// Whether database page `page_no` (its `bytes`) is a leaf of an index
+/// B-tree, by its header's flag byte alone.
+fn is_index_leaf(page_no: u32, bytes: &[u8]) -> bool {
+    let header = if page_no == 1 { sqlite::HEADER_SIZE } else { 0 };
+    bytes.get(header).copied() == Some(sqlite::LEAF_INDEX)
 }
 
 /// Whether database page `page_no` (its `bytes`) is an interior page of a
