@@ -138,12 +138,15 @@ fn answering(mut child: Child, run: &Path, within: Duration) -> Daemon {
     }
 }
 
-/// `n` one-page files named `prefix{i}` in `dir`.
+/// `n` one-page files named `prefix{i}` in `dir`, out of the page cache.
 fn page_files(dir: &Path, prefix: &str, n: usize) -> Vec<PathBuf> {
     (0..n)
         .map(|i| {
             let path = dir.join(format!("{prefix}{i}"));
             std::fs::write(&path, vec![i as u8; 4096]).expect("write");
+            // Out of the cache, as a cold launch finds its files (a launch
+            // whose files are resident is not replayed).
+            predictio::cache::evict(&predictio::FileRef::open(&path).expect("open")).expect("evict");
             path
         })
         .collect()

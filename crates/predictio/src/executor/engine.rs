@@ -112,6 +112,11 @@ struct FileState {
 
 /// A read issued through a backend that reports no completion, until it
 /// settles.
+/// How often an idle worker looks at the reads still unsettled
+/// ([`Engine::release_idle`]): they leave by [`Limits::settle_timeout`]
+/// at the latest, so a burst costs at most a few dozen such wake-ups.
+const IDLE_SETTLE_PROBE: Duration = Duration::from_millis(5);
+
 #[derive(Debug)]
 struct Unsettled {
     file: FileRef,
@@ -659,6 +664,16 @@ impl Engine {
         self.finish(&mut done);
         self.completions = done;
         ok
+    }
+
+    /// With nothing queued: lets go of the unsettled reads that have
+    /// settled (or are past [`Limits::settle_timeout`]), and says how soon
+    /// to look again while some have not. Each holds its file's descriptor:
+    /// without this the last reads of a burst kept theirs until the next
+    /// request came, however long that took.
+    pub fn release_idle(&mut self) -> Option<Duration> {
+        while self.release_settled() {}
+        (!self.unsettled.is_empty()).then_some(IDLE_SETTLE_PROBE)
     }
 
     /// Waits for every I/O in flight.

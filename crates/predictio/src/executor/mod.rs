@@ -827,13 +827,20 @@ fn worker_loop(shared: Arc<Shared>, engine: Arc<Mutex<Engine>>, gate: &meta::Exe
             }
             continue;
         }
+        let settling = engine.release_idle();
         drop(engine);
-        // The one deadline while idle: prefetched pages not hit yet expire
-        // into waste (`Engine::expire_hits`, swept once a second), so the
-        // worker looks again in a second while some are outstanding, and
-        // sleeps until woken when none are.
+        // The deadlines while idle: reads still unsettled are let go (with
+        // their descriptors) as they settle, looked at every few ms until
+        // none is left; prefetched pages not hit yet expire into waste
+        // (`Engine::expire_hits`, swept once a second), so the worker looks
+        // again in a second while some are outstanding. With neither it
+        // sleeps until woken.
         let expiring = (shared.accounting.outstanding_pages() > 0).then_some(Duration::from_secs(1));
-        shared.parking.park_unless(expiring, || !shared.queue.is_empty() || shared.stop.load(Ordering::SeqCst));
+        let deadline = match (settling, expiring) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        shared.parking.park_unless(deadline, || !shared.queue.is_empty() || shared.stop.load(Ordering::SeqCst));
     }
 }
 
