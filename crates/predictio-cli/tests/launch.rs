@@ -150,8 +150,10 @@ fn record_then_profile_commands_and_bad_input() {
     assert!(ok(&predictio(&store, &["profile", "show", PYTHON])).contains("2 runs"), "nothing was replaced");
 }
 
-/// Pages the `launch` origin requested in a `run --json` (0: no replay).
+/// Pages the `launch` origin requested in a `run --json` from a cold cache
+/// (0: no replay; a launch whose files are resident is not replayed).
 fn replayed_pages(store: &Path, command: &[&str]) -> u64 {
+    drop_caches();
     let mut args = vec!["run", "--json", "--"];
     args.extend_from_slice(command);
     let out = predictio(store, &args);
@@ -532,6 +534,8 @@ fn the_daemon_marks_what_it_replays_used_and_replays_nothing_when_told_not_to() 
         let background = if replay { "predictio-used" } else { "predictio-learn" };
         assert_eq!(thread_nice(daemon.0.id(), background, 19), Some(19), "{background}");
         assert_eq!(thread_nice(daemon.0.id(), "predictio-obser", 0), Some(0), "the event path keeps its priority");
+        // Cold: a launch whose files are resident is not replayed.
+        drop_caches();
         let out = Command::new(PYTHON).args(command).output().expect("python runs");
         assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "7");
         // The exec event reaches the policy asynchronously.

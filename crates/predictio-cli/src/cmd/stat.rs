@@ -72,12 +72,13 @@ pub fn write_text(out: &mut impl Write, s: &Status, files: usize) -> std::io::Re
         writeln!(out)?;
         writeln!(
             out,
-            "launch replays{}: {} jobs, {} files opened, {} requests, {} shadowed (issued nothing)",
+            "launch replays{}: {} jobs, {} files opened, {} requests, {} shadowed (issued nothing), {} found warm (replayed nothing)",
             if launch.shadow { " (shadow mode: scored, never issued)" } else { "" },
             r.jobs,
             r.opened,
             r.requests,
-            r.shadowed
+            r.shadowed,
+            r.warm
         )?;
         for p in &launch.profiles {
             writeln!(

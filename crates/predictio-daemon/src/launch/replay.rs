@@ -123,6 +123,12 @@ pub struct ReplayCounts {
     /// scores replays without issuing them.
     #[serde(default)]
     pub shadowed: u64,
+    /// Jobs of those that found the launch warm and replayed nothing: every
+    /// one of [`WARM_SAMPLE`] files spread over the job was resident over
+    /// the pages the job asks of it (jobs of at least [`WARM_CHECK_FILES`]
+    /// files).
+    #[serde(default)]
+    pub warm: u64,
 }
 
 impl ReplayCounts {
@@ -136,7 +142,40 @@ impl ReplayCounts {
         self.requests += other.requests;
         self.refused += other.refused;
         self.shadowed += other.shadowed;
+        self.warm += other.warm;
     }
+}
+
+/// Files of a job looked at before it runs, spread over its order of use:
+/// when each is resident over the pages the job asks of it, the launch is
+/// taken for a warm one and nothing is replayed.
+pub const WARM_SAMPLE: usize = 8;
+/// Jobs of fewer files are replayed without that look: they cost little
+/// more than it, and a few files are no sample of the launch.
+pub const WARM_CHECK_FILES: usize = 24;
+/// Ranges of one sampled file whose residency is looked at, spread over it.
+const WARM_RANGES: usize = 16;
+
+/// Whether the launch `files` are for looks warm: [`WARM_SAMPLE`] of them,
+/// spread over their order, each still the learned file and resident over
+/// the pages asked of it (up to [`WARM_RANGES`] of its ranges looked at).
+/// A replay on a warm cache only skips resident pages, but opening the
+/// profile's files, looking at every range and listing its directories
+/// cost a warm launch of a large program several milliseconds of CPU.
+fn looks_warm(files: &[ReplayFile]) -> bool {
+    if files.len() < WARM_CHECK_FILES {
+        return false;
+    }
+    let resident_as_asked = |f: &ReplayFile| {
+        let mut ignored = ReplayCounts::default();
+        let Some(file) = open_checked(&f.identity, &mut ignored) else { return false };
+        let step = f.ranges.len().div_ceil(WARM_RANGES).max(1);
+        f.ranges
+            .iter()
+            .step_by(step)
+            .all(|r| predictio::cache::cache_stat(&file, *r).is_ok_and(|stat| stat.nr_cache >= r.len()))
+    };
+    (0..WARM_SAMPLE).all(|k| resident_as_asked(&files[k * files.len() / WARM_SAMPLE]))
 }
 
 /// Opens `identity`'s path as a record's path is opened
@@ -180,6 +219,10 @@ fn open_checked(identity: &FileIdentity, counts: &mut ReplayCounts) -> Option<Fi
 pub fn run_job(job: &ReplayJob, sink: &dyn RequestSink) -> ReplayCounts {
     let mut counts = ReplayCounts { jobs: 1, ..ReplayCounts::default() };
     let replay = &job.replay;
+    if looks_warm(job.files()) {
+        counts.warm = 1;
+        return counts;
+    }
     if job.part == ReplayPart::AtExec {
         let (lookups, dirs) = open_dirs(replay, &mut counts);
         let execs: Vec<Arc<str>> = job.exec.iter().cloned().collect();
@@ -262,7 +305,7 @@ pub struct Replayer {
 /// A [`Replayer`]'s running totals, readable from any thread (the daemon's
 /// status) while the replayer runs.
 #[derive(Clone, Debug, Default)]
-pub struct ReplayTotals(Arc<[AtomicU64; 9]>);
+pub struct ReplayTotals(Arc<[AtomicU64; 10]>);
 
 impl ReplayTotals {
     /// What the replayer's jobs did so far.
@@ -278,11 +321,13 @@ impl ReplayTotals {
             requests: t(6),
             refused: t(7),
             shadowed: t(8),
+            warm: t(9),
         }
     }
 
     fn store(&self, c: &ReplayCounts) {
-        let values = [c.jobs, c.opened, c.changed, c.missing, c.capped, c.dirs, c.requests, c.refused, c.shadowed];
+        let values =
+            [c.jobs, c.opened, c.changed, c.missing, c.capped, c.dirs, c.requests, c.refused, c.shadowed, c.warm];
         for (sum, value) in self.0.iter().zip(values) {
             sum.store(value, Ordering::Relaxed);
         }
@@ -618,14 +663,52 @@ mod tests {
         (replay, Arc::new(Collect::default()), jobs, rx)
     }
 
+    /// `n` files of one page each in `dir`, evicted from the page cache as
+    /// a cold launch finds its files (where `dir` is on storage).
     fn page_files(dir: &Path, n: usize) -> Vec<std::path::PathBuf> {
         (0..n)
             .map(|i| {
                 let path = dir.join(format!("lib{i}.so"));
                 std::fs::write(&path, vec![1u8; 4096]).unwrap();
+                predictio::cache::evict(&FileRef::open(&path).unwrap()).unwrap();
                 path
             })
             .collect()
+    }
+
+    /// A launch whose sampled files are all resident over the pages asked
+    /// of them replays nothing: no file is opened for it, nothing asked of
+    /// the executor, no directory listed. One sampled file out of the cache
+    /// is enough for the whole replay to run; a job of few files always
+    /// runs.
+    #[test]
+    fn a_warm_launch_is_not_replayed() {
+        let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+        let files = page_files(dir.path(), 40);
+        let profile = profile_of(&files[0], &files, 1);
+        let replay = plan_replay(&profile, &WalkLimits::default(), &ReplayPacing::default());
+        let order: Vec<_> = replay.at_exec.iter().map(|f| f.identity.path.clone()).collect();
+        for path in &files {
+            std::fs::read(path).unwrap();
+        }
+        let sink = Collect::default();
+        let counts = run_job(&job(replay.clone(), Some("/bin/sh")), &sink);
+        assert_eq!((counts.jobs, counts.warm, counts.opened, counts.requests, counts.dirs), (1, 1, 0, 0, 0));
+        assert!(sink.requests.lock().unwrap().is_empty() && sink.meta.lock().unwrap().is_empty());
+
+        // The file the sample takes last (the 8th of 8 spread over 40).
+        let sampled = Path::new(&order[7 * order.len() / WARM_SAMPLE]);
+        predictio::cache::evict(&FileRef::open(sampled).unwrap()).unwrap();
+        let counts = run_job(&job(replay, Some("/bin/sh")), &sink);
+        assert_eq!((counts.warm, counts.opened, counts.requests), (0, 40, 40));
+
+        let few = page_files(dir.path(), WARM_CHECK_FILES - 1);
+        for path in &few {
+            std::fs::read(path).unwrap();
+        }
+        let replay = plan_replay(&profile_of(&few[0], &few, 1), &WalkLimits::default(), &ReplayPacing::default());
+        let counts = run_job(&job(replay, None), &sink);
+        assert_eq!((counts.warm, counts.requests), (0, WARM_CHECK_FILES as u64 - 1));
     }
 
     /// Descriptors this process has open on files in `dir` (other tests of
@@ -693,7 +776,7 @@ mod tests {
     /// executor is done with its requests nothing is left open.
     #[test]
     fn descriptors_are_opened_by_the_replay_and_let_go_with_its_requests() {
-        let dir = tempfile::tempdir().unwrap();
+        let dir = tempfile::tempdir_in("/var/tmp").unwrap();
         let files = page_files(dir.path(), 300);
         let profile = profile_of(&files[0], &files, 1);
         let replay = plan_replay(&profile, &WalkLimits::default(), &ReplayPacing::default());
@@ -717,7 +800,7 @@ mod tests {
 
     #[test]
     fn a_replay_opens_at_most_its_cap_of_files() {
-        let dir = tempfile::tempdir().unwrap();
+        let dir = tempfile::tempdir_in("/var/tmp").unwrap();
         let files = page_files(dir.path(), 4);
         let one = ReplayFile {
             identity: predictio::launch::FileIdentity::of_path(&files[0]).unwrap(),
