@@ -790,18 +790,22 @@ impl SharedObserver {
     }
 }
 
-/// Whether database page `page_no` (its `bytes`) is a leaf of an index
-/// B-tree, by its header's flag byte alone.
-fn is_index_leaf(page_no: u32, bytes: &[u8]) -> bool {
-    let header = if page_no == 1 { sqlite::HEADER_SIZE } else { 0 };
-    bytes.get(header).copied() == Some(sqlite::LEAF_INDEX)
+/// The B-tree page flag of database page `page_no` (its `bytes`): the
+/// first byte of its page header, after the file header on page 1.
+fn page_flag(page_no: u32, bytes: &[u8]) -> Option<u8> {
+    bytes.get(if page_no == 1 { sqlite::HEADER_SIZE } else { 0 }).copied()
 }
 
-/// Whether database page `page_no` (its `bytes`) is an interior page of a
-/// table or an index B-tree, by its header's flag byte alone.
+/// Whether database page `page_no` is a leaf of an index B-tree, by its
+/// flag alone.
+fn is_index_leaf(page_no: u32, bytes: &[u8]) -> bool {
+    page_flag(page_no, bytes) == Some(sqlite::LEAF_INDEX)
+}
+
+/// Whether database page `page_no` is an interior page of a table or an
+/// index B-tree, by its flag alone.
 fn is_interior(page_no: u32, bytes: &[u8]) -> bool {
-    let header = if page_no == 1 { sqlite::HEADER_SIZE } else { 0 };
-    matches!(bytes.get(header).copied(), Some(sqlite::INTERIOR_TABLE | sqlite::INTERIOR_INDEX))
+    matches!(page_flag(page_no, bytes), Some(sqlite::INTERIOR_TABLE | sqlite::INTERIOR_INDEX))
 }
 
 /// The number of the database page a read of `len` bytes at `offset` is,
