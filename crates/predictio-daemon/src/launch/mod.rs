@@ -173,6 +173,12 @@ impl Scores {
         self.with(|b| b.replayer = Some(totals));
     }
 
+    /// Whether the replayer found the launch by process `pid` warm and
+    /// replayed nothing ([`ReplayTotals::take_warm`]).
+    fn found_warm(&self, pid: u32) -> bool {
+        self.with(|b| b.replayer.as_ref().is_some_and(|totals| totals.take_warm(pid)))
+    }
+
     fn with<R>(&self, f: impl FnOnce(&mut Board) -> R) -> R {
         f(&mut self.inner.lock().unwrap_or_else(|e| e.into_inner()))
     }
@@ -237,7 +243,8 @@ const FLUSH_EVERY: Duration = Duration::from_secs(60);
 
 /// Scores the replayed launch `done` against `replayed`, the replay its exec
 /// handed over, into `scores`, and retires its profile (out of `book`) if
-/// its replays do not pay. True when it retired it.
+/// its replays do not pay. True when it retired it. A launch the replayer
+/// found warm is not scored.
 fn score_replay(
     config: &LaunchSection,
     scores: &Scores,
@@ -247,6 +254,12 @@ fn score_replay(
     done: &FinishedLaunch,
 ) -> bool {
     if replayed.exe.is_empty() {
+        return false;
+    }
+    if scores.found_warm(done.pid) {
+        // Its files were cached: nothing was replayed, and how long it took
+        // says nothing of what a replay gains (it is not a cold launch).
+        tracing::debug!(exe = %replayed.exe, "warm launch not scored");
         return false;
     }
     let score = predictio::launch::score::score(&done.recorder, replayed, config.shadow);
@@ -787,6 +800,44 @@ mod tests {
         assert_eq!(scores3.benefit(&exe, "prog"), Some(Benefit::default()));
         flush_scores(&config, &scores3);
         assert_eq!(stored_benefit(&config, &exe), Benefit::default());
+    }
+
+    /// Regression: warm launches of a learned program were scored like
+    /// cold ones, and a profile whose replayed (warm) launches took no less
+    /// than its cold launches without a replay was retired, so that the
+    /// next cold launch went unhelped. A launch the replayer found warm is
+    /// not scored at all; the same launches found cold are.
+    #[test]
+    fn launches_the_replayer_found_warm_are_not_scored() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let config = LaunchSection { store: dir.path().join("store"), ..LaunchSection::default() };
+        let prog = held(dir.path(), "prog", 2048);
+        let (mut namer, mut first_runs, book, scores) =
+            (Namer::new(), FirstRuns::new(16, 1 << 20), ReplayBook::default(), Scores::new(false));
+        let totals = ReplayTotals::default();
+        scores.follow(totals.clone());
+        for ms in [300, 320] {
+            learn(&config, &mut namer, &mut first_runs, finished(&prog, "prog", 2048, ms), &book, &scores)
+                .expect("store");
+        }
+        let key = LaunchKey::new(prog.id, "prog");
+        let replayed = book.get(&key).expect("booked");
+        let exe = prog_path(dir.path());
+        for _ in 0..5 {
+            // As long as a cold launch: retired by duration if scored.
+            let mut done = finished(&prog, "prog", 10, 400);
+            done.replay = Some(Arc::clone(&replayed));
+            totals.mark_warm(done.pid);
+            assert!(!score_replay(&config, &scores, &book, &key, &replayed, &done));
+        }
+        assert_eq!(scores.benefit(&exe, "prog").expect("known").scored, 0, "warm launches are not scored");
+        assert!(book.get(&key).is_some(), "still booked");
+        let retired = (0..3).map(|_| {
+            let mut done = finished(&prog, "prog", 10, 400);
+            done.replay = Some(Arc::clone(&replayed));
+            score_replay(&config, &scores, &book, &key, &replayed, &done)
+        });
+        assert_eq!(retired.collect::<Vec<_>>(), [false, false, true], "found cold, the same launches are");
     }
 
     fn stored_benefit(config: &LaunchSection, exe: &str) -> Benefit {

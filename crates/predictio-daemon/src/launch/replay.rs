@@ -305,12 +305,38 @@ pub struct Replayer {
 /// A [`Replayer`]'s running totals, readable from any thread (the daemon's
 /// status) while the replayer runs.
 #[derive(Clone, Debug, Default)]
-pub struct ReplayTotals(Arc<[AtomicU64; 10]>);
+pub struct ReplayTotals {
+    sums: Arc<[AtomicU64; 10]>,
+    /// The launching processes of the last [`WARM_KEPT`] jobs found warm.
+    warm: Arc<std::sync::Mutex<std::collections::VecDeque<u32>>>,
+}
+
+/// Launching processes remembered as found warm, the latest.
+pub const WARM_KEPT: usize = 64;
 
 impl ReplayTotals {
+    /// Whether the replay of the launch by process `pid` found it warm
+    /// (and replayed nothing); forgets it. Such a launch says nothing of
+    /// whether its profile pays: it is not scored.
+    pub fn take_warm(&self, pid: u32) -> bool {
+        let mut warm = self.warm.lock().unwrap_or_else(|e| e.into_inner());
+        let found = warm.iter().position(|&p| p == pid);
+        found.map(|i| warm.remove(i)).is_some()
+    }
+
+    /// Remembers that the replay of the launch by process `pid` found it
+    /// warm.
+    pub(crate) fn mark_warm(&self, pid: u32) {
+        let mut warm = self.warm.lock().unwrap_or_else(|e| e.into_inner());
+        if warm.len() >= WARM_KEPT {
+            warm.pop_front();
+        }
+        warm.push_back(pid);
+    }
+
     /// What the replayer's jobs did so far.
     pub fn counts(&self) -> ReplayCounts {
-        let t = |i: usize| self.0[i].load(Ordering::Relaxed);
+        let t = |i: usize| self.sums[i].load(Ordering::Relaxed);
         ReplayCounts {
             jobs: t(0),
             opened: t(1),
@@ -328,7 +354,7 @@ impl ReplayTotals {
     fn store(&self, c: &ReplayCounts) {
         let values =
             [c.jobs, c.opened, c.changed, c.missing, c.capped, c.dirs, c.requests, c.refused, c.shadowed, c.warm];
-        for (sum, value) in self.0.iter().zip(values) {
+        for (sum, value) in self.sums.iter().zip(values) {
             sum.store(value, Ordering::Relaxed);
         }
     }
@@ -398,6 +424,9 @@ pub fn start_replayer_with(
                 run_job(&job, &*sink)
             };
             tracing::debug!(exe = %job.replay.exe, part = ?job.part, ?counts, shadow, "replayed");
+            if counts.warm > 0 {
+                sums.mark_warm(job.pid);
+            }
             total.add(&counts);
             sums.store(&total);
             after_job();
