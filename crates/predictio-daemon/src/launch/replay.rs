@@ -156,9 +156,10 @@ pub const WARM_CHECK_FILES: usize = 24;
 /// Ranges of one sampled file whose residency is looked at, spread over it.
 const WARM_RANGES: usize = 16;
 
-/// Whether the launch `files` are for looks warm: [`WARM_SAMPLE`] of them,
-/// spread over their order, each still the learned file and resident over
-/// the pages asked of it (up to [`WARM_RANGES`] of its ranges looked at).
+/// Whether the launch `files` are for looks warm: [`WARM_SAMPLE`] of them
+/// still as learned, taken from twice as many spread over their order, each
+/// resident over the pages asked of it (up to [`WARM_RANGES`] of its ranges
+/// looked at); one that is not makes the launch cold.
 /// A replay on a warm cache only skips resident pages, but opening the
 /// profile's files, looking at every range and listing its directories
 /// cost a warm launch of a large program several milliseconds of CPU.
@@ -166,16 +167,34 @@ fn looks_warm(files: &[ReplayFile]) -> bool {
     if files.len() < WARM_CHECK_FILES {
         return false;
     }
+    // `Some(resident)` for a file still as learned; a file the launch
+    // rewrites each time (its output, a temporary file) is another file by
+    // now and says nothing: the next candidate is looked at instead.
     let resident_as_asked = |f: &ReplayFile| {
         let mut ignored = ReplayCounts::default();
-        let Some(file) = open_checked(&f.identity, &mut ignored) else { return false };
+        let file = open_checked(&f.identity, &mut ignored)?;
         let step = f.ranges.len().div_ceil(WARM_RANGES).max(1);
-        f.ranges
-            .iter()
-            .step_by(step)
-            .all(|r| predictio::cache::cache_stat(&file, *r).is_ok_and(|stat| stat.nr_cache >= r.len()))
+        Some(
+            f.ranges
+                .iter()
+                .step_by(step)
+                .all(|r| predictio::cache::cache_stat(&file, *r).is_ok_and(|stat| stat.nr_cache >= r.len())),
+        )
     };
-    (0..WARM_SAMPLE).all(|k| resident_as_asked(&files[k * files.len() / WARM_SAMPLE]))
+    // Twice the sample's candidates, spread over the order.
+    let candidates = (0..2 * WARM_SAMPLE).map(|k| k * files.len() / (2 * WARM_SAMPLE));
+    let mut checked = 0;
+    for i in candidates {
+        match resident_as_asked(&files[i]) {
+            Some(false) => return false,
+            Some(true) => checked += 1,
+            None => {}
+        }
+        if checked == WARM_SAMPLE {
+            return true;
+        }
+    }
+    false
 }
 
 /// Opens `identity`'s path as a record's path is opened
@@ -707,9 +726,9 @@ mod tests {
 
     /// A launch whose sampled files are all resident over the pages asked
     /// of them replays nothing: no file is opened for it, nothing asked of
-    /// the executor, no directory listed. One sampled file out of the cache
-    /// is enough for the whole replay to run; a job of few files always
-    /// runs.
+    /// the executor, no directory listed. A sampled file rewritten since it
+    /// was learned is passed over; one out of the cache is enough for the
+    /// whole replay to run; a job of few files always runs.
     #[test]
     fn a_warm_launch_is_not_replayed() {
         let dir = tempfile::tempdir_in("/var/tmp").unwrap();
@@ -725,11 +744,20 @@ mod tests {
         assert_eq!((counts.jobs, counts.warm, counts.opened, counts.requests, counts.dirs), (1, 1, 0, 0, 0));
         assert!(sink.requests.lock().unwrap().is_empty() && sink.meta.lock().unwrap().is_empty());
 
-        // The file the sample takes last (the 8th of 8 spread over 40).
-        let sampled = Path::new(&order[7 * order.len() / WARM_SAMPLE]);
+        // A sampled file the launch rewrote (another file now) is passed
+        // over for the next candidate.
+        let rewritten = Path::new(&order[0]);
+        std::fs::remove_file(rewritten).unwrap();
+        std::fs::write(rewritten, vec![1u8; 4096]).unwrap();
+        let counts = run_job(&job(replay.clone(), Some("/bin/sh")), &sink);
+        assert_eq!((counts.warm, counts.opened), (1, 0));
+
+        // One checked file out of the cache (the eighth of the sample's
+        // candidates, the first seven still as learned) makes it cold.
+        let sampled = Path::new(&order[8 * order.len() / (2 * WARM_SAMPLE)]);
         predictio::cache::evict(&FileRef::open(sampled).unwrap()).unwrap();
         let counts = run_job(&job(replay, Some("/bin/sh")), &sink);
-        assert_eq!((counts.warm, counts.opened, counts.requests), (0, 40, 40));
+        assert_eq!((counts.warm, counts.opened, counts.changed, counts.requests), (0, 39, 1, 39));
 
         let few = page_files(dir.path(), WARM_CHECK_FILES - 1);
         for path in &few {
