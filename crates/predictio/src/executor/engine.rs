@@ -110,13 +110,13 @@ struct FileState {
     checked: Instant,
 }
 
-/// A read issued through a backend that reports no completion, until it
-/// settles.
 /// How often an idle worker looks at the reads still unsettled
 /// ([`Engine::release_idle`]): they leave by [`Limits::settle_timeout`]
 /// at the latest, so a burst costs at most a few dozen such wake-ups.
 const IDLE_SETTLE_PROBE: Duration = Duration::from_millis(5);
 
+/// A read issued through a backend that reports no completion, until it
+/// settles.
 #[derive(Debug)]
 struct Unsettled {
     file: FileRef,
@@ -664,6 +664,12 @@ impl Engine {
         self.finish(&mut done);
         self.completions = done;
         ok
+    }
+
+    /// Whether reads issued without a completion are still watched until
+    /// they settle (each holding its file's descriptor).
+    pub fn has_unsettled(&self) -> bool {
+        !self.unsettled.is_empty()
     }
 
     /// With nothing queued: lets go of the unsettled reads that have

@@ -533,6 +533,14 @@ impl Executor {
         engine.execute(request);
         engine.expire_hits(Instant::now());
         self.shared.processed.fetch_add(1, Ordering::SeqCst);
+        let unsettled = engine.has_unsettled();
+        drop(engine);
+        // The reads it left unsettled are the worker's to let go as they
+        // settle (`Engine::release_idle`): a parked worker would hold them,
+        // and their descriptors, until the next request.
+        if unsettled && let Some(worker) = self.worker() {
+            self.shared.parking.wake(worker);
+        }
         None
     }
 
@@ -836,10 +844,7 @@ fn worker_loop(shared: Arc<Shared>, engine: Arc<Mutex<Engine>>, gate: &meta::Exe
         // again in a second while some are outstanding. With neither it
         // sleeps until woken.
         let expiring = (shared.accounting.outstanding_pages() > 0).then_some(Duration::from_secs(1));
-        let deadline = match (settling, expiring) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
+        let deadline = settling.into_iter().chain(expiring).min();
         shared.parking.park_unless(deadline, || !shared.queue.is_empty() || shared.stop.load(Ordering::SeqCst));
     }
 }
