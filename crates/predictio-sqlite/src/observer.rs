@@ -382,9 +382,9 @@ pub struct DbObserver {
     /// Whether reads are left unobserved for now (a warm cache).
     gate: WarmGate,
     /// Interior pages a lazy observer read before its runtime started, kept
-    /// as read (at most [`STASH_BYTES`]): learnt when it starts.
+    /// as read (at most [`STASH_BYTES`] of them, each a whole page): learnt
+    /// when it starts.
     stash: Vec<(u32, Box<[u8]>)>,
-    stash_bytes: usize,
     /// The index leaf read last before the runtime started, taken in when
     /// it starts.
     last_index_leaf: Option<(u32, Box<[u8]>)>,
@@ -425,7 +425,6 @@ impl DbObserver {
             starting: false,
             gate: WarmGate::default(),
             stash: Vec::new(),
-            stash_bytes: 0,
             last_index_leaf: None,
         }
     }
@@ -469,7 +468,6 @@ impl DbObserver {
         }
         let Some(id) = self.open_file(prefetcher) else { return };
         let (stash, last_index_leaf) = (std::mem::take(&mut self.stash), self.last_index_leaf.take());
-        self.stash_bytes = 0;
         let Some(known) = self.known.as_mut() else { return };
         if known.id != id {
             // Another file under the same name since the header was read:
@@ -509,10 +507,10 @@ impl DbObserver {
         if self.stash.iter().any(|(p, kept)| *p == page_no && **kept == *bytes) {
             return true;
         }
-        if self.stash_bytes + bytes.len() > STASH_BYTES {
+        // Every kept read is one whole page of the file.
+        if (self.stash.len() + 1) * bytes.len() > STASH_BYTES {
             return false;
         }
-        self.stash_bytes += bytes.len();
         self.stash.push((page_no, bytes.into()));
         true
     }

@@ -123,10 +123,10 @@ pub struct ReplayCounts {
     /// scores replays without issuing them.
     #[serde(default)]
     pub shadowed: u64,
-    /// Jobs of those that found the launch warm and replayed nothing: every
-    /// one of [`WARM_SAMPLE`] files spread over the job was resident over
-    /// the pages the job asks of it (jobs of at least [`WARM_CHECK_FILES`]
-    /// files).
+    /// Jobs of those that found the launch warm and replayed nothing: each
+    /// of [`WARM_SAMPLE`] files spread over the job, still as learned, was
+    /// resident over the pages the job asks of it (jobs of at least
+    /// [`WARM_CHECK_FILES`] files; see `looks_warm`).
     #[serde(default)]
     pub warm: u64,
 }
