@@ -23,13 +23,13 @@ use std::time::Duration;
 
 use crossbeam_queue::ArrayQueue;
 
-use crate::event::{Event, EventKind, EventKinds};
+use crate::event::{AccessKind, Event, EventKind, EventKinds};
 use crate::executor::Executor;
 use crate::file::FileRef;
 use crate::hints::{Hint, QueueCharge};
 use crate::page::PageRange;
 use crate::policy::Policy;
-use crate::resolve::{Resolver, ResolverConfig};
+use crate::resolve::{Resolver, ResolverConfig, Through};
 use crate::runtime::{Runtime, RuntimeStats};
 
 /// One item on the queue: an event, with the descriptor of its file when the
@@ -424,12 +424,14 @@ fn feed_accounting(executor: &Executor, event: &Event) {
 }
 
 /// The process and file of an observed event, when it has both.
-fn observed(event: &Event) -> Option<(u32, crate::file::FileId)> {
+fn observed(event: &Event) -> Option<(u32, crate::file::FileId, Through)> {
     match event {
-        Event::PageAccess { pid, file, .. } | Event::PageMiss { pid, file, .. } | Event::FileOpen { pid, file, .. } => {
-            Some((*pid, *file))
+        Event::PageAccess { pid, file, kind: AccessKind::Read, .. } | Event::FileOpen { pid, file, .. } => {
+            Some((*pid, *file, Through::Descriptors))
         }
-        Event::Exec { pid, exe, .. } => Some((*pid, *exe)),
+        Event::PageAccess { pid, file, .. } => Some((*pid, *file, Through::Mappings)),
+        Event::PageMiss { pid, file, .. } => Some((*pid, *file, Through::Either)),
+        Event::Exec { pid, exe, .. } => Some((*pid, *exe, Through::Mappings)),
         _ => None,
     }
 }
@@ -447,6 +449,8 @@ const MAX_CHECKED_FILES: usize = 1 << 16;
 #[derive(Default)]
 struct ModelDetector {
     checked: std::collections::HashSet<crate::file::FileId>,
+    /// Checked files whose first bytes are no model's.
+    plain: std::collections::HashSet<crate::file::FileId>,
     /// Files whose first page was not resident yet, and when to look again.
     later: HashMap<crate::file::FileId, std::time::Instant>,
     reader: crate::model::header::HeaderReader,
@@ -458,6 +462,7 @@ impl ModelDetector {
     fn detect(&mut self, file: &crate::file::FileRef) -> Option<Event> {
         if self.checked.len() + self.later.len() >= MAX_CHECKED_FILES {
             self.checked.clear();
+            self.plain.clear();
             self.later.clear();
         }
         let id = file.id();
@@ -475,14 +480,37 @@ impl ModelDetector {
         }
         self.later.remove(&id);
         self.checked.insert(id);
-        let layout = self.reader.read(file, now)?;
-        Some(crate::model::header::layout_event(id, &layout))
+        match self.reader.read(file, now) {
+            crate::model::header::Header::Layout(layout) => Some(crate::model::header::layout_event(id, &layout)),
+            crate::model::header::Header::NotAModel => {
+                self.plain.insert(id);
+                None
+            }
+            crate::model::header::Header::Unknown => None,
+        }
+    }
+
+    /// Whether `file` was checked and is no model.
+    fn is_plain(&self, file: crate::file::FileId) -> bool {
+        self.plain.contains(&file)
     }
 
     /// `TensorLayout` events of the headers the background reader finished.
     fn finished(&mut self) -> Vec<Event> {
         self.reader.finished().iter().map(|(file, layout)| crate::model::header::layout_event(*file, layout)).collect()
     }
+}
+
+/// Whether `file` was looked at and is neither a database the B-tree
+/// watcher follows nor a model: found only to be looked at, it need not be
+/// found again.
+fn known_plain(
+    runtime: &Runtime,
+    databases: &crate::btree::observe::DbWatcher,
+    models: &ModelDetector,
+    file: crate::file::FileId,
+) -> bool {
+    databases.is_not_database(file) && (models.is_plain(file) || !runtime.wants(EventKind::TensorLayout))
 }
 
 fn dispatch_loop(shared: Arc<Shared>, mut runtime: Runtime, executor: Arc<Executor>, mut resolver: Option<Resolver>) {
@@ -497,12 +525,14 @@ fn dispatch_loop(shared: Arc<Shared>, mut runtime: Runtime, executor: Arc<Execut
             let newly_held = if let Some(file) = incoming.file {
                 Some(file)
             } else if let Some(resolver) = resolver.as_mut()
-                && let Some((pid, id)) = observed(&incoming.event)
-                && (runtime.wants_files_of(incoming.event.kind())
-                    || incoming.event.kind() == EventKind::PageAccess && runtime.wants(EventKind::TreeChildEnter))
+                && let Some((pid, id, through)) = observed(&incoming.event)
+                && (runtime.wants_file_of(incoming.event.kind(), id)
+                    || incoming.event.kind() == EventKind::PageAccess
+                        && runtime.wants(EventKind::TreeChildEnter)
+                        && !known_plain(&runtime, &databases, &models, id))
                 && runtime.files().get(id).is_none()
             {
-                let found = resolver.resolve(pid, id);
+                let found = resolver.resolve(pid, id, through);
                 let counter = if found.is_some() { &shared.counters.resolved } else { &shared.counters.unresolved };
                 counter.fetch_add(1, Ordering::Relaxed);
                 found
@@ -578,6 +608,48 @@ mod tests {
             stop: AtomicBool::new(false),
         });
         EventSender { shared, dispatcher: thread::current() }
+    }
+
+    /// Refuses everything: what a runtime in a test submits goes nowhere.
+    struct Refuse;
+
+    impl crate::executor::RequestSink for Refuse {
+        fn submit(&self, _: crate::request::Request) -> Result<(), crate::executor::SubmitError> {
+            Err(crate::executor::SubmitError::Unsupported)
+        }
+    }
+
+    /// A file the B-tree watcher and the model detector have looked at and
+    /// found plain is not looked for again (through `/proc`) once the
+    /// runtime lets it go; a database is, and a file not yet looked at.
+    #[test]
+    fn a_file_found_plain_is_not_looked_for_again() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let write = |name: &str, bytes: &[u8]| {
+            let path = dir.path().join(name);
+            std::fs::write(&path, bytes).expect("write");
+            FileRef::open(&path).expect("open")
+        };
+        let plain = write("plain", &[b'x'; 8192]);
+        // A SQLite header: 4 KiB pages, file formats 1, no reserved bytes,
+        // payload fractions 64/32/32, one page.
+        let mut db = b"SQLite format 3\0".to_vec();
+        db.extend_from_slice(&[0x10, 0x00, 1, 1, 0, 64, 32, 32]);
+        db.extend_from_slice(&[0, 0, 0, 1, 0, 0, 0, 1]);
+        db.resize(8192, 0);
+        let database = write("db", &db);
+        let mut runtime = Runtime::with_sink(Arc::new(Refuse));
+        for name in ["btree", "tensor"] {
+            runtime.add_policy(crate::policies::by_name(name).expect("policy"));
+        }
+        let (mut databases, mut models) = (crate::btree::observe::DbWatcher::new(), ModelDetector::default());
+        for file in [&plain, &database] {
+            assert!(!known_plain(&runtime, &databases, &models, file.id()), "not looked at yet");
+            databases.on_access(file, crate::page::PageRange::new(0, 1), &mut Vec::new());
+            assert!(models.detect(file).is_none());
+        }
+        assert!(known_plain(&runtime, &databases, &models, plain.id()));
+        assert!(!known_plain(&runtime, &databases, &models, database.id()), "a database is watched");
     }
 
     fn layout(ranges: usize) -> Event {

@@ -172,6 +172,15 @@ pub trait Policy: Send {
     fn requests_observed_files(&self) -> bool {
         true
     }
+
+    /// Of the files its observed events name, whether it would request
+    /// `file` now (asked only when [`Policy::requests_observed_files`]). A
+    /// policy that follows only files it was told of (a plan's, a model's)
+    /// says so, and the dispatcher does not look through `/proc` for every
+    /// other file a process reads.
+    fn wants_observed_file(&self, _file: FileId) -> bool {
+        true
+    }
 }
 
 /// What policy unit tests share: real descriptors held in a [`FileTable`]

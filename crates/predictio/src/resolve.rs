@@ -21,7 +21,11 @@
 //! per file, at most one scan per process per [`ResolverConfig::rescan`], and
 //! at most [`ResolverConfig::max_scans_per_sec`] scans overall. Identities
 //! seen in a scan are remembered briefly, so the next files of the same
-//! process resolve without another scan.
+//! process resolve without another scan. A scan looks only where the access
+//! can name the file ([`Through`]): a `read()` through a descriptor, a fault
+//! through a mapping. A process's mappings are one `PROCMAP_QUERY` each (a
+//! debugger maps ~250), so a program reading files it closes at once (data,
+//! scripts, locales: never found) cost a scan of them all per launch.
 
 use std::collections::HashMap;
 use std::os::unix::fs::MetadataExt;
@@ -71,12 +75,33 @@ pub struct ResolverStats {
     pub not_found: u64,
 }
 
+/// Where a process's access to a file can be traced back to the file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Through {
+    /// Its open descriptors (`/proc/PID/fd`): a `read()`, an open.
+    Descriptors,
+    /// Its mappings (`/proc/PID/maps`): a page fault, an exec.
+    Mappings,
+    /// Either (a miss, which reads and faults both cause).
+    Either,
+}
+
+impl Through {
+    fn descriptors(self) -> bool {
+        self != Through::Mappings
+    }
+
+    fn mappings(self) -> bool {
+        self != Through::Descriptors
+    }
+}
+
 /// Resolves observed `(dev, ino)`s to descriptors through `/proc`.
 #[derive(Debug)]
 pub struct Resolver {
     config: ResolverConfig,
-    negative: HashMap<FileId, Instant>,
-    scanned: HashMap<u32, Instant>,
+    negative: HashMap<(FileId, Through), Instant>,
+    scanned: HashMap<(u32, Through), Instant>,
     seen: HashMap<FileId, (Seen, Instant)>,
     /// Reused by every scan.
     mappings: Vec<FileMapping>,
@@ -110,30 +135,30 @@ impl Resolver {
         self.stats
     }
 
-    /// A descriptor for `file`, found through process `pid`, if it can be
-    /// found within the bounds.
-    pub fn resolve(&mut self, pid: u32, file: FileId) -> Option<FileRef> {
+    /// A descriptor for `file`, found through process `pid` where `through`
+    /// says the access came from, if it can be found within the bounds.
+    pub fn resolve(&mut self, pid: u32, file: FileId, through: Through) -> Option<FileRef> {
         let now = Instant::now();
-        if self.negative.get(&file).is_some_and(|t| now.duration_since(*t) < self.config.negative_ttl) {
+        if self.negative.get(&(file, through)).is_some_and(|t| now.duration_since(*t) < self.config.negative_ttl) {
             self.stats.skipped += 1;
             return None;
         }
         if let Some(found) = self.open_seen(file, now) {
             return Some(found);
         }
-        let recently = self.scanned.get(&pid).is_some_and(|t| now.duration_since(*t) < self.config.rescan);
+        let recently = self.scanned.get(&(pid, through)).is_some_and(|t| now.duration_since(*t) < self.config.rescan);
         if recently || !self.take_scan_budget(now) {
             self.stats.skipped += 1;
             return None;
         }
         self.trim();
-        self.scanned.insert(pid, now);
-        self.scan(pid, now);
+        self.scanned.insert((pid, through), now);
+        self.scan(pid, through, now);
         match self.open_seen(file, now) {
             Some(found) => Some(found),
             None => {
                 self.stats.not_found += 1;
-                self.negative.insert(file, now);
+                self.negative.insert((file, through), now);
                 None
             }
         }
@@ -172,7 +197,9 @@ impl Resolver {
         match FileRef::open(&path) {
             Ok(found) if found.id() == file => {
                 self.stats.resolved += 1;
-                self.negative.remove(&file);
+                for through in [Through::Descriptors, Through::Mappings, Through::Either] {
+                    self.negative.remove(&(file, through));
+                }
                 Some(found)
             }
             _ => {
@@ -191,10 +218,12 @@ impl Resolver {
     /// `map_files` entry, before it, more still). Its `map_files` entry is
     /// opened only for the file asked for (the open checks the identity and
     /// that it is a regular file).
-    fn scan(&mut self, pid: u32, now: Instant) {
+    fn scan(&mut self, pid: u32, through: Through, now: Instant) {
         self.stats.scans += 1;
         let base = self.proc_root.join(pid.to_string());
-        if let Ok(entries) = std::fs::read_dir(base.join("fd")) {
+        if through.descriptors()
+            && let Ok(entries) = std::fs::read_dir(base.join("fd"))
+        {
             for entry in entries.flatten() {
                 let path = entry.path();
                 // metadata() follows the magic link to the file itself.
@@ -204,6 +233,9 @@ impl Resolver {
                     self.seen.insert(FileId { dev: meta.dev(), ino: meta.ino() }, (Seen::Fd(path), now));
                 }
             }
+        }
+        if !through.mappings() {
+            return;
         }
         let Some(maps) = open_regular_nonblocking(&base.join("maps")) else { return };
         self.mappings.clear();
@@ -282,7 +314,7 @@ mod tests {
         let meta = held.metadata().expect("stat");
         let id = FileId { dev: meta.dev(), ino: meta.ino() };
         let mut r = Resolver::new(ResolverConfig::default());
-        let found = r.resolve(std::process::id(), id).expect("found through /proc/self/fd");
+        let found = r.resolve(std::process::id(), id, Through::Descriptors).expect("found through /proc/self/fd");
         assert_eq!(found.id(), id);
         assert_eq!(r.stats().resolved, 1);
     }
@@ -291,12 +323,12 @@ mod tests {
     fn unknown_files_are_negatively_cached_and_scans_bounded() {
         let mut r = Resolver::new(ResolverConfig { max_scans_per_sec: 2, ..ResolverConfig::default() });
         let ghost = FileId { dev: u64::MAX, ino: 1 };
-        assert!(r.resolve(std::process::id(), ghost).is_none());
-        assert!(r.resolve(std::process::id(), ghost).is_none());
+        assert!(r.resolve(std::process::id(), ghost, Through::Either).is_none());
+        assert!(r.resolve(std::process::id(), ghost, Through::Either).is_none());
         let s = r.stats();
         assert_eq!((s.scans, s.not_found, s.skipped), (1, 1, 1));
         // Other files of the same pid within `rescan` do not rescan.
-        assert!(r.resolve(std::process::id(), FileId { dev: u64::MAX, ino: 2 }).is_none());
+        assert!(r.resolve(std::process::id(), FileId { dev: u64::MAX, ino: 2 }, Through::Either).is_none());
         assert_eq!(r.stats().scans, 1);
     }
 
@@ -313,7 +345,8 @@ mod tests {
             (FileId { dev: meta.dev(), ino: meta.ino() }, mapping)
         }; // the descriptor is closed: only the mapping is left
         let mut r = Resolver::new(ResolverConfig::default());
-        let found = r.resolve(std::process::id(), id).expect("found through /proc/self/maps and map_files");
+        let found =
+            r.resolve(std::process::id(), id, Through::Mappings).expect("found through /proc/self/maps and map_files");
         assert_eq!(found.id(), id);
     }
 
@@ -365,8 +398,48 @@ mod tests {
         .expect("write maps");
         std::os::unix::fs::symlink(&target, pid_dir.join("map_files/1000-2000")).expect("symlink");
         let mut r = Resolver::with_proc(ResolverConfig::default(), root.path());
-        let found = r.resolve(42, id).expect("found through the maps text and map_files");
+        let found = r.resolve(42, id, Through::Mappings).expect("found through the maps text and map_files");
         assert_eq!(found.id(), id);
+    }
+
+    /// A scan looks where the access came from: a file a process has only
+    /// open is not found through its mappings (and `maps` is not read),
+    /// one it has only mapped not through its descriptors; each is found
+    /// where it is, and by a miss (either).
+    #[test]
+    fn a_scan_looks_only_where_the_access_can_name_the_file() {
+        let root = tempfile::tempdir().expect("tempdir");
+        let dir = tempfile::tempdir().expect("tempdir");
+        let id_of = |path: &std::path::Path| {
+            let meta = std::fs::metadata(path).expect("stat");
+            FileId { dev: meta.dev(), ino: meta.ino() }
+        };
+        let (open, mapped) = (dir.path().join("open"), dir.path().join("mapped"));
+        std::fs::write(&open, b"o").expect("write");
+        std::fs::write(&mapped, b"m").expect("write");
+        let (open_id, mapped_id) = (id_of(&open), id_of(&mapped));
+        let pid_dir = root.path().join("42");
+        std::fs::create_dir_all(pid_dir.join("fd")).expect("mkdir");
+        std::fs::create_dir_all(pid_dir.join("map_files")).expect("mkdir");
+        std::os::unix::fs::symlink(&open, pid_dir.join("fd/3")).expect("symlink");
+        let dev = std::fs::metadata(&mapped).expect("stat").dev();
+        let (major, minor) = (libc::major(dev), libc::minor(dev));
+        std::fs::write(
+            pid_dir.join("maps"),
+            format!("1000-2000 r--p 00000000 {major:x}:{minor:x} {} /m\n", mapped_id.ino),
+        )
+        .expect("write maps");
+        std::os::unix::fs::symlink(&mapped, pid_dir.join("map_files/1000-2000")).expect("symlink");
+        // A resolver each: what one scan saw, it remembers for any access.
+        let resolve = |id, through| {
+            Resolver::with_proc(ResolverConfig::default(), root.path()).resolve(42, id, through).map(|f| f.id())
+        };
+        assert_eq!(resolve(mapped_id, Through::Descriptors), None, "mapped only: not among descriptors");
+        assert_eq!(resolve(open_id, Through::Mappings), None, "open only: not among mappings");
+        assert_eq!(resolve(mapped_id, Through::Mappings), Some(mapped_id));
+        assert_eq!(resolve(open_id, Through::Descriptors), Some(open_id));
+        assert_eq!(resolve(mapped_id, Through::Either), Some(mapped_id));
+        assert_eq!(resolve(open_id, Through::Either), Some(open_id));
     }
 
     /// A procfs-shaped tree whose `maps` is a FIFO and whose `fd` entry
@@ -391,12 +464,12 @@ mod tests {
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
             let mut r = Resolver::with_proc(ResolverConfig::default(), proc_root);
-            let first = r.resolve(42, id).map(|f| f.id());
+            let first = r.resolve(42, id, Through::Either).map(|f| f.id());
             // The entry now leads to a FIFO: the remembered path is tried
             // again without a scan.
             std::fs::remove_file(&swap).expect("rm");
             std::os::unix::fs::symlink(&fifo, &swap).expect("symlink");
-            let second = r.resolve(42, id).map(|f| f.id());
+            let second = r.resolve(42, id, Through::Either).map(|f| f.id());
             let _ = tx.send((first, second));
         });
         let got = rx.recv_timeout(std::time::Duration::from_secs(10)).expect("resolving must never wait on a FIFO");

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use crate::event::{Event, EventKind};
 use crate::executor::{Executor, RequestSink};
-use crate::file::FileRef;
+use crate::file::{FileId, FileRef};
 use crate::policy::{FileTable, Policy, PolicyContext, PolicyId};
 use crate::request::Request;
 
@@ -111,6 +111,16 @@ impl Runtime {
     /// (the pipeline resolves descriptors only for those).
     pub fn wants_files_of(&self, kind: EventKind) -> bool {
         self.resolve_kinds.contains(kind)
+    }
+
+    /// Whether a policy that requests observed files wants a descriptor of
+    /// `file` for events of `kind` ([`Policy::wants_observed_file`]).
+    pub fn wants_file_of(&self, kind: EventKind, file: FileId) -> bool {
+        self.resolve_kinds.contains(kind)
+            && self.by_kind[kind as usize].iter().any(|&i| {
+                let policy = &self.slots[i].policy;
+                policy.requests_observed_files() && policy.wants_observed_file(file)
+            })
     }
 
     /// The held files.

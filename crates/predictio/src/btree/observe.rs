@@ -165,6 +165,11 @@ impl DbWatcher {
         self.watched.len()
     }
 
+    /// Whether `file`'s first bytes were looked at and are no database's.
+    pub fn is_not_database(&self, file: FileId) -> bool {
+        self.not_databases.contains(&file)
+    }
+
     /// Reports that a program accessed `pages` (4 KiB page indices) of
     /// `file`; appends the descents this completes to `out`.
     pub fn on_access(&mut self, file: &FileRef, pages: PageRange, out: &mut Vec<Event>) {

@@ -61,6 +61,18 @@ struct Background {
     _thread: Option<JoinHandle<()>>,
 }
 
+/// What [`HeaderReader::read`] found.
+#[derive(Debug)]
+pub enum Header {
+    /// A model, its header parsed from the page cache.
+    Layout(ModelLayout),
+    /// Its first bytes, cached, are no model's.
+    NotAModel,
+    /// Not known now: its first bytes are not cached, its header went to
+    /// the background reader, or could not be parsed.
+    Unknown,
+}
+
 /// Reads model headers for the dispatcher (see the module docs).
 pub struct HeaderReader {
     /// The event path's budget: since when, and bytes copied since then.
@@ -87,21 +99,26 @@ impl HeaderReader {
         self.stats
     }
 
-    /// The layout of `file` if its first bytes are a model's and its whole
-    /// header is in the page cache (within the event path's budget). A model
-    /// whose header is not (or is over budget) is handed to the background
-    /// reader — its layout comes from [`HeaderReader::finished`] later — or
-    /// skipped, counted. Never waits on storage; the first call that defers
-    /// starts the background thread, which wakes the calling thread when it
-    /// has a layout.
-    pub fn read(&mut self, file: &FileRef, now: Instant) -> Option<ModelLayout> {
+    /// What `file` is: its layout ([`Header::Layout`]) if its first bytes
+    /// are a model's and its whole header is in the page cache (within the
+    /// event path's budget); [`Header::NotAModel`] if its first bytes, cached,
+    /// are no model's. A model whose header is not cached (or is over
+    /// budget) is handed to the background reader — its layout comes from
+    /// [`HeaderReader::finished`] later — or skipped, counted. Never waits on
+    /// storage; the first call that defers starts the background thread,
+    /// which wakes the calling thread when it has a layout.
+    pub fn read(&mut self, file: &FileRef, now: Instant) -> Header {
         use std::os::fd::AsFd;
         let mut first = [0u8; 16];
         let len = file.file().metadata().map_or(0, |m| m.len()).min(first.len() as u64) as usize;
         match crate::sys::pread_resident(file.as_fd(), &mut first[..len], 0) {
-            Ok(Some(n)) if n == len => super::detect(&first[..n])?,
-            // Not even the first bytes cached: nothing says it is a model.
-            _ => return None,
+            Ok(Some(n)) if n == len => {
+                if super::detect(&first[..n]).is_none() {
+                    return Header::NotAModel;
+                }
+            }
+            // Not even the first bytes cached: nothing says what it is.
+            _ => return Header::Unknown,
         };
         if now.duration_since(self.window.0) >= Duration::from_secs(1) {
             self.window = (now, 0);
@@ -111,16 +128,16 @@ impl HeaderReader {
             Ok((layout, bytes)) => {
                 self.window.1 += bytes;
                 self.stats.cached += 1;
-                Some(layout)
+                Header::Layout(layout)
             }
             Err(ModelError::NotResident { .. } | ModelError::OverBudget { .. }) => {
                 self.defer(file);
-                None
+                Header::Unknown
             }
             Err(err) => {
                 self.stats.failed += 1;
                 tracing::debug!(file = %file.id(), %err, "model header not parsed");
-                None
+                Header::Unknown
             }
         }
     }

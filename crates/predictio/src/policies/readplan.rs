@@ -543,6 +543,11 @@ impl Policy for ReadPlanPolicy {
         EventKinds::of(&[EventKind::ReadPlan, EventKind::PageAccess, EventKind::StreamRead])
     }
 
+    /// Reads of a file follow its plan only: no other file is requested.
+    fn wants_observed_file(&self, file: FileId) -> bool {
+        self.files.contains_key(&file)
+    }
+
     fn on_event(&mut self, event: &Event, ctx: &mut PolicyContext<'_>) {
         self.tick += 1;
         self.reclaim_stale(ctx);
@@ -639,6 +644,17 @@ mod tests {
             EventKinds::of(&[EventKind::ReadPlan, EventKind::PageAccess, EventKind::StreamRead])
         );
         assert!(crate::policies::NAMES.contains(&"readplan"));
+    }
+
+    /// Only a planned file's descriptor is wanted from observation: the
+    /// dispatcher is not sent through `/proc` for every file read.
+    #[test]
+    fn only_planned_files_are_wanted_from_observation() {
+        let mut b = Bench::new(ReadPlanConfig::default());
+        assert!(!b.policy.wants_observed_file(b.ids[0]));
+        b.plan(0, &[(0, 4)]);
+        assert!(b.policy.wants_observed_file(b.ids[0]));
+        assert!(!b.policy.wants_observed_file(b.ids[1]));
     }
 
     #[test]

@@ -632,6 +632,11 @@ impl Policy for TensorPolicy {
         EventKinds::of(&[EventKind::TensorLayout, EventKind::LayerStart, EventKind::PageAccess, EventKind::StreamRead])
     }
 
+    /// Accesses pace a model's plan only: no other file is requested.
+    fn wants_observed_file(&self, file: FileId) -> bool {
+        self.files.contains_key(&file)
+    }
+
     fn on_event(&mut self, event: &Event, ctx: &mut PolicyContext<'_>) {
         match event {
             Event::TensorLayout { file, ranges } => {
@@ -759,6 +764,17 @@ mod tests {
             }
         }
         seen
+    }
+
+    /// Only a model's descriptor is wanted from observation, once its
+    /// layout is known.
+    #[test]
+    fn only_laid_out_files_are_wanted_from_observation() {
+        let mut b = Bench::new(TensorConfig::default());
+        assert!(!b.policy.wants_observed_file(b.ids[0]));
+        b.layout(0, &[(0, 4), (4, 4)]);
+        assert!(b.policy.wants_observed_file(b.ids[0]));
+        assert!(!b.policy.wants_observed_file(b.ids[1]));
     }
 
     #[test]
