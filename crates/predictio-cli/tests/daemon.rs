@@ -406,3 +406,43 @@ fn the_daemon_notifies_readiness_once_its_sockets_exist() {
     let status = child.wait().expect("wait");
     assert!(status.success(), "{status}");
 }
+
+/// Beside a running daemon, `run -q` hands the command to it: the command
+/// is run's own process (exec'd, its parent run's), gets the daemon's hint
+/// socket and keeps its exit code. `--no-daemon`, or a daemon that is gone
+/// (its socket file left behind), keeps the runtime in `run`, with a
+/// private hint socket.
+#[test]
+fn run_quiet_hands_the_command_to_a_running_daemon() {
+    if !is_root() && skip("needs root to run the daemon") {
+        return;
+    }
+    let dir = common::disk_dir("predictio-handoff");
+    let store = dir.path().join("store");
+    let daemon = common::start_launch_daemon(dir.path(), &store, &[], "source = \"none\"\n", "");
+    let config = dir.path().join("predictio.toml");
+    let config = config.to_str().expect("utf8");
+    let show = "echo \"$PREDICTIO_HINT_SOCK $PPID\"";
+    let run = |extra: &[&str], script: &str| {
+        Command::new(bin())
+            .args(["run", "-q", "--config", config])
+            .args(extra)
+            .args(["--", "sh", "-c", script])
+            .output()
+    };
+    let handed = ok(&run(&[], show).expect("run"));
+    let daemon_socket = dir.path().join("hint.sock");
+    assert_eq!(
+        handed.trim(),
+        format!("{} {}", daemon_socket.display(), std::process::id()),
+        "the command runs in run's place, with the daemon's hint socket"
+    );
+    let code = run(&[], "exit 7").expect("run").status.code();
+    assert_eq!(code, Some(7), "the command's exit code");
+    let own = ok(&run(&["--no-daemon"], show).expect("run"));
+    assert!(own.contains("predictio-run"), "--no-daemon: a private hint socket, got {own:?}");
+    drop(daemon);
+    assert!(dir.path().join("control.sock").exists(), "a killed daemon leaves its socket file");
+    let alone = ok(&run(&[], show).expect("run"));
+    assert!(alone.contains("predictio-run"), "no daemon answers: run's own runtime, got {alone:?}");
+}

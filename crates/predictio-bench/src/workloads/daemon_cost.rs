@@ -23,8 +23,10 @@
 //!
 //! 4. **`predictio run`'s own cost**: a cold `true` against a cold
 //!    `predictio run -q -- true`, with no daemon and beside the running
-//!    daemon: what a user pays for prefixing a command that has no profile
-//!    and sends no hints ([`RUN_BAR_MS`] over the plain command at most).
+//!    daemon (given the daemon's configuration, where it finds the daemon
+//!    and hands the command to it): what a user pays for prefixing a
+//!    command that has no profile and sends no hints ([`RUN_BAR_MS`] over
+//!    the plain command at most).
 //!
 //! A/B cases are interleaved pass by pass, alternating which side runs
 //! first; the daemon is started before each of its passes and stopped
@@ -301,8 +303,9 @@ fn launch_case(label: String, secs: [Vec<f64>; 2], resident: f64, identical: boo
 }
 
 /// `predictio run -q -- true` against `true`, both from a cold cache,
-/// `pairs` interleaved pairs; with `beside` a daemon is started before
-/// each pass of either side and stopped after it.
+/// `pairs` interleaved pairs; with `beside` (its configuration) a daemon
+/// is started before each pass of either side and stopped after it, and
+/// `run` is given the daemon's configuration.
 fn run_cost(h: &Harness, setup: &Setup, beside: Option<&Path>, pairs: usize) -> Result<Case, BenchError> {
     // By its path, as `execvp` finds it: both sides run the same file.
     let truth = predictio::launch::command::find_program("true".as_ref())
@@ -311,7 +314,14 @@ fn run_cost(h: &Harness, setup: &Setup, beside: Option<&Path>, pairs: usize) -> 
         .to_string();
     let plain = vec![truth.clone()];
     let me = setup.me.display().to_string();
-    let wrapped = vec![me, "run".into(), "-q".into(), "--".into(), truth];
+    // Beside the daemon, `run` reads the daemon's configuration, as both
+    // read /etc/predictio/predictio.toml on an installed system (it finds
+    // the daemon by its control socket there).
+    let mut wrapped = vec![me, "run".into(), "-q".into()];
+    if let Some(config) = beside {
+        wrapped.extend(["--config".into(), config.display().to_string()]);
+    }
+    wrapped.extend(["--".into(), truth]);
     let label = match beside {
         None => "cold predictio run -- true, no daemon",
         Some(_) => "cold predictio run -- true, beside the daemon",
@@ -345,7 +355,15 @@ fn run_cost(h: &Harness, setup: &Setup, beside: Option<&Path>, pairs: usize) -> 
         resident,
         identical,
         [
-            ("command", "predictio run -q -- true".into()),
+            (
+                "command",
+                (if beside.is_some() {
+                    "predictio run -q --config DAEMON.toml -- true"
+                } else {
+                    "predictio run -q -- true"
+                })
+                .into(),
+            ),
             ("cache", "cold".into()),
             ("daemon", (if beside.is_some() { "running (default configuration)" } else { "none" }).into()),
         ],

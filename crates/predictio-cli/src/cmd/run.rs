@@ -2,6 +2,11 @@
 //! tree — no daemon needed. Kernel observation follows CMD and everything it
 //! forks; a private hint socket is handed to CMD in `PREDICTIO_HINT_SOCK`;
 //! the policies run; at the end the counters are printed.
+//!
+//! Beside a running daemon, `run -q` hands CMD to it instead
+//! ([`beside_daemon`]): the daemon observes every program and replays its
+//! launch at exec anyway, so `run` only puts the daemon's hint socket in
+//! CMD's environment and becomes CMD, setting nothing up of its own.
 
 use std::process::Command;
 use std::sync::Arc;
@@ -29,9 +34,17 @@ pub struct Args {
     /// Print the counters as JSON (to stderr) at the end.
     #[arg(long)]
     json: bool,
-    /// Print nothing of our own.
+    /// Print nothing of our own. Beside a running daemon that replays
+    /// launches (the control socket of `--config` answers), and without
+    /// --json, --policy, --store, --no-replay or --observe-from-start, CMD
+    /// is handed to the daemon: run execs it at once with the daemon's hint
+    /// socket, and the daemon observes and replays it as it does any
+    /// program (`predictio stat` shows its counters).
     #[arg(short, long)]
     quiet: bool,
+    /// Keep the runtime in this process even beside a running daemon.
+    #[arg(long)]
+    no_daemon: bool,
     /// The launch profile store: when it holds a profile of the command
     /// (see `predictio record`), its pages are replayed at exec.
     #[arg(long, default_value = predictio_daemon::launch::store::DEFAULT_DIR, value_name = "DIR")]
@@ -58,6 +71,17 @@ pub struct Args {
 
 /// Runs `run`; exits with the command's exit code.
 pub fn run(args: Args) -> Result<()> {
+    let settings = predictio_daemon::config::Config::load(args.config.as_deref())?;
+    if let Some(hint_socket) = beside_daemon(&args, &settings) {
+        let mut cmd = Command::new(&args.command[0]);
+        cmd.args(&args.command[1..]);
+        if let Some(socket) = hint_socket {
+            cmd.env("PREDICTIO_HINT_SOCK", socket);
+        }
+        // Only returns if the command could not be started.
+        let err = std::os::unix::process::CommandExt::exec(&mut cmd);
+        return Err(err).with_context(|| format!("starting {}", args.command[0]));
+    }
     let names: Vec<String> = if args.policies.is_empty() {
         predictio::policies::DEFAULT.iter().map(|s| s.to_string()).collect()
     } else {
@@ -71,7 +95,6 @@ pub fn run(args: Args) -> Result<()> {
             })?,
         );
     }
-    let settings = predictio_daemon::config::Config::load(args.config.as_deref())?;
     let replay = if args.no_replay {
         None
     } else {
@@ -267,6 +290,30 @@ pub fn run(args: Args) -> Result<()> {
     drop(socket_dir);
     let _ = std::io::Write::flush(&mut std::io::stdout());
     std::process::exit(code)
+}
+
+/// Whether to hand the command to a running daemon, and if so the hint
+/// socket to give it (`None` when the daemon takes no hints): with `-q` and
+/// nothing else that only this process's runtime does (its counters, other
+/// policies, another store, no replay, observation from the start), when
+/// the daemon replays launches and its control socket (from `settings`,
+/// the configuration the daemon runs with) accepts a connection. Both
+/// observing the command and both replaying its launch would do the work
+/// twice, and setting up a runtime of its own was most of what `run`
+/// costs a short command beside the daemon.
+fn beside_daemon(args: &Args, settings: &predictio_daemon::config::Config) -> Option<Option<std::path::PathBuf>> {
+    let only_quiet = args.quiet
+        && !args.no_daemon
+        && !args.json
+        && args.policies.is_empty()
+        && !args.no_replay
+        && !args.observe_from_start
+        && args.store.as_path() == std::path::Path::new(predictio_daemon::launch::store::DEFAULT_DIR);
+    if !only_quiet || !settings.launch.replay {
+        return None;
+    }
+    std::os::unix::net::UnixStream::connect(&settings.control.socket).ok()?;
+    Some(settings.hints.enabled.then(|| settings.hints.socket.clone()))
 }
 
 /// Follows `root` and every process it has forked by now (read from
