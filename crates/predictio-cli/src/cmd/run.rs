@@ -312,8 +312,18 @@ fn beside_daemon(args: &Args, settings: &predictio_daemon::config::Config) -> Op
     if !only_quiet || !settings.launch.replay {
         return None;
     }
-    std::os::unix::net::UnixStream::connect(&settings.control.socket).ok()?;
-    Some(settings.hints.enabled.then(|| settings.hints.socket.clone()))
+    answers(&settings.control.socket).then(|| settings.hints.enabled.then(|| settings.hints.socket.clone()))
+}
+
+/// Whether a listener at `path` accepts a connection now. Non-blocking: a
+/// daemon whose queue of connections is full (wedged) is not waited for.
+fn answers(path: &std::path::Path) -> bool {
+    use rustix::net::{AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
+    let flags = SocketFlags::NONBLOCK | SocketFlags::CLOEXEC;
+    let Ok(socket) = rustix::net::socket_with(AddressFamily::UNIX, SocketType::STREAM, flags, None) else {
+        return false;
+    };
+    SocketAddrUnix::new(path).is_ok_and(|address| rustix::net::connect(&socket, &address).is_ok())
 }
 
 /// Follows `root` and every process it has forked by now (read from
@@ -411,6 +421,20 @@ impl Forwarded {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A listening socket answers; a socket file nobody listens on (a
+    /// daemon gone) and a missing path do not.
+    #[test]
+    fn a_daemon_answers_only_while_it_listens() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("control.sock");
+        assert!(!answers(&path), "no socket");
+        let listener = std::os::unix::net::UnixListener::bind(&path).expect("bind");
+        assert!(answers(&path), "listening");
+        drop(listener);
+        assert!(path.exists());
+        assert!(!answers(&path), "a socket left behind");
+    }
 
     #[test]
     fn the_parent_is_read_past_any_name() {
