@@ -88,7 +88,7 @@ pub const MAX_WAITING: usize = 64;
 /// seen, table or index).
 pub const MAX_PARENTS: usize = 1 << 20;
 
-/// Interior pages kept unlinked at most, before the first index leaf.
+/// Interior pages kept unlinked at most, before the first scan through an index.
 pub const MAX_UNLINKED: usize = MAX_PARENTS / 64;
 
 /// Maps keyed by database page number with a multiplicative hash: page
@@ -214,16 +214,19 @@ pub struct RowidLookahead {
     geometry: Geometry,
     tables: PageMap<TableInterior>,
     /// Each child page's parent, for table and index interior pages seen
-    /// (from the first index leaf on: see [`Self::link`]).
+    /// (from the first scan through an index on: see [`Self::link`]).
     parents: PageMap<u32>,
-    /// Interior pages seen before any index leaf, with their children, not
-    /// linked yet: a file read only through its rowids never needs the
-    /// links, and making one per child of every table interior page a
-    /// point read brings in cost more than the rest of following it.
+    /// Interior pages seen before any scan through an index, with their
+    /// children, not linked yet: a file read only through its rowids, or
+    /// through an index one row at a time, never needs the links, and
+    /// making one per child of every interior page a point read brings in
+    /// cost more than the rest of following it.
     unlinked: Vec<(u32, Box<[u32]>)>,
     /// Children in [`Self::unlinked`], held to [`MAX_PARENTS`] with the links.
     unlinked_children: usize,
-    /// An index leaf was seen: links are made as pages come.
+    /// A scan through an index was seen (or may be starting, for an
+    /// observer that reports reads by page number): links are made as
+    /// pages come.
     linking: bool,
     /// Index tree (top page) → table tree (top page).
     tables_of: HashMap<u32, u32>,
@@ -318,6 +321,11 @@ impl RowidLookahead {
     /// depth say so) is taken as [`Self::on_page`] takes a table leaf;
     /// anything else is passed over.
     pub fn on_page_number(&mut self, page_no: u32) -> Lookahead {
+        if self.deferred.is_some() {
+            // Which page this is, only the links can say: a scan may be
+            // starting after the unparsed index leaf.
+            self.start_linking();
+        }
         let (top, levels) = self.top_of(page_no);
         let under_table = self.parents.get(&page_no).is_some_and(|parent| self.tables.contains_key(parent));
         if levels > 0 && under_table && self.depth.get(&top) == Some(&levels) {
@@ -402,16 +410,21 @@ impl RowidLookahead {
         (at, levels)
     }
 
-    fn on_index_leaf(&mut self, page_no: u32, bytes: &[u8]) -> Lookahead {
-        if !self.linking {
-            // Lookups through an index from now on: the interior pages
-            // seen so far are linked, and the next ones as they come.
-            self.linking = true;
-            self.unlinked_children = 0;
-            for (parent, children) in std::mem::take(&mut self.unlinked) {
-                self.link(parent, &children);
-            }
+    /// Links the interior pages kept unlinked, and from now on each as it
+    /// comes: a scan through an index is to be followed (its leaves' and
+    /// table leaves' places in their trees are needed).
+    fn start_linking(&mut self) {
+        if self.linking {
+            return;
         }
+        self.linking = true;
+        self.unlinked_children = 0;
+        for (parent, children) in std::mem::take(&mut self.unlinked) {
+            self.link(parent, &children);
+        }
+    }
+
+    fn on_index_leaf(&mut self, page_no: u32, bytes: &[u8]) -> Lookahead {
         if self.confirmed < self.config.confirm {
             // No scan followed that could go on into it: a point read, or
             // a scan starting; the table leaves read next say which.
@@ -428,6 +441,7 @@ impl RowidLookahead {
     /// Takes in index leaf `page_no`, parsing its rowids (see
     /// [`Self::on_index_leaf`]).
     fn parse_index_leaf(&mut self, page_no: u32, bytes: &[u8]) -> Lookahead {
+        self.start_linking();
         let Ok(rowids) = sqlite::index_leaf_rowids(bytes, page_no, &self.geometry) else {
             self.leaf = None;
             return Lookahead::default();
@@ -945,17 +959,37 @@ mod tests {
     }
 
     #[test]
-    fn pages_are_linked_from_the_first_index_leaf_on() {
+    fn pages_are_linked_from_the_first_scan_through_an_index_on() {
         let mut look = RowidLookahead::new(geometry(), two());
         look.on_page(2, &table_interior(2, &[(10, 100), (11, 200)], 12));
         look.on_page(10, &table_leaf());
         assert!(look.parents.is_empty(), "a table read by rowid links nothing");
         assert_eq!(look.unlinked_children, 3);
+        // A point read through an index: an index leaf, one table leaf.
         look.on_page(20, &index_leaf(&[150, 250]));
-        assert_eq!(look.parents.len(), 3, "the first index leaf links what was seen");
+        look.on_page(11, &table_leaf());
+        assert!(look.parents.is_empty(), "a point read through an index links nothing");
+        // A second lookup after the index leaf: a scan.
+        look.on_page(21, &index_leaf(&[150, 250]));
+        look.on_page(11, &table_leaf());
+        look.on_page(12, &table_leaf());
+        assert_eq!(look.parents.len(), 3, "the first scan links what was seen");
         assert!(look.unlinked.is_empty() && look.unlinked_children == 0);
         look.on_page(3, &table_interior(3, &[(30, 100)], 31));
         assert_eq!(look.parents.get(&31), Some(&3), "and later pages as they come");
+    }
+
+    /// An observer that reports reads by page number (the bytes not cached
+    /// yet) links at its first read after an unparsed index leaf: only the
+    /// links can tell a table leaf there.
+    #[test]
+    fn a_read_by_page_number_after_an_index_leaf_links() {
+        let mut look = RowidLookahead::new(geometry(), two());
+        look.on_page(2, &table_interior(2, &[(10, 100), (11, 200)], 12));
+        look.on_page(20, &index_leaf(&[150, 250]));
+        assert!(look.parents.is_empty());
+        look.on_page_number(11);
+        assert_eq!(look.parents.get(&11), Some(&2));
     }
 
     #[test]
