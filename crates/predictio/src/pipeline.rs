@@ -631,11 +631,7 @@ mod tests {
             FileRef::open(&path).expect("open")
         };
         let plain = write("plain", &[b'x'; 8192]);
-        // A SQLite header: 4 KiB pages, file formats 1, no reserved bytes,
-        // payload fractions 64/32/32, one page.
-        let mut db = b"SQLite format 3\0".to_vec();
-        db.extend_from_slice(&[0x10, 0x00, 1, 1, 0, 64, 32, 32]);
-        db.extend_from_slice(&[0, 0, 0, 1, 0, 0, 0, 1]);
+        let mut db = crate::btree::sqlite::tests::header(4096, 2);
         db.resize(8192, 0);
         let database = write("db", &db);
         let mut runtime = Runtime::with_sink(Arc::new(Refuse));

@@ -107,14 +107,9 @@ impl Runtime {
         !self.by_kind[kind as usize].is_empty()
     }
 
-    /// Whether a policy that requests observed files wants events of `kind`
-    /// (the pipeline resolves descriptors only for those).
-    pub fn wants_files_of(&self, kind: EventKind) -> bool {
-        self.resolve_kinds.contains(kind)
-    }
-
     /// Whether a policy that requests observed files wants a descriptor of
-    /// `file` for events of `kind` ([`Policy::wants_observed_file`]).
+    /// `file` for events of `kind` ([`Policy::wants_observed_file`]): the
+    /// pipeline resolves descriptors only for those.
     pub fn wants_file_of(&self, kind: EventKind, file: FileId) -> bool {
         self.resolve_kinds.contains(kind)
             && self.by_kind[kind as usize].iter().any(|&i| {

@@ -716,9 +716,10 @@ mod tests {
         let mut rt = crate::runtime::Runtime::with_sink(Arc::new(Null));
         rt.add_policy(Box::new(LaunchPolicy::new(ReplayBook::default(), replay_channel().0)));
         assert!(rt.wants(EventKind::PageAccess));
-        assert!(!rt.wants_files_of(EventKind::PageAccess), "launch requests only files it was handed");
+        let any = FileId { dev: 1, ino: 1 };
+        assert!(!rt.wants_file_of(EventKind::PageAccess, any), "launch requests only files it was handed");
         rt.add_policy(crate::policies::by_name("stream").expect("stream policy"));
-        assert!(rt.wants_files_of(EventKind::PageAccess), "stream requests the files it observes");
+        assert!(rt.wants_file_of(EventKind::PageAccess, any), "stream requests the files it observes");
     }
 
     /// Regression: every booked replay held a descriptor per profiled file
