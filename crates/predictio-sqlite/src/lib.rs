@@ -1,14 +1,21 @@
-//! predictio's SQLite adapter: a loadable extension that registers a VFS
-//! shim (`predictio`, made the default) over the default VFS. The shim
-//! forwards every call to the real VFS and, for main database files, shows
-//! each page SQLite read to [`observer::DbObserver`]: interior b-tree pages
-//! are parsed ([`predictio::btree::sqlite::parse_page`]), a [`Traversal`]
-//! turns descents into `TreeChildEnter` events, and the `btree` policy in an
-//! embedded runtime ([`observer::Prefetcher`], one per process) prefetches
-//! the upcoming children. SQLite's reads are never changed: the shim only
-//! observes bytes the real VFS returned, and bad pages are passed over.
+//! predictio's SQLite adapter. Two shared objects:
 //!
-//! Loading (the shim wraps files opened *after* the load):
+//! - `libpredictio_sqlite.so`, the loadable extension a program loads: a
+//!   small VFS shim (`loader/loader.rs`, built by `build.rs` without std)
+//!   registered as `predictio`, made the default, over the default VFS. It
+//!   forwards every call to the real VFS and times the reads of main
+//!   database files; once they have waited long enough to pay for it, it
+//!   loads the runtime in the background and from then on shows it each
+//!   page SQLite read.
+//! - `libpredictio_sqlite_runtime.so`, this crate's cdylib: for each main
+//!   database a [`DbObserver`] parses the interior b-tree pages
+//!   ([`predictio::btree::sqlite::parse_page`]), a [`Traversal`] turns
+//!   descents into `TreeChildEnter` events, and the `btree` policy in an
+//!   embedded runtime ([`Prefetcher`], one per process) prefetches the
+//!   upcoming children.
+//!
+//! SQLite's reads are never changed: only bytes the real VFS returned are
+//! observed, and bad pages are passed over.
 //!
 //! ```text
 //! sqlite3 :memory:
@@ -17,21 +24,24 @@
 //! sqlite> SELECT predictio_stats();
 //! ```
 //!
-//! All `unsafe` code is in one private module, `vfs`: the FFI edge with
-//! SQLite's C API (the VFS method table and the extension's entry points).
-//! It makes no system call of its own: file I/O is the real VFS's, and the
-//! prefetch goes through predictio's core (`predictio::os`, its syscall
-//! edge).
+//! Rust programs that link SQLite themselves can use [`DbObserver`] and
+//! [`Prefetcher`] directly (`default-features = false` leaves out the
+//! loader's functions). All `unsafe` code of this crate is in one private
+//! module, `hooks`: the functions the loader calls.
 //!
 //! [`Traversal`]: predictio::btree::Traversal
 #![deny(unsafe_code)]
 
 #[cfg(feature = "extension")]
+#[path = "../loader/abi.rs"]
+#[allow(dead_code, missing_docs)]
+mod abi;
+#[cfg(feature = "extension")]
+mod hooks;
+#[cfg(feature = "extension")]
 mod json;
 pub mod observer;
-#[cfg(feature = "extension")]
-mod vfs;
 
-pub use observer::{DbObserver, Error, PrefetchStats, Prefetcher, SharedObserver};
 #[cfg(feature = "extension")]
-pub use vfs::{VFS_NAME, sqlite3_predictio_init};
+pub use hooks::predictio_sqlite_runtime_hooks;
+pub use observer::{DbObserver, Error, PrefetchStats, Prefetcher, SharedObserver};

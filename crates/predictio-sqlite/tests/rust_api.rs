@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use predictio::ExecutorConfig;
 use predictio::btree::sqlite;
-use predictio_sqlite::{DbObserver, Prefetcher};
+use predictio_sqlite_runtime::{DbObserver, Prefetcher};
 
 const PAGE: usize = 4096;
 

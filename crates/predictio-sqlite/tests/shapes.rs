@@ -393,6 +393,7 @@ struct Writer {
 impl Writer {
     fn start(db: &Path) -> Self {
         let mut child = Command::new("timeout")
+            .env("PREDICTIO_SQLITE_RUNTIME", "eager")
             .args([HANG_SECONDS, "sqlite3", ":memory:"])
             .stdin(Stdio::piped())
             .stdout(Stdio::null())

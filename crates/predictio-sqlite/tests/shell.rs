@@ -11,7 +11,7 @@ use std::process::{Command, Output};
 use predictio::testing::skip;
 
 mod common;
-use common::{HUNG, extension, have_sqlite3, run};
+use common::{HUNG, Runtime, extension, have_sqlite3, run, run_in};
 
 /// Rows in the test table: ~20k rows of 400-byte values, a 3-level tree.
 const ROWS: u32 = 20_000;
@@ -124,10 +124,16 @@ fn census_count(stdout: &str, label: &str, name: &str) -> u64 {
         .unwrap_or_else(|| panic!("no {name}= in {line:?}"))
 }
 
-/// Loading the extension starts no thread, opens no descriptor or socket
-/// (the runtime starts at the first read from the device), and a point read
-/// of a cached database through it starts no thread and holds no descriptor
-/// of its own either.
+/// The shell's `.system` line that prints `LABEL runtime=N`: how many of
+/// the sqlite3 process's mappings are of the runtime library.
+fn runtime_mapped(label: &str) -> String {
+    format!(".system echo {label} runtime=$(grep -c libpredictio_sqlite_runtime /proc/$PPID/maps)\n")
+}
+
+/// Loading the extension (the default, lazy loader) starts no thread, opens
+/// no descriptor or socket and maps nothing else, and a point read of a
+/// cached database through it starts no thread, holds no descriptor of its
+/// own and never loads the runtime.
 #[test]
 fn loading_starts_no_thread_and_a_cached_point_read_none_either() {
     if !have_sqlite3() {
@@ -139,17 +145,19 @@ fn loading_starts_no_thread_and_a_cached_point_read_none_either() {
     std::fs::read(&db).expect("read db");
     let script = |load: &str| {
         format!(
-            "{}{load}\n{}.open {}\nSELECT k, length(v) FROM usertable WHERE k = 'user0000012345';\n{}",
+            "{}{load}\n{}.open {}\nSELECT k, length(v) FROM usertable WHERE k = 'user0000012345';\n{}{}",
             census("before"),
             census("loaded"),
             db.display(),
             census("queried"),
+            runtime_mapped("queried"),
         )
     };
-    let out = run(&[":memory:"], &script(&format!(".load {}", extension().display())));
+    let out = run_in(Runtime::Lazy, &[":memory:"], &script(&format!(".load {}", extension().display())));
     assert!(out.status.success(), "sqlite3: {}", String::from_utf8_lossy(&out.stderr));
     let stdout = String::from_utf8_lossy(&out.stdout);
-    let plain = run(&[":memory:"], &script("-- no .load"));
+    assert!(stdout.contains("queried runtime=0"), "a cached point read loaded the runtime: {stdout}");
+    let plain = run_in(Runtime::Lazy, &[":memory:"], &script("-- no .load"));
     let plain = String::from_utf8_lossy(&plain.stdout);
     assert!(stdout.contains("user0000012345|400"), "{stdout}");
     let before = census_count(&stdout, "before", "tasks");
@@ -237,6 +245,64 @@ fn a_corrupt_database_fails_as_it_would_without_us() {
     assert_eq!(String::from_utf8_lossy(&with.stderr), String::from_utf8_lossy(&baseline.stderr));
 }
 
+/// The loader is small (what a cold `.load` reads), and with its default,
+/// lazy loading a cold scan whose reads wait loads the runtime in the
+/// background: the answers are the same, the runtime is mapped, and it
+/// followed the scan and prefetched.
+#[test]
+fn a_cold_scan_loads_the_runtime_in_the_background() {
+    if !have_sqlite3() {
+        return;
+    }
+    let size = std::fs::metadata(extension()).expect("stat the loader").len();
+    assert!(size < 64 * 1024, "the loader is {size} bytes: it is read whole by every cold load");
+    let dir = tempfile::tempdir_in("/var/tmp").expect("tempdir");
+    let db = build_db(dir.path());
+    let script = queries();
+    let baseline = plain(&db, &script);
+    assert!(baseline.status.success(), "baseline: {}", String::from_utf8_lossy(&baseline.stderr));
+    drop_cache(&db);
+    let full = format!(
+        ".load {}\n.open {}\n{script}{}SELECT predictio_stats();\n",
+        extension().display(),
+        db.display(),
+        runtime_mapped("scanned")
+    );
+    let with = run_in(Runtime::Lazy, &[":memory:"], &full);
+    assert!(with.status.success(), "with the extension: {}", String::from_utf8_lossy(&with.stderr));
+    let text = String::from_utf8(with.stdout).expect("utf-8 output");
+    let (body, last) = text.trim_end().rsplit_once('\n').expect("output and stats");
+    let (answers, mapped) = body.rsplit_once('\n').expect("answers and the census");
+    assert!(format!("{answers}\n").as_bytes() == baseline.stdout, "answers differ with the extension loaded");
+    assert!(mapped.starts_with("scanned runtime=") && mapped != "scanned runtime=0", "runtime not loaded: {mapped}");
+    let stats: serde_json::Value =
+        serde_json::from_str(last).unwrap_or_else(|e| panic!("predictio_stats() gave {last:?}: {e}"));
+    assert!(counter(&stats, &["events"]) > 10, "{stats}");
+    assert!(counter(&stats, &["executor", "issued_pages"]) > 0, "{stats}");
+    assert_eq!(counter(&stats, &["executor", "errors"]), 0, "{stats}");
+}
+
+/// With `PREDICTIO_SQLITE_RUNTIME=off` the shim only forwards: same
+/// answers, no runtime, and `predictio_stats()` says so.
+#[test]
+fn the_runtime_can_be_turned_off() {
+    if !have_sqlite3() {
+        return;
+    }
+    let dir = tempfile::tempdir_in("/var/tmp").expect("tempdir");
+    let db = build_db(dir.path());
+    let script = queries();
+    let baseline = plain(&db, &script);
+    drop_cache(&db);
+    let full = format!(".load {}\n.open {}\n{script}SELECT predictio_stats();\n", extension().display(), db.display());
+    let with = run_in(Runtime::Off, &[":memory:"], &full);
+    assert!(with.status.success(), "with the extension: {}", String::from_utf8_lossy(&with.stderr));
+    let text = String::from_utf8(with.stdout).expect("utf-8 output");
+    let (body, last) = text.trim_end().rsplit_once('\n').expect("output and stats");
+    assert!(format!("{body}\n").as_bytes() == baseline.stdout, "answers differ with the extension loaded");
+    assert_eq!(last, r#"{"runtime":"off","read_wait_us":0}"#);
+}
+
 #[test]
 fn python_load_extension() {
     if !have_sqlite3() {
@@ -259,7 +325,8 @@ print(c.execute('SELECT predictio_stats()').fetchone()[0])",
     // Debian's python3 is built with load_extension; a python3 earlier on
     // PATH (pyenv) may not be.
     let python = if Path::new("/usr/bin/python3").exists() { "/usr/bin/python3" } else { "python3" };
-    let Ok(out) = Command::new(python).arg("-c").arg(&code).arg(&db).output() else {
+    let Ok(out) = Command::new(python).env("PREDICTIO_SQLITE_RUNTIME", "eager").arg("-c").arg(&code).arg(&db).output()
+    else {
         skip("needs python3");
         return;
     };

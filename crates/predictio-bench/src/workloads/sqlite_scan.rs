@@ -32,8 +32,10 @@
 //!
 //! - **baseline**: the program as is.
 //! - **adapter** (treatment): the program loads `libpredictio_sqlite.so`
-//!   (`load_extension`) before opening the database: the VFS shim parses
-//!   the interior pages SQLite reads and drives the `btree` policy
+//!   (`load_extension`, from a copy installed in the data directory) before
+//!   opening the database: the loader's VFS shim times SQLite's reads and,
+//!   once they have waited long enough, loads the runtime library, which
+//!   parses the interior pages SQLite reads and drives the `btree` policy
 //!   in-process.
 //! - **nochange** (`nochange_s`): the unmodified program under
 //!   `predictio run --policy btree` (this binary): eBPF observes its reads,
@@ -185,21 +187,37 @@ fn python() -> PathBuf {
     if debian.exists() { debian.to_path_buf() } else { PathBuf::from("python3") }
 }
 
-/// `libpredictio_sqlite.so` next to this binary (cargo builds both into the
-/// same target directory), or `PREDICTIO_SQLITE_EXTENSION`.
-fn extension() -> Result<PathBuf, BenchError> {
-    if let Some(path) = BenchVar::SqliteExtension.get() {
-        return Ok(PathBuf::from(path));
+/// The extension as a program loads it once installed: the loader
+/// `libpredictio_sqlite.so` (next to this binary, or
+/// `PREDICTIO_SQLITE_EXTENSION`) and the runtime library beside it, copied
+/// into `<dir>/sqlite-extension/`. Not loaded from the build tree: a cold
+/// lookup in `target/release/`, a directory of thousands of entries, reads
+/// more directory blocks than loading the loader itself reads.
+fn extension(dir: &Path) -> Result<PathBuf, BenchError> {
+    let loader = match BenchVar::SqliteExtension.get() {
+        Some(path) => PathBuf::from(path),
+        None => {
+            std::env::current_exe().doing(|| "locating this binary".into())?.with_file_name("libpredictio_sqlite.so")
+        }
+    };
+    let runtime = loader.with_file_name("libpredictio_sqlite_runtime.so");
+    for file in [&loader, &runtime] {
+        if !file.exists() {
+            return Err(BenchError::Options(format!(
+                "{} not found: build it with `cargo build --release -p predictio-sqlite` (or set PREDICTIO_SQLITE_EXTENSION to the loader, with the runtime beside it)",
+                file.display()
+            )));
+        }
     }
-    let exe = std::env::current_exe().doing(|| "locating this binary".into())?;
-    let path = exe.with_file_name("libpredictio_sqlite.so");
-    if !path.exists() {
-        return Err(BenchError::Options(format!(
-            "{} not found: build it with `cargo build --release -p predictio-sqlite` (or set PREDICTIO_SQLITE_EXTENSION)",
-            path.display()
-        )));
+    let installed = dir.join("sqlite-extension");
+    std::fs::create_dir_all(&installed).doing(|| format!("creating {}", installed.display()))?;
+    for file in [&loader, &runtime] {
+        let name = file.file_name().unwrap_or_default();
+        let (to, tmp) = (installed.join(name), installed.join(".installing"));
+        std::fs::copy(file, &tmp).doing(|| format!("copying {}", file.display()))?;
+        std::fs::rename(&tmp, &to).doing(|| format!("installing {}", to.display()))?;
     }
-    Ok(path)
+    Ok(installed.join(loader.file_name().unwrap_or_default()))
 }
 
 /// The table, built once per row count and reused while its marker matches.
@@ -435,7 +453,7 @@ pub fn run(options: &BenchOptions) -> Result<Report, BenchError> {
         script,
         rowid_db,
         index_db,
-        extension: extension()?,
+        extension: extension(&options.dir)?,
         predictio: crate::harness::predictio_binary()?,
     };
     let mut out = Vec::new();

@@ -1,19 +1,29 @@
 //! What the shell tests share: the extension of this very build and the
 //! `sqlite3` shell.
+//!
+//! The shell runs with `PREDICTIO_SQLITE_RUNTIME=eager` (the runtime loaded
+//! at `.load`) unless a test asks for the default, lazy mode
+//! ([`run_in`]): the tests of what the runtime does on small databases
+//! would otherwise depend on whether their reads waited long enough to
+//! load it.
 
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 
-/// `libpredictio_sqlite.so` of this very build. Cargo builds the library
-/// unit with all its crate types into `<target>/<profile>/deps/`, next to
-/// this test binary; only `cargo build` copies it up a level, so `deps/` is
-/// the one that is never stale.
+/// The loader `libpredictio_sqlite.so` of this very build, beside the
+/// runtime library it loads. Cargo builds the library unit with all its
+/// crate types into `<target>/<profile>/deps/`, next to this test binary
+/// (and the build script writes the loader there too); only `cargo build`
+/// copies the runtime up a level, so `deps/` is the one that is never
+/// stale.
 pub fn extension() -> PathBuf {
     let exe = std::env::current_exe().expect("current_exe");
     let deps = exe.parent().expect("test binary has a directory");
     let lib = deps.join("libpredictio_sqlite.so");
-    assert!(lib.exists(), "{} not found: the crate's cdylib crate type produces it", lib.display());
+    assert!(lib.exists(), "{} not found: the crate's build script builds it", lib.display());
+    let runtime = deps.join("libpredictio_sqlite_runtime.so");
+    assert!(runtime.exists(), "{} not found: the crate's cdylib crate type produces it", runtime.display());
     lib
 }
 
@@ -36,11 +46,41 @@ pub const HANG_SECONDS: &str = "120";
 #[allow(dead_code)]
 pub const HUNG: i32 = 124;
 
-/// Runs the `sqlite3` shell with `args` and `script` on stdin, ended as hung
-/// after [`HANG_SECONDS`].
+/// How the loader loads the runtime (`PREDICTIO_SQLITE_RUNTIME`).
+#[derive(Clone, Copy, Debug)]
+pub enum Runtime {
+    /// At `.load`.
+    Eager,
+    /// The default: once the reads have waited long enough.
+    #[allow(dead_code)]
+    Lazy,
+    /// Never: the shim only forwards.
+    #[allow(dead_code)]
+    Off,
+}
+
+impl Runtime {
+    pub fn env(self) -> &'static str {
+        match self {
+            Runtime::Eager => "eager",
+            Runtime::Lazy => "lazy",
+            Runtime::Off => "off",
+        }
+    }
+}
+
+/// Runs the `sqlite3` shell with `args` and `script` on stdin, the runtime
+/// loaded eagerly, ended as hung after [`HANG_SECONDS`].
 #[track_caller]
 pub fn run(args: &[&str], script: &str) -> Output {
+    run_in(Runtime::Eager, args, script)
+}
+
+/// [`run`] with the runtime loaded as `runtime` says.
+#[track_caller]
+pub fn run_in(runtime: Runtime, args: &[&str], script: &str) -> Output {
     let mut child = Command::new("timeout")
+        .env("PREDICTIO_SQLITE_RUNTIME", runtime.env())
         .args([HANG_SECONDS, "sqlite3"])
         .args(args)
         .stdin(Stdio::piped())
