@@ -14,10 +14,11 @@
 //!   database's WAL (shown as the page they hold), are timed and shown to
 //!   the runtime once it is loaded. SQLite's reads are never changed.
 //! - **The gate.** Until the runtime is loaded, the time the process's
-//!   database reads took is summed; when it reaches [`GATE_NS`] (about what
-//!   a cold load of the runtime costs), one thread loads the runtime in the
-//!   background while SQLite goes on. A process whose queries are short or
-//!   whose database is cached never loads it.
+//!   slow database reads (from the device, [`SLOW_NS`]) took is summed; when
+//!   it reaches [`GATE_NS`] (about twice what a cold load of the runtime
+//!   costs), one thread loads the runtime in the background while SQLite
+//!   goes on. A process whose queries are short or whose database is cached
+//!   never loads it.
 //! - **The log.** Until then each database file keeps copies of its first
 //!   pages read ([`LOG_PAGES`], at most [`LOG_BYTES`]): at the file's first
 //!   read after the runtime is loaded they are shown to it in order, so
@@ -95,11 +96,16 @@ unsafe extern "C" {
 /// The runtime library's file name, looked for beside this file.
 const RUNTIME_FILE: &[u8] = b"libpredictio_sqlite_runtime.so";
 
-/// Read time, summed over the process's database reads, at which the
+/// Read time, summed over the process's slow database reads, at which the
 /// runtime is loaded: about twice what a cold load of it costs (1–1.5 ms
 /// on a fast disk), so that a program never waits more for the loading
 /// than it had waited for its reads.
 const GATE_NS: u64 = 2_000_000;
+
+/// A read at least this slow came from the device (a read from the page
+/// cache takes a few microseconds): only those count toward [`GATE_NS`],
+/// so that a process on a warm cache never loads the runtime.
+const SLOW_NS: u64 = 15_000;
 
 /// Pages, and bytes, each database file keeps a copy of until the runtime
 /// is loaded.
@@ -143,7 +149,7 @@ const OFF: u8 = 4;
 /// The runtime's hooks, once `STATE` is `LOADED`.
 static HOOKS: AtomicPtr<Hooks> = AtomicPtr::new(ptr::null_mut());
 
-/// Nanoseconds the process's observed reads took before the runtime loaded.
+/// Nanoseconds the process's slow reads took before the runtime loaded.
 static WAITED_NS: AtomicU64 = AtomicU64::new(0);
 
 /// The runtime's path, NUL-terminated (set up once).
@@ -318,8 +324,12 @@ fn start_loading() {
     }
 }
 
-/// Adds one read's time to the process's sum; loads the runtime at the gate.
+/// Adds one slow read's time to the process's sum; loads the runtime at
+/// the gate.
 fn waited(elapsed_ns: u64) {
+    if elapsed_ns < SLOW_NS {
+        return;
+    }
     let before = WAITED_NS.fetch_add(elapsed_ns, Ordering::Relaxed);
     if before.saturating_add(elapsed_ns) >= GATE_NS && STATE.load(Ordering::Relaxed) == IDLE {
         start_loading();
