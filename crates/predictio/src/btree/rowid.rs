@@ -145,20 +145,28 @@ pub struct Lookahead {
     /// Table interior pages the next rowids' paths need and that were not
     /// seen yet.
     pub interiors: Vec<u32>,
+    /// The rest of the table's level below its top, not seen yet, asked for
+    /// once, after the leaves (see [`MAX_LEVEL_BYTES`]).
+    pub level: Vec<u32>,
 }
 
 impl Lookahead {
     /// Nothing to fetch.
     pub fn is_empty(&self) -> bool {
-        self.leaves.is_empty() && self.interiors.is_empty()
+        self.leaves.is_empty() && self.interiors.is_empty() && self.level.is_empty()
     }
 
     /// The 4 KiB pages of `file` (laid out as `layout`) that this names, as
     /// one `Pages` event for the `hints` policy; `None` when it names
     /// nothing.
     pub fn event(&self, file: FileId, layout: &DbPageLayout) -> Option<Event> {
-        let ranges: Vec<PageRange> =
-            self.interiors.iter().chain(&self.leaves).filter_map(|&page| layout.page_range(u64::from(page))).collect();
+        let ranges: Vec<PageRange> = self
+            .interiors
+            .iter()
+            .chain(&self.leaves)
+            .chain(&self.level)
+            .filter_map(|&page| layout.page_range(u64::from(page)))
+            .collect();
         (!ranges.is_empty()).then(|| Event::Pages { file, ranges: ranges.into() })
     }
 }
@@ -174,7 +182,18 @@ pub struct RowidStats {
     pub leaves_ahead: u64,
     /// Table interior pages asked for because a path needed them.
     pub interiors_ahead: u64,
+    /// Table interior pages asked for as the rest of their level.
+    pub level_ahead: u64,
 }
+
+/// Most bytes of a table's level below its top asked for at once. A scan
+/// through an index looks its rowids up all over the table, so the first
+/// path that needs a page of that level not seen yet will be followed by
+/// paths through most of the others: the rest of the level is asked for
+/// then, in one burst after the leaves of the window, rather than a page
+/// at a time, each a round trip to the device the rowids behind it wait
+/// for. A table whose level is larger is left to the paths.
+pub const MAX_LEVEL_BYTES: u64 = 1 << 20;
 
 /// Table leaf reads after an unparsed index leaf that make it a scan's
 /// (see [`Deferred`]).
@@ -241,6 +260,8 @@ pub struct RowidLookahead {
     waiting: Vec<u32>,
     /// One of them was seen since the last [`Self::resume`].
     taken_in: bool,
+    /// Table trees (top pages) whose level below the top was asked for.
+    level_asked: Vec<u32>,
     /// In-order lookups seen in the current scan.
     confirmed: u32,
     window: usize,
@@ -264,6 +285,7 @@ impl RowidLookahead {
             deferred: None,
             waiting: Vec::new(),
             taken_in: false,
+            level_asked: Vec::new(),
             confirmed: 0,
             window: 0,
             stats: RowidStats::default(),
@@ -484,6 +506,7 @@ impl RowidLookahead {
                     ahead.interiors.push(interior);
                 }
             }
+            ahead.level.extend(more.level);
         }
         ahead
     }
@@ -560,6 +583,7 @@ impl RowidLookahead {
         self.leaf = Some(leaf);
         self.stats.leaves_ahead += ahead.leaves.len() as u64;
         self.stats.interiors_ahead += ahead.interiors.len() as u64;
+        self.stats.level_ahead += ahead.level.len() as u64;
         ahead
     }
 
@@ -598,6 +622,7 @@ impl RowidLookahead {
                             self.waiting.push(interior);
                         }
                     }
+                    self.ask_level(table_top, interior, ahead);
                 }
                 // An overflowing cell, or a tree whose depth is not known.
                 Some(Err(None)) | None => leaf.asked[i] = true,
@@ -605,6 +630,35 @@ impl RowidLookahead {
         }
         leaf.asked_to = leaf.asked_to.max(to);
         leaf.pending = pending;
+        // A page of the level a later rowid's path needed is asked for with
+        // the interiors, first.
+        let mut level = std::mem::take(&mut ahead.level);
+        level.retain(|page| !ahead.interiors.contains(page));
+        ahead.level = level;
+    }
+
+    /// Once per table: when `missing` is a child of the table's top and the
+    /// top's children are interior pages, asks for those not seen yet (the
+    /// whole level, if it is at most [`MAX_LEVEL_BYTES`]).
+    fn ask_level(&mut self, table_top: u32, missing: u32, ahead: &mut Lookahead) {
+        if self.level_asked.contains(&table_top) || self.depth.get(&table_top).is_none_or(|&depth| depth < 2) {
+            return;
+        }
+        let Some(top) = self.tables.get(&table_top) else { return };
+        if !top.children.contains(&missing) {
+            return;
+        }
+        self.level_asked.push(table_top);
+        if top.children.len() as u64 * u64::from(self.geometry.page_size) > MAX_LEVEL_BYTES {
+            return;
+        }
+        let rest: Vec<u32> = top
+            .children
+            .iter()
+            .copied()
+            .filter(|child| !self.tables.contains_key(child) && !ahead.interiors.contains(child))
+            .collect();
+        ahead.level.extend(rest);
     }
 
     /// The rowids table page `page` holds, `(above, upto]`: the cells that
@@ -888,6 +942,39 @@ mod tests {
     /// The interior pages a window waits for, once taken in ahead of the
     /// scan (an observer reads them from the cache after their prefetch),
     /// let the waiting rowids be asked for at once.
+    #[test]
+    fn the_first_missing_page_below_the_top_asks_for_the_rest_of_its_level() {
+        let scan = |look: &mut RowidLookahead| {
+            index(look);
+            look.on_page(41, &index_leaf(&[150, 420, 1500, 650, 2500]));
+            look.on_page(11, &table_leaf());
+            look.on_page(14, &table_leaf())
+        };
+        // Top 2 over interiors 3, 4, 5, 6 (rowids up to 1000, 2000, 3000,
+        // then above); only 3 seen.
+        let mut look = RowidLookahead::new(geometry(), two());
+        look.on_page(2, &table_interior(2, &[(3, 1000), (4, 2000), (5, 3000)], 6));
+        let cells: Vec<(u32, i64)> = (0..9).map(|i| (10 + i, 100 * (i as i64 + 1))).collect();
+        look.on_page(3, &table_interior(3, &cells, 19));
+        let ahead = scan(&mut look);
+        assert_eq!(ahead.interiors, vec![4, 5], "the paths of 1500 and 2500");
+        assert_eq!(ahead.level, vec![6], "the rest of the level, once");
+        assert_eq!(look.stats().level_ahead, 1);
+        let later = look.on_page(16, &table_leaf());
+        assert!(later.level.is_empty(), "asked once per table: {later:?}");
+
+        // A level larger than MAX_LEVEL_BYTES is left to the paths.
+        let wide = (MAX_LEVEL_BYTES / PAGE as u64) as u32 + 1;
+        let cells: Vec<(u32, i64)> = (0..wide).map(|i| (100 + i, 1000 * (i64::from(i) + 1))).collect();
+        let mut look = RowidLookahead::new(geometry(), two());
+        look.on_page(2, &table_interior(2, &cells, 100 + wide));
+        let cells: Vec<(u32, i64)> = (0..9).map(|i| (10 + i, 100 * (i as i64 + 1))).collect();
+        look.on_page(100, &table_interior(100, &cells, 19));
+        let ahead = scan(&mut look);
+        assert_eq!(ahead.interiors, vec![101, 102]);
+        assert!(ahead.level.is_empty(), "{} pages: too wide to ask for whole", wide);
+    }
+
     #[test]
     fn rowids_waiting_for_an_interior_page_resume_once_it_is_taken_in() {
         let mut look = ready(false);
