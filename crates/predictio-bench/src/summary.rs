@@ -651,6 +651,25 @@ fn rows_of(workload: Workload, file: &ResultFile, notes: &mut Vec<String>) -> Re
                     run: file.run.clone(),
                 });
             }
+            // The daemon's CPU over a model load (older results have none).
+            if let Some(model) = file.cases()?.into_iter().find(|c| c.name.starts_with(MODEL_LOAD)) {
+                let other = model.num("daemon_other_cpu_ms_median")?;
+                rows.push(Row {
+                    workload: workload.name(),
+                    case: "its CPU over a cold 2 GiB model load, outside its executor; the fill".into(),
+                    times: Some(format!("{} → {}", secs(model.baseline()?), secs(model.treatment()?))),
+                    result: format!(
+                        "{other:.0} ms (bar <= {MODEL_CPU_BAR_MS} ms: {}); fill {:.0} ms; the load {}",
+                        if other <= MODEL_CPU_BAR_MS { "met" } else { "**not met**" },
+                        model.num("daemon_fill_cpu_ms_median")?,
+                        times_x(model.num("ratio_median")?),
+                    ),
+                    closure: None,
+                    limit: None,
+                    peer: None,
+                    run: file.run.clone(),
+                });
+            }
             // `predictio run`'s own cost (older results have no such case).
             let cost = |case: &Case<'_>| case.num("overhead_ms_median");
             let runs: Vec<Case<'_>> = file.cases()?.into_iter().filter(|c| c.name.starts_with(RUN_COST)).collect();
@@ -677,6 +696,11 @@ fn rows_of(workload: Workload, file: &ResultFile, notes: &mut Vec<String>) -> Re
     }
     Ok(rows)
 }
+
+/// The name of daemon-cost's model-load case begins so, and its bar (as the
+/// workload's), ms of the daemon's CPU outside its executor.
+const MODEL_LOAD: &str = "model load:";
+const MODEL_CPU_BAR_MS: f64 = 100.0;
 
 /// The names of daemon-cost's `predictio run -- true` cases begin so.
 const RUN_COST: &str = "cold predictio run -- true";
