@@ -24,7 +24,7 @@
 //!   own accesses, so the policy's prefetches are never taken for progress.
 //! - `requested`: everything before it has been requested, or passed over by
 //!   the loader. It moves forward only, so no byte of the plan is ever
-//!   requested twice.
+//!   requested twice (a change of order keeps track of what was).
 //!
 //! Requests keep `requested − reached` at most [`TensorConfig::ahead_bytes`]
 //! per file, and the sum over all files at most
@@ -38,6 +38,11 @@
 //! and a page shared by two tensors is asked for once (with whichever comes
 //! first in load order). Requests are
 //! [`Urgency::Imminent`]: the loader said so.
+//!
+//! A plan's order is checked against the loader's first accesses: one
+//! whose loader steps back in it while going forward through the file is
+//! put in file order (see [`ORDER_CHECK_ACCESSES`]); what was asked for
+//! under the old order is not asked for again.
 //!
 //! State is bounded: at most [`TensorConfig::max_files`] plans (a new one
 //! replaces the least recently active) of at most
@@ -193,6 +198,12 @@ pub struct TensorStats {
     /// `LayerStart` events for a layer the plan does not know (plans from
     /// the plain `TensorLayout` event know none).
     pub unknown_layers: u64,
+    /// Plan bytes passed by a release because they had been asked for
+    /// under the plan's earlier order (outstanding again, not asked twice).
+    pub bytes_kept: u64,
+    /// Plans put in file order because the loader's first accesses
+    /// followed the file, not the plan (see [`ORDER_CHECK_ACCESSES`]).
+    pub order_switches: u64,
     /// Requested-but-unreached bytes now, over all files.
     pub outstanding_bytes: u64,
     /// Plans now.
@@ -212,6 +223,9 @@ struct Piece {
     layer: Option<u32>,
     /// Its index in the plan's `by_offset`.
     rank: usize,
+    /// Asked for under an earlier order of the plan (see
+    /// [`ORDER_CHECK_ACCESSES`]): not asked for again.
+    asked: bool,
 }
 
 impl Piece {
@@ -283,7 +297,7 @@ impl TensorPlan {
             let mut at = offset;
             while at < end {
                 let cut = (at / piece_bytes).saturating_add(1).saturating_mul(piece_bytes).min(end);
-                plan.pieces.push(Piece { offset: at, len: cut - at, start: plan.total, layer, rank: 0 });
+                plan.pieces.push(Piece { offset: at, len: cut - at, start: plan.total, layer, rank: 0, asked: false });
                 plan.total += cut - at;
                 at = cut;
             }
@@ -338,13 +352,13 @@ impl TensorPlan {
         let mut pages = ByteRange::new(first, len).pages();
         let neighbour = |rank: Option<usize>| rank.and_then(|r| self.by_offset.get(r)).map(|&i| &self.pieces[i]);
         if let Some(before) = neighbour(piece.rank.checked_sub(1))
-            && before.start < requested
+            && (before.start < requested || before.asked)
             && (before.end() - 1) / PAGE_SIZE == pages.start
         {
             pages.start = (pages.start + 1).min(pages.end);
         }
         if let Some(after) = neighbour(piece.rank.checked_add(1))
-            && after.start < requested
+            && (after.start < requested || after.asked)
             && after.offset / PAGE_SIZE + 1 == pages.end
         {
             pages.end = (pages.end - 1).max(pages.start);
@@ -359,6 +373,56 @@ impl TensorPlan {
     }
 }
 
+/// Accesses to a planned file that are checked against its plan's order.
+///
+/// A plan's order is what its maker expected of the loader (from the
+/// format, and tensor names); the loader's own first accesses say what it
+/// does. Each of them is placed both in the plan and in the file: one that
+/// lands more than a piece behind the furthest so far is a step back in
+/// that order. When the plan has taken [`ORDER_SWITCH_STEPS`] steps back
+/// while the file has taken none, the loader reads the file front to back
+/// (a safetensors loader going through the tensors by name, which is how
+/// they are laid out) and the plan is put in file order, from the furthest
+/// byte the loader touched.
+pub const ORDER_CHECK_ACCESSES: u32 = 64;
+
+/// Steps back in plan order (none in file order) that put a plan in file
+/// order.
+pub const ORDER_SWITCH_STEPS: u32 = 2;
+
+/// What a file's first accesses say about its plan's order.
+#[derive(Debug, Default)]
+struct OrderCheck {
+    accesses: u32,
+    plan_back: u32,
+    file_back: u32,
+    /// The furthest plan position and file byte (end) reached so far.
+    plan_max: u64,
+    file_max: u64,
+}
+
+impl OrderCheck {
+    /// Takes one access ending at file byte `end` that reached plan
+    /// position `position`; true when the plan should be put in file order.
+    fn take(&mut self, end: u64, position: u64, slack: u64) -> bool {
+        if self.accesses >= ORDER_CHECK_ACCESSES {
+            return false;
+        }
+        self.accesses += 1;
+        if self.accesses > 1 {
+            self.plan_back += u32::from(position.saturating_add(slack) < self.plan_max);
+            self.file_back += u32::from(end.saturating_add(slack) < self.file_max);
+        }
+        self.plan_max = self.plan_max.max(position);
+        self.file_max = self.file_max.max(end);
+        if self.plan_back >= ORDER_SWITCH_STEPS && self.file_back == 0 {
+            self.accesses = ORDER_CHECK_ACCESSES;
+            return true;
+        }
+        false
+    }
+}
+
 /// A planned file.
 #[derive(Debug)]
 struct PlannedFile {
@@ -369,6 +433,8 @@ struct PlannedFile {
     requested: u64,
     /// Last event on this file, in events on planned files.
     active: u64,
+    /// The loader's first accesses against the plan's order.
+    order: OrderCheck,
 }
 
 impl PlannedFile {
@@ -460,7 +526,8 @@ impl TensorPolicy {
             _ => {
                 self.forget(file);
                 self.make_room();
-                let planned = PlannedFile { plan, reached: 0, requested: 0, active: tick };
+                let planned =
+                    PlannedFile { plan, reached: 0, requested: 0, active: tick, order: OrderCheck::default() };
                 self.files.insert(file, planned);
             }
         }
@@ -475,8 +542,41 @@ impl TensorPolicy {
         self.tick = tick;
         planned.active = tick;
         let Some(reached) = planned.plan.reached_by(first, end) else { return };
-        self.advance(file, reached);
+        if planned.order.take(end, reached, self.config.piece_bytes) {
+            self.put_in_file_order(file);
+        } else {
+            self.advance(file, reached);
+        }
         self.release(file, ctx);
+    }
+
+    /// Puts `file`'s plan in file order, the loader at the furthest byte it
+    /// touched (see [`ORDER_CHECK_ACCESSES`]); what was requested ahead of
+    /// the old order stays in the cache, and its budget is given back.
+    fn put_in_file_order(&mut self, file: FileId) {
+        let (piece_bytes, max_pieces) = (self.config.piece_bytes, self.config.max_pieces_per_file);
+        let Some(planned) = self.files.get_mut(&file) else { return };
+        let tensors: Vec<(ByteRange, Option<u32>)> = planned
+            .plan
+            .by_offset
+            .iter()
+            .map(|&i| &planned.plan.pieces[i])
+            .map(|piece| (ByteRange::new(piece.offset, piece.len), piece.layer))
+            .collect();
+        let (mut plan, _) = TensorPlan::build(&tensors, piece_bytes, max_pieces);
+        // The same cuts, now in file order: what was asked for stays asked.
+        let asked: HashMap<u64, bool> = planned.plan.pieces.iter().map(|p| (p.offset, p.asked)).collect();
+        for piece in &mut plan.pieces {
+            piece.asked = asked.get(&piece.offset).copied().unwrap_or(false);
+        }
+        let furthest = planned.order.file_max;
+        let reached = plan.reached_by(furthest.saturating_sub(1), furthest).unwrap_or(0);
+        self.outstanding -= planned.outstanding();
+        self.stats.abandoned_bytes += planned.outstanding();
+        planned.plan = plan;
+        planned.reached = reached;
+        planned.requested = reached;
+        self.stats.order_switches += 1;
     }
 
     /// The loader starts `layer` of `file`.
@@ -538,7 +638,7 @@ impl TensorPolicy {
             return false;
         }
         let mut ranges: Vec<PageRange> = Vec::new();
-        let (mut bytes, mut held) = (0, false);
+        let (mut bytes, mut kept, mut held) = (0, 0, false);
         let mut index = planned.plan.piece_at(planned.requested);
         while let Some(piece) = planned.plan.pieces.get(index).copied() {
             let from = planned.requested.saturating_sub(piece.start).min(piece.len);
@@ -551,16 +651,22 @@ impl TensorPolicy {
                 held = true;
                 break;
             }
-            let pages = planned.plan.pages_of(&piece, piece.offset + from, take, planned.requested);
-            push_pages(&mut ranges, pages);
+            if piece.asked {
+                // Asked for under the plan's earlier order: in flight or
+                // cached already, and outstanding again until reached.
+                kept += take;
+            } else {
+                let pages = planned.plan.pages_of(&piece, piece.offset + from, take, planned.requested);
+                push_pages(&mut ranges, pages);
+                bytes += take;
+            }
+            planned.plan.pieces[index].asked = true;
             planned.requested += take;
             self.outstanding += take;
-            bytes += take;
             index += 1;
         }
-        if bytes > 0 {
-            self.stats.bytes_requested += bytes;
-        }
+        self.stats.bytes_requested += bytes;
+        self.stats.bytes_kept += kept;
         if !ranges.is_empty() {
             self.stats.requests += 1;
             self.stats.pages_requested += ranges.iter().map(PageRange::len).sum::<u64>();
@@ -742,7 +848,10 @@ mod tests {
             assert_eq!(sum, self.policy.outstanding);
             assert!(self.policy.outstanding <= config.max_outstanding_bytes);
             let stats = self.policy.stats();
-            assert_eq!(stats.bytes_requested, stats.bytes_passed + stats.abandoned_bytes + stats.outstanding_bytes);
+            assert_eq!(
+                stats.bytes_requested + stats.bytes_kept,
+                stats.bytes_passed + stats.abandoned_bytes + stats.outstanding_bytes
+            );
         }
     }
 
@@ -891,6 +1000,47 @@ mod tests {
         assert!(bench.read(0, PageRange::new(50, 60)).is_empty());
         assert_eq!(bench.policy.position(bench.ids[0]), Some(pg(8)));
         assert_eq!(bench.policy.stats().position_updates, 1);
+        bench.check();
+    }
+
+    #[test]
+    fn a_loader_that_follows_the_file_puts_the_plan_in_file_order() {
+        let mut bench = Bench::new(small());
+        // The plan expects the file back to front; the loader reads it front
+        // to back (4 pages a tensor, a piece each).
+        let order: Vec<(u64, u64)> = (0..6).rev().map(|i| (100 * i, 4)).collect();
+        assert_eq!(
+            bench.layout(0, &order),
+            vec![
+                PageRange::new(500, 504),
+                PageRange::new(400, 404),
+                PageRange::new(300, 304),
+                PageRange::new(200, 204)
+            ]
+        );
+        // 0.. is the plan's last tensor: the position jumps to its end.
+        assert!(bench.read(0, PageRange::new(0, 4)).is_empty());
+        // 100.. lies one piece behind in the plan (within the slack), 200..
+        // two: the first step back.
+        assert!(bench.read(0, PageRange::new(100, 104)).is_empty());
+        assert!(bench.read(0, PageRange::new(200, 204)).is_empty());
+        assert_eq!(bench.policy.stats().order_switches, 0);
+        // The second step back while the file went forward every time: file
+        // order, from 304 on.
+        assert!(bench.read(0, PageRange::new(300, 304)).is_empty(), "400.. and 500.. were asked for already");
+        assert_eq!(bench.policy.stats().order_switches, 1);
+        assert_eq!(bench.policy.position(bench.ids[0]), Some(pg(16)));
+        bench.check();
+        // A plan the loader follows (with reads a little behind, as fault-
+        // around makes) is never switched.
+        let mut bench = Bench::new(small());
+        let order: Vec<(u64, u64)> = (0..8).map(|i| (100 * ((i * 3) % 8), 4)).collect();
+        bench.layout(0, &order);
+        for &(page, _) in &order {
+            bench.read(0, PageRange::new(page, page + 4));
+            bench.read(0, PageRange::new(page, page + 1));
+        }
+        assert_eq!(bench.policy.stats().order_switches, 0);
         bench.check();
     }
 
