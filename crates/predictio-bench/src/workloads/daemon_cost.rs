@@ -82,7 +82,7 @@ const RUN_BAR_MS: f64 = 10.0;
 
 /// The model-load case's name, and its bar: the daemon's CPU over one load
 /// outside its executor's threads (observation, dispatch, policies).
-pub(crate) const MODEL_LOAD: &str = "model load: 2 GiB safetensors, python read(), cold";
+const MODEL_LOAD: &str = "model load: 2 GiB safetensors, python read(), cold";
 const MODEL_CPU_BAR_MS: f64 = 100.0;
 
 /// The model loader (see the module docs).
@@ -267,8 +267,7 @@ fn measure(
     };
     let mut secs: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
     let mut daemon_cpu_ms = Vec::new();
-    let mut reference: Option<(Vec<u8>, Option<i32>)> = None;
-    let mut identical = true;
+    let mut answers = Answers::default();
     let mut resident: f64 = 0.0;
     for pair in 0..pairs {
         for k in 0..2 {
@@ -287,10 +286,7 @@ fn measure(
             for _ in 0..launches {
                 let run: Pass = spawn_and_wait(&prog.argv)?;
                 seconds += run.seconds;
-                match &reference {
-                    None => reference = Some((run.stdout.clone(), run.status)),
-                    Some((out, status)) => identical &= *out == run.stdout && *status == run.status,
-                }
+                answers.take(&run);
             }
             if let (Some(d), Some(before)) = (&daemon, before) {
                 let ns = d.usage().cpu_ns.saturating_sub(before.cpu_ns);
@@ -307,7 +303,7 @@ fn measure(
         label,
         secs,
         resident,
-        identical,
+        answers.identical(),
         [
             ("command", prog.argv.join(" ")),
             ("cache", (if cache == Cache::Warm { "warm" } else { "cold" }).into()),
@@ -320,6 +316,26 @@ fn measure(
     e.insert("daemon_cpu_ms_median".into(), median(&daemon_cpu_ms).into());
     e.insert("meets_bar".into(), (case.ratio_median >= LAUNCH_BAR).into());
     Ok(case)
+}
+
+/// Whether every pass answered as the first did (stdout and exit status).
+#[derive(Default)]
+struct Answers {
+    first: Option<(Vec<u8>, Option<i32>)>,
+    differ: bool,
+}
+
+impl Answers {
+    fn take(&mut self, run: &Pass) {
+        match &self.first {
+            None => self.first = Some((run.stdout.clone(), run.status)),
+            Some((out, status)) => self.differ |= *out != run.stdout || *status != run.status,
+        }
+    }
+
+    fn identical(&self) -> bool {
+        !self.differ
+    }
 }
 
 /// An A/B case of launches, `secs` its baseline's and treatment's pass
@@ -502,8 +518,7 @@ fn model_load(h: &Harness, setup: &Setup, config: &Path, pairs: usize) -> Result
     let argv: Vec<String> = vec![python.into(), script.display().to_string(), model.display().to_string()];
     let mut secs: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
     let (mut fill_ms, mut rest_ms) = (Vec::new(), Vec::new());
-    let mut reference: Option<(Vec<u8>, Option<i32>)> = None;
-    let mut identical = true;
+    let (mut answers, mut failed) = (Answers::default(), false);
     let mut resident: f64 = 0.0;
     for pair in 0..pairs {
         for k in 0..2 {
@@ -513,11 +528,8 @@ fn model_load(h: &Harness, setup: &Setup, config: &Path, pairs: usize) -> Result
             settle();
             let before = daemon.as_ref().map(|d| cpu_split(d.service.id()));
             let run: Pass = spawn_and_wait(&argv)?;
-            match &reference {
-                None => reference = Some((run.stdout.clone(), run.status)),
-                Some((out, status)) => identical &= *out == run.stdout && *status == run.status,
-            }
-            identical &= run.status == Some(0);
+            answers.take(&run);
+            failed |= run.status != Some(0);
             if let (Some(d), Some((fill0, rest0))) = (&daemon, before) {
                 // Its executor may still be finishing the load's last
                 // requests: they count.
@@ -537,7 +549,7 @@ fn model_load(h: &Harness, setup: &Setup, config: &Path, pairs: usize) -> Result
         MODEL_LOAD.into(),
         secs,
         resident,
-        identical,
+        answers.identical() && !failed,
         [
             ("command", argv.join(" ")),
             ("cache", "cold".into()),
