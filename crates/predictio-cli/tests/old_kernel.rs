@@ -42,7 +42,7 @@ const ACCESS_HOOKS: [&str; 3] =
     ["filemap:mm_filemap_get_pages", "filemap:mm_filemap_fault", "filemap:mm_filemap_map_pages"];
 
 /// Cold pairs timed: baseline (no daemon) against the daemon replaying.
-const PAIRS: usize = 7;
+const PAIRS: usize = 11;
 
 fn profile() -> &'static Profile {
     let name = std::env::var("PREDICTIO_KERNEL_PROFILE").unwrap_or_else(|_| "5.15".into());
@@ -179,12 +179,14 @@ fn a_learned_launch_is_faster_under_each_kernel_profile() {
         baseline.push(without);
     }
     let (b, r) = (median(baseline.clone()), median(replayed.clone()));
+    // Paired, as the benchmarks compare: the machine's speed drifts more
+    // between pairs than the two sides of one pair differ.
+    let ratio = median(baseline.iter().zip(&replayed).map(|(b, r)| b / r).collect());
     eprintln!(
-        "kernel profile {}: clang -c cold {:.0} ms, replayed by the daemon {:.0} ms ({:.2}x; pairs {baseline:.3?} / {replayed:.3?})",
+        "kernel profile {}: clang -c cold {:.0} ms, replayed by the daemon {:.0} ms (medians; per-pair ratio median {ratio:.2}x; pairs {baseline:.3?} / {replayed:.3?})",
         p.name,
         b * 1e3,
         r * 1e3,
-        b / r
     );
-    assert!(r < b, "profile {}: replayed {r:.3} s is not faster than cold {b:.3} s", p.name);
+    assert!(ratio > 1.0, "profile {}: replayed launches are not faster than cold ones ({ratio:.3}x)", p.name);
 }
