@@ -367,7 +367,6 @@ struct ShimFile {
     /// checkpoint lock (its WAL reads then are not lookups).
     checkpointing: AtomicBool,
     log_len: usize,
-    log_bytes: usize,
     log: [Logged; LOG_PAGES],
 }
 
@@ -404,8 +403,9 @@ unsafe fn real_vfs(vfs: *mut Vfs) -> *mut Vfs {
 unsafe fn log_read(db: *mut ShimFile, offset: u64, data: *const u8, len: usize, elapsed_ns: u64) {
     // SAFETY: per the caller.
     let db = unsafe { &mut *db };
+    let logged: usize = db.log.iter().take(db.log_len).map(|entry| entry.len).sum();
     let Some(slot) = db.log.get_mut(db.log_len) else { return };
-    if db.log_bytes.saturating_add(len) > LOG_BYTES {
+    if logged.saturating_add(len) > LOG_BYTES {
         return;
     }
     let copy = sqlite_malloc(len);
@@ -416,7 +416,6 @@ unsafe fn log_read(db: *mut ShimFile, offset: u64, data: *const u8, len: usize, 
     unsafe { ptr::copy_nonoverlapping(data, copy, len) };
     *slot = Logged { offset, data: copy, len, elapsed_ns };
     db.log_len += 1;
-    db.log_bytes += len;
 }
 
 /// Frees `db`'s log.
@@ -427,7 +426,6 @@ fn clear_log(db: &mut ShimFile) {
         *entry = NOT_LOGGED;
     }
     db.log_len = 0;
-    db.log_bytes = 0;
 }
 
 /// The runtime's hooks and `db`'s observer, attaching one (and showing it
@@ -543,19 +541,16 @@ forward_io!(io_shm_barrier, shm_barrier, () -> (), ());
 forward_io!(io_shm_unmap, shm_unmap, (delete: c_int) -> c_int, SQLITE_IOERR);
 forward_io!(io_unfetch, unfetch, (offset: Int64, p: *mut c_void) -> c_int, SQLITE_IOERR);
 forward_io!(real_read, read, (buf: *mut c_void, amt: c_int, offset: Int64) -> c_int, SQLITE_IOERR);
+forward_io!(real_fetch, fetch, (offset: Int64, amt: c_int, out: *mut *mut c_void) -> c_int, SQLITE_IOERR);
+forward_io!(real_shm_lock, shm_lock, (offset: c_int, n: c_int, flags: c_int) -> c_int, SQLITE_IOERR);
+forward_io!(real_close, close, () -> c_int, SQLITE_OK);
 
 /// The WAL-index lock a checkpoint holds exclusively (`WAL_CKPT_LOCK`).
 const WAL_CKPT_LOCK: c_int = 1;
 
 unsafe extern "C" fn io_shm_lock(file: *mut File, offset: c_int, n: c_int, flags: c_int) -> c_int {
-    // SAFETY: a file opened by `shim_open` whose real methods are set.
-    let rc = unsafe {
-        let real = real_file(file);
-        match (*(*real).methods).shm_lock {
-            Some(lock) => lock(real, offset, n, flags),
-            None => return SQLITE_IOERR,
-        }
-    };
+    // SAFETY: a file opened by `shim_open`; SQLite's arguments.
+    let rc = unsafe { real_shm_lock(file, offset, n, flags) };
     // A checkpoint (or a recovery) holds the checkpoint lock exclusively
     // while it copies WAL frames to the database: its WAL reads are not
     // lookups.
@@ -575,12 +570,8 @@ unsafe extern "C" fn io_close(file: *mut File) -> c_int {
     // SAFETY: a file opened by `shim_open`; its observer (if any) is the
     // runtime's and is given back once; the log is ours.
     unsafe {
+        let rc = real_close(file);
         let shim = &mut *file.cast::<ShimFile>();
-        let real = real_file(file);
-        let rc = match (*(*real).methods).close {
-            Some(close) => close(real),
-            None => SQLITE_OK,
-        };
         shim.wal_of = ptr::null_mut();
         if !shim.observer.is_null()
             && let Some(hooks) = hooks()
@@ -632,13 +623,7 @@ unsafe extern "C" fn io_read(file: *mut File, buf: *mut c_void, amt: c_int, offs
 /// device if it is not cached).
 unsafe extern "C" fn io_fetch(file: *mut File, offset: Int64, amt: c_int, out: *mut *mut c_void) -> c_int {
     // SAFETY: a file opened by `shim_open`; SQLite's arguments.
-    let fetch = || unsafe {
-        let real = real_file(file);
-        match (*(*real).methods).fetch {
-            Some(fetch) => fetch(real, offset, amt, out),
-            None => SQLITE_IOERR,
-        }
-    };
+    let fetch = || unsafe { real_fetch(file, offset, amt, out) };
     // SAFETY: our part of the file.
     let path = unsafe { (*file.cast::<ShimFile>()).path };
     if path.is_null() || amt < MIN_PAGE || offset < 0 || out.is_null() {
@@ -747,7 +732,6 @@ unsafe extern "C" fn shim_open(
             wal_of: ptr::null_mut(),
             checkpointing: AtomicBool::new(false),
             log_len: 0,
-            log_bytes: 0,
             log: [NOT_LOGGED; LOG_PAGES],
         });
         let real_vfs = real_vfs(vfs);
