@@ -279,6 +279,10 @@ bench_vars! {
     NodeLlamaCppDir = "NODE_LLAMA_CPP_DIR",
     /// llm-load's loader script (default `scripts/llama-load.mjs`).
     LlamaLoad = "PREDICTIO_LLAMA_LOAD",
+    /// The Python model-load's loaders run with (default
+    /// `/var/tmp/predictio-python/bin/python`, made by
+    /// `scripts/bench-deps.sh`).
+    BenchPython = "PREDICTIO_BENCH_PYTHON",
     /// The `predictio` binary llm-load's treatment runs (default: this one).
     PredictioBin = "PREDICTIO_BIN",
 }

@@ -50,6 +50,8 @@ pub enum Workload {
     LmdbScan,
     /// Seed 000 §4.3 / 003: llama.cpp loading generated GGUF models cold, mmap and no-mmap.
     LlmLoad,
+    /// Seeds 000 §4.3 / 003: Python safetensors and GGUF loaders and DuckDB over Parquet, cold, beside the daemon.
+    ModelLoad,
     /// Seed 000 §4.2: cold range scans of a fragmented SQLite table; baseline, adapter, no-change daemon mode.
     SqliteScan,
     /// Seeds 000 §4.1 and 001: cold starts of real programs; baseline, launch replay, whole-file prefetch.
@@ -75,6 +77,7 @@ impl Workload {
         Workload::SeqRead,
         Workload::LmdbScan,
         Workload::LlmLoad,
+        Workload::ModelLoad,
         Workload::SqliteScan,
         Workload::Launch,
         Workload::LaunchDaemon,
@@ -99,6 +102,7 @@ impl Workload {
             Workload::SeqRead => "seq-read",
             Workload::LmdbScan => "lmdb-scan",
             Workload::LlmLoad => "llm-load",
+            Workload::ModelLoad => "model-load",
             Workload::SqliteScan => "sqlite-scan",
             Workload::Launch => "launch",
             Workload::LaunchDaemon => "launch-daemon",
@@ -189,6 +193,7 @@ pub fn run(workload: Workload, options: &BenchOptions) -> Result<Report, BenchEr
         Workload::SeqRead => workloads::seq_read::run(options),
         Workload::LmdbScan => workloads::lmdb_scan::run(options),
         Workload::LlmLoad => workloads::llm_load::run(options),
+        Workload::ModelLoad => workloads::model_load::run(options),
         Workload::SqliteScan => workloads::sqlite_scan::run(options),
         Workload::Launch => workloads::launch::run(options),
         Workload::LaunchDaemon => workloads::launch_daemon::run(options),

@@ -26,7 +26,8 @@ use predictio_bench::{BenchOptions, Workload};
 /// YCSB-E, YCSB-C: RocksDB's readahead vs the scan policy), no-structure
 /// (random reads and jumpy scans: stream and learned stay out), llm-load
 /// (llama.cpp loading generated GGUF models; needs scripts/llama.sh),
-/// launch (cold starts of real programs: replay vs whole-file prefetch),
+/// model-load (Python safetensors and GGUF loaders and DuckDB over Parquet
+/// beside the daemon; needs scripts/bench-deps.sh), launch (cold starts of real programs: replay vs whole-file prefetch),
 /// daemon-cost (the running daemon: idle CPU, launches beside it).
 ///
 /// `predictio-bench summary [--check README.md]` prints the README's table
@@ -41,7 +42,7 @@ use predictio_bench::{BenchOptions, Workload};
 struct Args {
     /// The workload: access-patterns, control-path, backends, large-read,
     /// shuffle-read, seq-read, sqlite-scan, lmdb-scan, rocksdb, no-structure,
-    /// llm-load, launch, launch-daemon or daemon-cost.
+    /// llm-load, model-load, launch, launch-daemon or daemon-cost.
     workload: Workload,
     /// A/B pairs per case (at least 5 for a reported result).
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=1000))]

@@ -548,6 +548,16 @@ fn rows_of(workload: Workload, file: &ResultFile, notes: &mut Vec<String>) -> Re
                 rows.push(row);
             }
         }
+        Workload::ModelLoad => {
+            for case in file.cases()? {
+                let mut row = case.ab_row(workload, "")?;
+                row.peer = Some(format!("vLLM-style {}", times_x(case.num("peer_ratio_median")?)));
+                let ideal = case.num("ideal_median_s")?;
+                row.closure = closure(case.baseline()?, case.treatment()?, ideal);
+                row.limit = Some(format!("ideal {}", secs(ideal)));
+                rows.push(row);
+            }
+        }
         Workload::AccessPatterns => {
             // The treatment is the executor fed by an oracle that knows the
             // upcoming offsets: the mechanism's reach, not a policy's.

@@ -149,6 +149,12 @@ impl Daemon {
             .map_or(0, |kib| kib * 1024)
     }
 
+    /// CPU time (ns) of its threads so far: its executor's (the
+    /// page-cache fill, [`FILL_THREADS`]) and the others'.
+    pub(crate) fn cpu_split(&self) -> (u64, u64) {
+        cpu_split(self.service.id())
+    }
+
     pub(crate) fn stop(self) -> Result<(), BenchError> {
         self.service.stop()
     }
@@ -430,7 +436,7 @@ fn run_cost(h: &Harness, setup: &Setup, beside: Option<&Path>, pairs: usize) -> 
 /// laid out as a 20-layer model's (embeddings and output 125 MiB each,
 /// 98 MiB a layer; 2.2 GB), in name order as safetensors writers lay them
 /// out, written once into `dir` and reused while its marker matches.
-fn model_file(dir: &Path) -> Result<PathBuf, BenchError> {
+pub(crate) fn model_file(dir: &Path) -> Result<PathBuf, BenchError> {
     use std::io::Write;
     const HIDDEN: u64 = 2048;
     const FFN: u64 = 5632;
@@ -526,7 +532,7 @@ fn model_load(h: &Harness, setup: &Setup, config: &Path, pairs: usize) -> Result
             let daemon = if side == 1 { Some(setup.start(config)?) } else { None };
             resident = resident.max(h.make_cold(&[model.as_path()])?);
             settle();
-            let before = daemon.as_ref().map(|d| cpu_split(d.service.id()));
+            let before = daemon.as_ref().map(Daemon::cpu_split);
             let run: Pass = spawn_and_wait(&argv)?;
             answers.take(&run);
             failed |= run.status != Some(0);
@@ -534,7 +540,7 @@ fn model_load(h: &Harness, setup: &Setup, config: &Path, pairs: usize) -> Result
                 // Its executor may still be finishing the load's last
                 // requests: they count.
                 std::thread::sleep(Duration::from_millis(500));
-                let (fill1, rest1) = cpu_split(d.service.id());
+                let (fill1, rest1) = d.cpu_split();
                 fill_ms.push(fill1.saturating_sub(fill0) as f64 / 1e6);
                 rest_ms.push(rest1.saturating_sub(rest0) as f64 / 1e6);
             }

@@ -11,6 +11,7 @@ pub mod launch_daemon;
 pub mod launch_preload;
 pub mod llm_load;
 pub mod lmdb_scan;
+pub mod model_load;
 pub mod no_structure;
 pub mod reader_sides;
 pub mod rocksdb;

@@ -1,0 +1,326 @@
+//! `model-load`: large structured files read cold by real Python libraries
+//! that have no predictio adapter: a safetensors model through
+//! `safetensors.safe_open` (numpy), a GGUF model through the `gguf`
+//! package's reader (numpy memmap, every tensor copied out), and queries of
+//! DuckDB over a Parquet table of 2 GB in 30 row groups, each touching some
+//! of its columns (seeds 000 §4.3 and 003).
+//!
+//! The loaders are `model_load.py`, run by the Python of
+//! `scripts/bench-deps.sh` (`/var/tmp/predictio-python`, or
+//! `PREDICTIO_BENCH_PYTHON`). Per case, sides interleaved and rotated each
+//! pair, the file primed (read once with O_DIRECT, so that no side gets the
+//! host's cache of it that another side warmed) and made cold before every
+//! pass:
+//!
+//! - **baseline**: the loader alone;
+//! - **peer**: a vLLM-style background prefetch: one thread of the loader
+//!   reads the file from start to end in 16 MiB reads as the load starts;
+//! - **predictio** (treatment): the loader, unchanged, beside `predictio
+//!   daemon` as installed: the default configuration with the bench's own
+//!   sockets and store, started (and settled) before the pass and stopped
+//!   after it. It learns from what it observes: no hint, no adapter;
+//! - **ideal**: the loader right after the file was made resident by one
+//!   sequential read, untimed, after the same drop_caches: a perfect
+//!   prefetcher with unlimited lead, on the same cold memory (this VM gives
+//!   freed memory back to its host, so a cold pass also pays for touching
+//!   memory anew, which a warm pass does not).
+//!
+//! The time is the loader's own, as it measures it: after its imports, from
+//! just before it opens the file to the last byte used. Closure is
+//! (baseline − predictio) / (baseline − ideal). The answer (a digest of
+//! every tensor, or of the query's rows) must be the same on every pass.
+//! The daemon's CPU over each of its passes is recorded, split into its
+//! executor's threads (the page-cache fill) and the rest.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use super::daemon_cost::{Daemon, model_file};
+use crate::BenchOptions;
+use crate::harness::{BenchError, BenchVar, Harness, IoContext};
+use crate::report::{Case, Report, median};
+
+/// The loaders (see the module docs).
+const SCRIPT: &str = include_str!("model_load.py");
+
+/// Where `scripts/bench-deps.sh` makes the loaders' Python.
+pub const DEFAULT_PYTHON: &str = "/var/tmp/predictio-python/bin/python";
+
+/// The Parquet table: rows and rows per row group (10 BIGINT/INTEGER
+/// columns of hashed values, snappy: 2.08 GB, 30 row groups).
+const PARQUET_ROWS: u64 = 30_000_000;
+const PARQUET_GROUP: u64 = 1_000_000;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Side {
+    Baseline,
+    Peer,
+    Predictio,
+    Ideal,
+}
+
+const SIDES: [Side; 4] = [Side::Baseline, Side::Peer, Side::Predictio, Side::Ideal];
+
+/// One loader on one file.
+struct Load {
+    name: String,
+    file: PathBuf,
+    /// The script's arguments after its path, before `--peer`.
+    args: Vec<String>,
+}
+
+/// What one pass reported.
+#[derive(Debug, Clone, Default)]
+struct Pass {
+    seconds: f64,
+    answer: String,
+    fill_ms: f64,
+    other_ms: f64,
+}
+
+/// The Python, the script, the daemon's binary and configuration.
+struct Runtime {
+    python: PathBuf,
+    script: PathBuf,
+    me: PathBuf,
+    home: PathBuf,
+    config: PathBuf,
+}
+
+impl Runtime {
+    fn new(dir: &Path) -> Result<Runtime, BenchError> {
+        let python = BenchVar::BenchPython.get().map_or_else(|| PathBuf::from(DEFAULT_PYTHON), PathBuf::from);
+        let probe = Command::new(&python).args(["-c", "import numpy, safetensors, gguf, duckdb"]).output();
+        if !probe.is_ok_and(|o| o.status.success()) {
+            return Err(BenchError::Options(format!(
+                "{} cannot import numpy, safetensors, gguf and duckdb (run scripts/bench-deps.sh, or set \
+                 PREDICTIO_BENCH_PYTHON)",
+                python.display()
+            )));
+        }
+        let script = dir.join("model_load.py");
+        std::fs::write(&script, SCRIPT).doing(|| format!("writing {}", script.display()))?;
+        let home = dir.join("model-load");
+        let _ = std::fs::remove_dir_all(&home);
+        std::fs::create_dir_all(&home).doing(|| format!("creating {}", home.display()))?;
+        let config = home.join("predictio.toml");
+        let d = home.display();
+        let text = format!(
+            "# predictio bench model-load: the default configuration with this bench's own sockets and store\n\
+             [hints]\nsocket = \"{d}/hint.sock\"\n[control]\nsocket = \"{d}/control.sock\"\n\
+             [launch]\nstore = \"{d}/store\"\n"
+        );
+        std::fs::write(&config, text).doing(|| format!("writing {}", config.display()))?;
+        Ok(Runtime { python, script, me: crate::harness::predictio_binary()?, home, config })
+    }
+
+    fn run(&self, load: &Load, side: Side) -> Result<Pass, BenchError> {
+        let daemon = match side {
+            Side::Predictio => Some(Daemon::start(
+                &self.me,
+                &self.config,
+                &self.home.join("control.sock"),
+                &self.home.join("daemon.log"),
+            )?),
+            _ => None,
+        };
+        if side == Side::Ideal {
+            crate::harness::read_into_cache(&load.file)?;
+        }
+        let before = daemon.as_ref().map(Daemon::cpu_split);
+        let mut cmd = Command::new(&self.python);
+        cmd.arg(&self.script).args(&load.args);
+        if side == Side::Peer {
+            cmd.arg("--peer");
+        }
+        let out = cmd.output().doing(|| format!("running the {} loader", load.name));
+        let mut pass = Pass::default();
+        if let (Some(d), Some((fill0, other0))) = (&daemon, before) {
+            // Its executor may still be finishing the load's last requests:
+            // they count.
+            std::thread::sleep(Duration::from_millis(500));
+            let (fill1, other1) = d.cpu_split();
+            pass.fill_ms = fill1.saturating_sub(fill0) as f64 / 1e6;
+            pass.other_ms = other1.saturating_sub(other0) as f64 / 1e6;
+        }
+        if let Some(d) = daemon {
+            d.stop()?;
+        }
+        let out = out?;
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        if !out.status.success() {
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            let tail: String = stderr.chars().rev().take(2000).collect::<Vec<_>>().into_iter().rev().collect();
+            return Err(BenchError::Options(format!("the {} loader failed ({}): {tail}", load.name, out.status)));
+        }
+        let line = stdout.lines().rev().find(|l| l.starts_with('{')).unwrap_or_default();
+        let v: serde_json::Value = serde_json::from_str(line)
+            .map_err(|e| BenchError::Options(format!("{} loader output {line:?} is not JSON: {e}", load.name)))?;
+        pass.seconds = v["seconds"].as_f64().unwrap_or(f64::NAN);
+        pass.answer = v["answer"].to_string();
+        Ok(pass)
+    }
+
+    /// The Parquet table under `dir`, written by DuckDB if it is not there.
+    fn parquet(&self, dir: &Path) -> Result<PathBuf, BenchError> {
+        let path = dir.join("model-load.parquet");
+        let marker = dir.join("model-load.parquet.ok");
+        let expect = format!("rows={PARQUET_ROWS} group={PARQUET_GROUP}\n");
+        if path.exists() && std::fs::read_to_string(&marker).is_ok_and(|t| t == expect) {
+            return Ok(path);
+        }
+        let _ = std::fs::remove_file(&marker);
+        let tmp = dir.join(".model-load.parquet.tmp");
+        let _ = std::fs::remove_file(&tmp);
+        let status = Command::new(&self.python)
+            .arg(&self.script)
+            .arg("make-parquet")
+            .arg(&tmp)
+            .args([PARQUET_ROWS.to_string(), PARQUET_GROUP.to_string()])
+            .status()
+            .doing(|| "writing the Parquet table".into())?;
+        if !status.success() {
+            return Err(BenchError::Options(format!("writing the Parquet table failed ({status})")));
+        }
+        std::fs::rename(&tmp, &path).doing(|| format!("renaming {}", tmp.display()))?;
+        std::fs::write(&marker, expect).doing(|| format!("writing {}", marker.display()))?;
+        Ok(path)
+    }
+}
+
+fn measure(h: &Harness, rt: &Runtime, load: &Load, pairs: usize) -> Result<Case, BenchError> {
+    let mut passes: [Vec<Pass>; 4] = Default::default();
+    let mut resident_before: f64 = 0.0;
+    for pair in 0..pairs {
+        h.prime(&[&load.file])?;
+        resident_before = resident_before.max(h.round(pair, SIDES.len(), &[&load.file], |s| {
+            let pass = rt.run(load, SIDES[s])?;
+            h.step(format!("{} pair {} {:?}: {:.2} s", load.name, pair + 1, SIDES[s], pass.seconds));
+            passes[s].push(pass);
+            Ok(())
+        })?);
+    }
+    // Warm: the file resident since the run before, the best of three.
+    let mut warm = f64::INFINITY;
+    for _ in 0..4 {
+        warm = warm.min(rt.run(load, Side::Baseline)?.seconds);
+    }
+    h.step(format!("{} warm", load.name));
+
+    let secs = |s: usize| passes[s].iter().map(|p| p.seconds).collect::<Vec<_>>();
+    let mut case = Case::ab(&load.name, secs(0), secs(2));
+    let bytes = std::fs::metadata(&load.file).map_or(0, |m| m.len());
+    case.limit_s = Some(bytes as f64 / h.bandwidth().max(1.0));
+    case.warm_s = Some(warm);
+    case.resident_before = resident_before;
+    let first = passes[0].first().map(|p| p.answer.clone()).unwrap_or_default();
+    case.answers_identical = !first.is_empty() && passes.iter().flatten().all(|p| p.answer == first);
+    let ratio = |b: &[f64], t: &[f64]| median(&b.iter().zip(t).map(|(b, t)| b / t.max(1e-12)).collect::<Vec<_>>());
+    let base = median(&secs(0));
+    let ideal = median(&secs(3));
+    let closure = |t: f64| 100.0 * (base - t) / (base - ideal);
+    let e = &mut case.extra;
+    e.insert("command".into(), format!("python model_load.py {}", load.args.join(" ")).into());
+    e.insert("file_bytes".into(), bytes.into());
+    e.insert("peer".into(), "vLLM-style: one thread reading the file in 16 MiB reads as the load starts".into());
+    e.insert("peer_s".into(), secs(1).into());
+    e.insert("peer_ratio_median".into(), ratio(&secs(0), &secs(1)).into());
+    e.insert("ideal_s".into(), secs(3).into());
+    e.insert("ideal_median_s".into(), ideal.into());
+    e.insert("ideal_ratio_median".into(), ratio(&secs(0), &secs(3)).into());
+    e.insert("closure_ideal_pct".into(), closure(median(&secs(2))).into());
+    e.insert("peer_closure_ideal_pct".into(), closure(median(&secs(1))).into());
+    e.insert("answer".into(), first.into());
+    let fill: Vec<f64> = passes[2].iter().map(|p| p.fill_ms).collect();
+    let other: Vec<f64> = passes[2].iter().map(|p| p.other_ms).collect();
+    e.insert("daemon_fill_cpu_ms_median".into(), median(&fill).into());
+    e.insert("daemon_other_cpu_ms_median".into(), median(&other).into());
+    Ok(case)
+}
+
+/// Runs the workload.
+pub fn run(options: &BenchOptions) -> Result<Report, BenchError> {
+    let pairs = if options.quick { options.pairs.min(2) } else { options.pairs };
+    let rt = Runtime::new(&options.dir)?;
+    let script = |args: &[&str]| args.iter().map(|a| a.to_string()).collect::<Vec<_>>();
+    let mut loads = Vec::new();
+    let safetensors = model_file(&options.dir)?;
+    let st = safetensors.display().to_string();
+    loads.push(Load {
+        name: "safetensors safe_open (numpy)".into(),
+        file: safetensors,
+        args: script(&["safetensors", &st]),
+    });
+    if !options.quick {
+        let (gguf, _) = crate::llm_model::ensure(&options.dir, 2)?;
+        let g = gguf.display().to_string();
+        loads.push(Load { name: "gguf GGUFReader (numpy memmap)".into(), file: gguf, args: script(&["gguf", &g]) });
+    }
+    let parquet = rt.parquet(&options.dir)?;
+    let pq = parquet.display().to_string();
+    let queries: &[(&str, &str)] = if options.quick {
+        &[("group", "4 of 10 columns")]
+    } else {
+        &[("group", "4 of 10 columns"), ("sums", "2 of 10 columns"), ("range", "1 of 10 columns, half the row groups")]
+    };
+    for (query, what) in queries {
+        loads.push(Load {
+            name: format!("duckdb parquet {query} ({what})"),
+            file: parquet.clone(),
+            args: script(&["duckdb", &pq, query]),
+        });
+    }
+    let h = Harness::new(options, (loads.len() * (pairs * SIDES.len() + 1)) as u64)?;
+    let mut cases = Vec::new();
+    for load in &loads {
+        cases.push(measure(&h, &rt, load, pairs)?);
+    }
+    h.finish();
+    let mut notes: Vec<String> = cases
+        .iter()
+        .map(|c| {
+            let get = |k: &str| c.extra.get(k).and_then(serde_json::Value::as_f64).unwrap_or(f64::NAN);
+            format!(
+                "{}: {:.2}x beside the daemon (median of pairs), closing {:.0} % of the gap to the ideal (the file \
+                 made resident just before: {:.2}x); the vLLM-style peer {:.2}x, closing {:.0} %; daemon CPU {:.0} ms \
+                 filling, {:.0} ms other; answers {}",
+                c.name,
+                c.ratio_median,
+                get("closure_ideal_pct"),
+                get("ideal_ratio_median"),
+                get("peer_ratio_median"),
+                get("peer_closure_ideal_pct"),
+                get("daemon_fill_cpu_ms_median"),
+                get("daemon_other_cpu_ms_median"),
+                if c.answers_identical { "identical" } else { "DIFFER" },
+            )
+        })
+        .collect();
+    if options.quick {
+        notes.push("--quick: the safetensors load and one query, 2 pairs at most: a smoke test, not a result".into());
+    }
+    notes.push(
+        "timed by the loader itself, after its imports: from just before it opens the file to the last byte used"
+            .into(),
+    );
+    Ok(Report {
+        workload: "model-load".into(),
+        command: options.command.clone(),
+        provenance: crate::report::Provenance::capture(),
+        created: crate::report::now_rfc3339(),
+        machine: h.machine.clone(),
+        settings: serde_json::json!({
+            "loaders": "crates/predictio-bench/src/workloads/model_load.py: safetensors 0.8.0, gguf 0.19.0, duckdb 2.0.1, numpy 2.4.6",
+            "python": rt.python.display().to_string(),
+            "pairs": pairs,
+            "sides": ["baseline", "peer", "predictio", "ideal"],
+            "predictio": "predictio daemon, default configuration with its own sockets and store, started before each of its passes",
+            "parquet": {"rows": PARQUET_ROWS, "row_group_rows": PARQUET_GROUP, "columns": 10, "compression": "snappy"},
+            "primed": crate::harness::PRIMED_NOTE,
+        }),
+        cold_method: h.cold.describe().into(),
+        cases,
+        notes,
+    })
+}
