@@ -204,6 +204,9 @@ pub struct TensorStats {
     /// Plans put in file order because the loader's first accesses
     /// followed the file, not the plan (see [`ORDER_CHECK_ACCESSES`]).
     pub order_switches: u64,
+    /// Loads begun again from a plan's start after an earlier load got
+    /// through half of it or more (the plan asked for once more).
+    pub loads_again: u64,
     /// Requested-but-unreached bytes now, over all files.
     pub outstanding_bytes: u64,
     /// Plans now.
@@ -542,12 +545,35 @@ impl TensorPolicy {
         self.tick = tick;
         planned.active = tick;
         let Some(reached) = planned.plan.reached_by(first, end) else { return };
-        if planned.order.take(end, reached, self.config.piece_bytes) {
+        let first_piece = planned.plan.pieces.first().map_or(0, |p| p.len);
+        if reached <= first_piece && planned.reached > first_piece && planned.reached >= planned.plan.total / 2 {
+            self.begin_again(file);
+            self.advance(file, reached);
+        } else if planned.order.take(end, reached, self.config.piece_bytes) {
             self.put_in_file_order(file);
         } else {
             self.advance(file, reached);
         }
         self.release(file, ctx);
+    }
+
+    /// A load of `file` begins again: its loader is back in the plan's first
+    /// piece after an earlier load got past it and through half of the plan
+    /// or more (the
+    /// model loaded once more, by a new process or the same one). The plan,
+    /// in the order learnt, is asked for once more from its start: what is
+    /// still cached costs the executor a residency check, what was evicted
+    /// is read again.
+    fn begin_again(&mut self, file: FileId) {
+        let Some(planned) = self.files.get_mut(&file) else { return };
+        self.outstanding -= planned.outstanding();
+        self.stats.abandoned_bytes += planned.outstanding();
+        for piece in &mut planned.plan.pieces {
+            piece.asked = false;
+        }
+        planned.reached = 0;
+        planned.requested = 0;
+        self.stats.loads_again += 1;
     }
 
     /// Puts `file`'s plan in file order, the loader at the furthest byte it
@@ -1041,6 +1067,36 @@ mod tests {
             bench.read(0, PageRange::new(page, page + 1));
         }
         assert_eq!(bench.policy.stats().order_switches, 0);
+        bench.check();
+    }
+
+    #[test]
+    fn a_model_loaded_again_is_asked_for_again() {
+        let mut bench = Bench::new(small());
+        let tensors: Vec<(u64, u64)> = (0..8).map(|i| (4 * i, 4)).collect();
+        let first = bench.layout(0, &tensors);
+        assert_eq!(first, vec![PageRange::new(0, 16)]);
+        let mut asked = first;
+        for i in 0..8 {
+            asked.extend(bench.read(0, PageRange::new(4 * i, 4 * i + 4)));
+        }
+        assert_eq!(pages_once(&asked).len(), 32, "the first load asked for every page once");
+        // Back in the first piece midway through a load: not a new load.
+        let mut bench2 = Bench::new(small());
+        bench2.layout(0, &tensors);
+        bench2.read(0, PageRange::new(8, 12));
+        assert!(bench2.read(0, PageRange::new(0, 1)).is_empty());
+        assert_eq!(bench2.policy.stats().loads_again, 0);
+        // The whole model read, then its first tensor again: a new load,
+        // the plan asked for from its start once more.
+        // (The loader reads its first two pages itself.)
+        assert_eq!(bench.read(0, PageRange::new(0, 2)), vec![PageRange::new(2, 16)]);
+        assert_eq!(bench.policy.stats().loads_again, 1);
+        assert_eq!(bench.policy.position(bench.ids[0]), Some(pg(2)));
+        assert_eq!(bench.read(0, PageRange::new(4, 8)), vec![PageRange::new(16, 24)]);
+        // The first piece touched again early in that load: still the same.
+        assert!(bench.read(0, PageRange::new(1, 2)).is_empty());
+        assert_eq!(bench.policy.stats().loads_again, 1);
         bench.check();
     }
 
@@ -1557,8 +1613,14 @@ mod tests {
                             since_layout[file] = ranges_of(out);
                         }
                         Op::Read(file, page, len) => {
+                            let again = bench.policy.stats().loads_again;
                             let released = bench.read(file, PageRange::new(page, page + len));
-                            since_layout[file].extend(released);
+                            if bench.policy.stats().loads_again > again {
+                                // A new load of the file: asked for anew.
+                                since_layout[file] = released;
+                            } else {
+                                since_layout[file].extend(released);
+                            }
                         }
                         Op::Layer(file, layer) => {
                             let released = bench.layer(file, layer);
