@@ -167,7 +167,7 @@ impl PageModel {
         }
         self.runs = self.runs * decay + 1.0;
 
-        let mut seen: HashSet<u64> = HashSet::new();
+        let mut seen = Covered::default();
         let mut touched_nodes: HashSet<u64> = HashSet::new();
         let mut previous: Option<u64> = None;
         for (i, access) in accesses.iter().enumerate() {
@@ -175,11 +175,9 @@ impl PageModel {
             let mut page = access.start;
             while page < access.end {
                 let len = (access.end - page).min(u64::from(limits.max_node_pages.max(1)));
-                let fresh = (page..page + len).any(|p| !seen.contains(&p));
+                let fresh = !seen.covers(page, page + len);
                 if fresh {
-                    if seen.len() < 1 << 20 {
-                        seen.extend(page..page + len);
-                    }
+                    seen.insert(page, page + len);
                     let node = nodes.entry(page).or_insert(Node { page, pages: 0, weight: 0.0, at_ms: None });
                     node.pages = node.pages.max(len as u32);
                     if touched_nodes.insert(page) {
@@ -492,9 +490,54 @@ pub fn sorted_sparse(mut ranges: Vec<PageRange>, gap: u64) -> Vec<PageRange> {
     out
 }
 
+/// Pages seen so far in one run, as disjoint ranges (start → end): a run's
+/// accesses are mostly runs of pages, and a model load or a scan within a
+/// launch window touches hundreds of thousands of pages, which a set of
+/// pages would hash one by one.
+#[derive(Debug, Default)]
+struct Covered(BTreeMap<u64, u64>);
+
+impl Covered {
+    /// Whether every page of `[start, end)` was seen.
+    fn covers(&self, start: u64, end: u64) -> bool {
+        self.0.range(..=start).next_back().is_some_and(|(_, &e)| e >= end)
+    }
+
+    /// Marks `[start, end)` seen, merged with the ranges it touches.
+    fn insert(&mut self, mut start: u64, mut end: u64) {
+        if let Some((&s, &e)) = self.0.range(..=start).next_back()
+            && e >= start
+        {
+            start = s;
+            end = end.max(e);
+        }
+        while let Some((&s, &e)) = self.0.range(start..=end).next() {
+            end = end.max(e);
+            self.0.remove(&s);
+        }
+        self.0.insert(start, end);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn covered_ranges_merge_and_answer_for_every_page() {
+        let mut seen = Covered::default();
+        seen.insert(10, 20);
+        seen.insert(30, 40);
+        assert!(seen.covers(10, 20) && seen.covers(12, 15) && seen.covers(30, 40));
+        assert!(!seen.covers(9, 12) && !seen.covers(15, 31) && !seen.covers(20, 21) && !seen.covers(0, 1));
+        seen.insert(20, 30);
+        assert!(seen.covers(10, 40));
+        assert_eq!(seen.0.len(), 1);
+        seen.insert(5, 45);
+        seen.insert(50, 51);
+        seen.insert(44, 50);
+        assert_eq!(seen.0.iter().map(|(&s, &e)| (s, e)).collect::<Vec<_>>(), vec![(5, 51)]);
+    }
 
     fn r(start: u64, end: u64) -> PageRange {
         PageRange::new(start, end)
