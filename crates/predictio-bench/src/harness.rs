@@ -279,6 +279,9 @@ bench_vars! {
     NodeLlamaCppDir = "NODE_LLAMA_CPP_DIR",
     /// llm-load's loader script (default `scripts/llama-load.mjs`).
     LlamaLoad = "PREDICTIO_LLAMA_LOAD",
+    /// `word[,word…]`: model-load runs only the loads whose name contains
+    /// one of the words.
+    ModelOnly = "PREDICTIO_BENCH_MODEL_ONLY",
     /// The Python model-load's loaders run with (default
     /// `/var/tmp/predictio-python/bin/python`, made by
     /// `scripts/bench-deps.sh`).

@@ -271,6 +271,10 @@ pub fn run(options: &BenchOptions) -> Result<Report, BenchError> {
             args: script(&["duckdb", &pq, query]),
         });
     }
+    if let Some(only) = BenchVar::ModelOnly.get_string() {
+        let words: Vec<&str> = only.split(',').map(str::trim).filter(|w| !w.is_empty()).collect();
+        loads.retain(|load| words.iter().any(|w| load.name.contains(w)));
+    }
     let h = Harness::new(options, (loads.len() * (pairs * SIDES.len() + 1)) as u64)?;
     let mut cases = Vec::new();
     for load in &loads {

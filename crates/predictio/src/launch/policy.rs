@@ -304,7 +304,18 @@ struct Learning {
     /// Windows not opened because `max_windows` were open, or not handed
     /// over because the learner was behind.
     skipped: u64,
+    /// Model files (a `TensorLayout` was seen; at most [`MAX_MODELS`]): the
+    /// `tensor` policy fetches them in their loader's order, so a launch
+    /// window that spans a model load leaves them out. Learnt into the
+    /// launch, hundreds of MiB of a model were replayed at every exec, in
+    /// competition with the tensor policy and with the imports the replay
+    /// is for, and the learner merged a whole model's pages each load.
+    models: HashSet<FileId>,
 }
+
+/// Model files remembered by a learning policy at most (then forgotten
+/// all at once).
+const MAX_MODELS: usize = 1024;
 
 /// An exec as its caller asked for it ([`Event::ExecStart`]): who, which
 /// path, which command shape.
@@ -367,7 +378,14 @@ impl LaunchPolicy {
     ) -> Self {
         Self {
             book,
-            learning: Some(Learning { limits, max_windows, windows: Vec::new(), done, skipped: 0 }),
+            learning: Some(Learning {
+                limits,
+                max_windows,
+                windows: Vec::new(),
+                done,
+                skipped: 0,
+                models: HashSet::new(),
+            }),
             ..Self::default()
         }
     }
@@ -379,6 +397,19 @@ impl LaunchPolicy {
 
     fn learn(&mut self, event: &Event) {
         let Some(learning) = self.learning.as_mut() else { return };
+        if let Event::TensorLayout { file, .. } = event {
+            if learning.models.len() >= MAX_MODELS {
+                learning.models.clear();
+            }
+            learning.models.insert(*file);
+            for window in &mut learning.windows {
+                window.2.leave_out(*file);
+            }
+            return;
+        }
+        // A model's pages are not the launch's, but their time still passes.
+        let model_page = matches!(event, Event::PageAccess { file, .. } | Event::PageMiss { file, .. }
+            if learning.models.contains(file));
         if let Event::Exec { pid, exe, shape, time_ns } = event
             && !learning.windows.iter().any(|w| w.2.follows(*pid))
         {
@@ -393,7 +424,7 @@ impl LaunchPolicy {
         let mut i = 0;
         while i < learning.windows.len() {
             let window = &mut learning.windows[i].2;
-            let done = window.on_event(event) || now.is_some_and(|t| window.tick(t));
+            let done = (!model_page && window.on_event(event)) || now.is_some_and(|t| window.tick(t));
             if done {
                 let (key, pid, recorder, replay) = learning.windows.swap_remove(i);
                 let finished = FinishedLaunch { exe: key.exe, shape: key.shape, pid, recorder, replay };
@@ -572,7 +603,13 @@ impl Policy for LaunchPolicy {
     fn interests(&self) -> EventKinds {
         let replay = EventKinds::of(&[EventKind::ExecStart, EventKind::Exec, EventKind::PageAccess]);
         if self.learning.is_some() {
-            replay.with(EventKinds::of(&[EventKind::PageMiss, EventKind::Fork, EventKind::Exit, EventKind::Lookup]))
+            replay.with(EventKinds::of(&[
+                EventKind::PageMiss,
+                EventKind::Fork,
+                EventKind::Exit,
+                EventKind::Lookup,
+                EventKind::TensorLayout,
+            ]))
         } else {
             replay
         }
@@ -703,6 +740,47 @@ mod tests {
         assert_eq!(run.files[0].accesses, vec![PageRange::page(3)]);
         assert_eq!(policy.skipped_windows(), 1);
         assert!(out.is_empty(), "learning alone requests nothing");
+    }
+
+    #[test]
+    fn a_model_read_in_the_window_is_left_out_of_the_launch() {
+        let (tx, rx) = std::sync::mpsc::sync_channel(4);
+        let limits = WindowLimits { idle_ms: 100, ..WindowLimits::default() };
+        let mut policy = LaunchPolicy::learning(ReplayBook::default(), limits, 1, tx);
+        let files = crate::policy::FileTable::default();
+        let mut out = Vec::new();
+        let mut ctx = PolicyContext::new(&files, &mut out, crate::policy::PolicyId(1));
+        let (exe, lib, model) = (FileId { dev: 1, ino: 1 }, FileId { dev: 1, ino: 2 }, FileId { dev: 1, ino: 3 });
+        policy.on_event(&Event::Exec { pid: 5, exe, shape: "load model".into(), time_ns: 0 }, &mut ctx);
+        let read = |file, page, ms: u64| {
+            [
+                Event::PageAccess {
+                    pid: 5,
+                    file,
+                    pages: PageRange::page(page),
+                    kind: AccessKind::Read,
+                    time_ns: ms * 1_000_000,
+                },
+                Event::PageMiss { pid: 5, file, page, time_ns: ms * 1_000_000 },
+            ]
+        };
+        for (i, event) in [read(lib, 0, 1), read(model, 0, 2)].iter().flatten().enumerate() {
+            policy.on_event(event, &mut ctx);
+            assert!(i < 3 || rx.try_recv().is_err());
+        }
+        // The model is recognised after its first page was read: what the
+        // window has of it goes, and its later pages never come in (nor
+        // do they keep the window open: it ends 100 ms after the library).
+        policy.on_event(&Event::TensorLayout { file: model, ranges: Vec::new().into() }, &mut ctx);
+        for ms in [3, 50, 90, 120] {
+            for event in read(model, ms, ms) {
+                policy.on_event(&event, &mut ctx);
+            }
+        }
+        let finished = rx.try_recv().expect("the window ended 100 ms after the last miss not in the model");
+        assert_eq!(finished.recorder.missed_pages(), 1);
+        assert_eq!(finished.recorder.files().map(|(f, _)| f).collect::<Vec<_>>(), vec![lib]);
+        assert!(out.is_empty());
     }
 
     #[test]

@@ -194,6 +194,20 @@ impl Recorder {
         }
     }
 
+    /// Leaves `file` out of the launch: what was recorded of it is
+    /// dropped. For a file a policy that knows its structure fetches (a
+    /// model a loader reads in the window), whose pages are that policy's
+    /// work, not the launch's.
+    pub fn leave_out(&mut self, file: FileId) {
+        if self.files.remove(&file).is_some() {
+            self.order.retain(|f| *f != file);
+        }
+        self.pids.remove(&file);
+        self.missed.remove(&file);
+        self.missed_ranges.remove(&file);
+        self.accessed.remove(&file);
+    }
+
     /// Counts the accesses `source` names (the default is
     /// [`AccessSource::Observed`]).
     pub fn counting(mut self, source: AccessSource) -> Self {
