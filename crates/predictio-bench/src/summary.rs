@@ -551,7 +551,11 @@ fn rows_of(workload: Workload, file: &ResultFile, notes: &mut Vec<String>) -> Re
         Workload::ModelLoad => {
             for case in file.cases()? {
                 let mut row = case.ab_row(workload, "")?;
-                row.peer = Some(format!("vLLM-style {}", times_x(case.num("peer_ratio_median")?)));
+                row.peer = Some(format!(
+                    "vLLM-style {}, oracle {}",
+                    times_x(case.num("peer_ratio_median")?),
+                    times_x(case.num("oracle_ratio_median")?)
+                ));
                 let ideal = case.num("ideal_median_s")?;
                 row.closure = closure(case.baseline()?, case.treatment()?, ideal);
                 row.limit = Some(format!("ideal {}", secs(ideal)));

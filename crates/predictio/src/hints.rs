@@ -239,7 +239,7 @@ pub struct HintConfig {
     /// `TreeChildEnter`'s children × 4 KiB, and for a `TensorLayout` its
     /// ranges' bytes up to [`TENSOR_LAYOUT_CHARGE`] (a layout describes a
     /// whole model; the tensor policy asks at once for the first window of
-    /// it, 256 MiB ahead, and follows the loader from there).
+    /// it, 512 MiB ahead, and follows the loader from there).
     pub bytes_per_sec: u64,
     /// Bytes a client may use at once (token-bucket depth). A frame
     /// costing more than this is always dropped.
@@ -1134,7 +1134,7 @@ fn register(
 /// default window, `TensorConfig::ahead_bytes`). Taking a 4,095-tensor
 /// layout costs the dispatcher ~1 ms, so a flood of layouts charged only
 /// their list's bytes would buy a user a whole dispatcher thread.
-pub const TENSOR_LAYOUT_CHARGE: u64 = 256 << 20;
+pub const TENSOR_LAYOUT_CHARGE: u64 = 512 << 20;
 
 /// Bytes of prefetch a frame asks for directly (see
 /// [`HintConfig::bytes_per_sec`]).

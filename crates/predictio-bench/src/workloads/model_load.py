@@ -1,20 +1,29 @@
 # The loaders of `predictio bench model-load`: real Python libraries reading
 # a large structured file cold, each as a user's program would.
 #
-#   model_load.py safetensors MODEL [--peer]   safetensors.safe_open (numpy):
-#                                              every tensor, in keys() order
-#   model_load.py gguf MODEL [--peer]          gguf.GGUFReader (numpy memmap):
-#                                              every tensor copied out
-#   model_load.py duckdb FILE QUERY [--peer]   duckdb over a Parquet file
+#   model_load.py safetensors MODEL [--peer|--oracle]
+#       safetensors.safe_open (numpy):
+#                                            every tensor, in keys() order
+#   model_load.py gguf MODEL [--peer|--oracle]
+#       gguf.GGUFReader (numpy memmap):
+#                                            every tensor copied out
+#   model_load.py duckdb FILE QUERY [--peer|--oracle]
+#       duckdb over a Parquet file
 #   model_load.py make-parquet FILE ROWS GROUP writes the table (once)
 #
 # --peer starts a vLLM-style background prefetch as the loader starts: one
-# thread reading the file from start to end in 16 MiB reads.
+# thread reading the file from start to end in 16 MiB reads. --oracle starts
+# a prefetch that knows what the load will read: one thread asking the
+# kernel (fadvise WILLNEED) for those bytes in the order they are read, as
+# the loader starts: every byte of a model, in 16 MiB pieces; the column
+# chunks a query reads, row group by row group (found from the Parquet
+# footer before the clock starts).
 #
 # Prints one JSON line: the loader's own seconds (after the imports, from
 # just before the file is opened to the last byte used), and its answer (a
 # digest that must be the same on every pass).
 import json
+import os
 import sys
 import threading
 import time
@@ -35,11 +44,32 @@ def peer(path):
     threading.Thread(target=run, daemon=True).start()
 
 
-def begin(path, use_peer):
-    """The loader's clock starts; the peer, if asked for, with it."""
+def oracle(path, ranges):
+    """Asks for `ranges` ((offset, length), in order) in a background thread."""
+
+    def run():
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            for offset, length in ranges:
+                os.posix_fadvise(fd, offset, length, os.POSIX_FADV_WILLNEED)
+        finally:
+            os.close(fd)
+
+    threading.Thread(target=run, daemon=True).start()
+
+
+def whole_file(path):
+    size = os.path.getsize(path)
+    return [(at, min(PEER_CHUNK, size - at)) for at in range(0, size, PEER_CHUNK)]
+
+
+def begin(path, side, ranges=None):
+    """The loader's clock starts; the peer or the oracle, if asked for, with it."""
     start = time.perf_counter()
-    if use_peer:
+    if side == "peer":
         peer(path)
+    elif side == "oracle":
+        oracle(path, whole_file(path) if ranges is None else ranges)
     return start
 
 
@@ -49,10 +79,10 @@ def digest(check, data):
     return zlib.crc32(bytes(raw[:64]) + bytes(raw[-64:]), check)
 
 
-def load_safetensors(path, use_peer):
+def load_safetensors(path, side):
     from safetensors import safe_open
 
-    start = begin(path, use_peer)
+    start = begin(path, side)
     check, total = 0, 0
     with safe_open(path, framework="numpy") as f:
         for name in f.keys():
@@ -62,11 +92,11 @@ def load_safetensors(path, use_peer):
     return start, {"bytes": total, "crc32": check}
 
 
-def load_gguf(path, use_peer):
+def load_gguf(path, side):
     import numpy as np
     from gguf import GGUFReader
 
-    start = begin(path, use_peer)
+    start = begin(path, side)
     reader = GGUFReader(path)
     check, total = 0, 0
     for tensor in reader.tensors:
@@ -76,6 +106,10 @@ def load_gguf(path, use_peer):
         check = digest(check, data)
     return start, {"bytes": total, "crc32": check, "tensors": len(reader.tensors)}
 
+
+# What each query reads: its columns, and whether only the second half of
+# the row groups (the table is ordered by id).
+READS = {"group": (["k", "v1", "v2", "v3"], False), "sums": (["v7", "v8"], False), "range": (["id", "v5"], True)}
 
 QUERIES = {
     # 4 of the table's 10 columns.
@@ -88,11 +122,22 @@ QUERIES = {
 }
 
 
-def load_duckdb(path, query, use_peer):
+def load_duckdb(path, query, side):
     import duckdb
 
     con = duckdb.connect()
-    start = begin(path, use_peer)
+    ranges = None
+    if side == "oracle":
+        columns, second_half = READS[query]
+        chunks = con.execute(
+            "SELECT row_group_id, path_in_schema, coalesce(dictionary_page_offset, data_page_offset), "
+            "total_compressed_size FROM parquet_metadata(?) ORDER BY row_group_id, column_id",
+            [path],
+        ).fetchall()
+        groups = 1 + max(c[0] for c in chunks)
+        first = groups // 2 if second_half else 0
+        ranges = [(off, size) for group, name, off, size in chunks if name in columns and group >= first]
+    start = begin(path, side, ranges)
     half = con.execute("SELECT num_rows FROM parquet_file_metadata(?)", [path]).fetchone()[0] // 2
     result = con.execute(QUERIES[query].format(f=path, half=half)).fetchall()
     text = json.dumps([[str(v) for v in row] for row in result])
@@ -111,19 +156,19 @@ def make_parquet(path, rows, group):
 
 
 def main(argv):
-    use_peer = "--peer" in argv
-    args = [a for a in argv if a != "--peer"]
+    side = "peer" if "--peer" in argv else "oracle" if "--oracle" in argv else None
+    args = [a for a in argv if a not in ("--peer", "--oracle")]
     kind = args[0]
     if kind == "make-parquet":
         make_parquet(args[1], args[2], args[3])
         return
     path = args[1]
     if kind == "safetensors":
-        start, answer = load_safetensors(path, use_peer)
+        start, answer = load_safetensors(path, side)
     elif kind == "gguf":
-        start, answer = load_gguf(path, use_peer)
+        start, answer = load_gguf(path, side)
     elif kind == "duckdb":
-        start, answer = load_duckdb(path, args[2], use_peer)
+        start, answer = load_duckdb(path, args[2], side)
     else:
         raise SystemExit(f"unknown loader {kind!r}")
     print(json.dumps({"seconds": time.perf_counter() - start, "answer": answer}))

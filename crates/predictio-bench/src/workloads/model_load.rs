@@ -19,6 +19,12 @@
 //!   daemon` as installed: the default configuration with the bench's own
 //!   sockets and store, started (and settled) before the pass and stopped
 //!   after it. It learns from what it observes: no hint, no adapter;
+//! - **oracle**: a prefetch that knows what the load reads: one thread of
+//!   the loader asks the kernel (`fadvise(WILLNEED)`) for those bytes in
+//!   the order they are read, as the load starts (a model's every byte; a
+//!   query's column chunks, row group by row group, found from the Parquet
+//!   footer before the clock starts): what a policy that predicted the
+//!   load perfectly could ask for, through the same kernel call;
 //! - **ideal**: the loader right after the file was made resident by one
 //!   sequential read, untimed, after the same drop_caches: a perfect
 //!   prefetcher with unlimited lead, on the same cold memory (this VM gives
@@ -58,9 +64,10 @@ enum Side {
     Peer,
     Predictio,
     Ideal,
+    Oracle,
 }
 
-const SIDES: [Side; 4] = [Side::Baseline, Side::Peer, Side::Predictio, Side::Ideal];
+const SIDES: [Side; 5] = [Side::Baseline, Side::Peer, Side::Predictio, Side::Ideal, Side::Oracle];
 
 /// One loader on one file.
 struct Load {
@@ -131,8 +138,10 @@ impl Runtime {
         let before = daemon.as_ref().map(Daemon::cpu_split);
         let mut cmd = Command::new(&self.python);
         cmd.arg(&self.script).args(&load.args);
-        if side == Side::Peer {
-            cmd.arg("--peer");
+        match side {
+            Side::Peer => _ = cmd.arg("--peer"),
+            Side::Oracle => _ = cmd.arg("--oracle"),
+            _ => {}
         }
         let out = cmd.output().doing(|| format!("running the {} loader", load.name));
         let mut pass = Pass::default();
@@ -190,7 +199,7 @@ impl Runtime {
 }
 
 fn measure(h: &Harness, rt: &Runtime, load: &Load, pairs: usize) -> Result<Case, BenchError> {
-    let mut passes: [Vec<Pass>; 4] = Default::default();
+    let mut passes: [Vec<Pass>; 5] = Default::default();
     let mut resident_before: f64 = 0.0;
     for pair in 0..pairs {
         h.prime(&[&load.file])?;
@@ -231,6 +240,9 @@ fn measure(h: &Harness, rt: &Runtime, load: &Load, pairs: usize) -> Result<Case,
     e.insert("ideal_ratio_median".into(), ratio(&secs(0), &secs(3)).into());
     e.insert("closure_ideal_pct".into(), closure(median(&secs(2))).into());
     e.insert("peer_closure_ideal_pct".into(), closure(median(&secs(1))).into());
+    e.insert("oracle_s".into(), secs(4).into());
+    e.insert("oracle_ratio_median".into(), ratio(&secs(0), &secs(4)).into());
+    e.insert("oracle_closure_ideal_pct".into(), closure(median(&secs(4))).into());
     e.insert("answer".into(), first.into());
     let fill: Vec<f64> = passes[2].iter().map(|p| p.fill_ms).collect();
     let other: Vec<f64> = passes[2].iter().map(|p| p.other_ms).collect();
@@ -287,14 +299,16 @@ pub fn run(options: &BenchOptions) -> Result<Report, BenchError> {
             let get = |k: &str| c.extra.get(k).and_then(serde_json::Value::as_f64).unwrap_or(f64::NAN);
             format!(
                 "{}: {:.2}x beside the daemon (median of pairs), closing {:.0} % of the gap to the ideal (the file \
-                 made resident just before: {:.2}x); the vLLM-style peer {:.2}x, closing {:.0} %; daemon CPU {:.0} ms \
-                 filling, {:.0} ms other; answers {}",
+                 made resident just before: {:.2}x); the vLLM-style peer {:.2}x, closing {:.0} %; the oracle {:.2}x, \
+                 closing {:.0} %; daemon CPU {:.0} ms filling, {:.0} ms other; answers {}",
                 c.name,
                 c.ratio_median,
                 get("closure_ideal_pct"),
                 get("ideal_ratio_median"),
                 get("peer_ratio_median"),
                 get("peer_closure_ideal_pct"),
+                get("oracle_ratio_median"),
+                get("oracle_closure_ideal_pct"),
                 get("daemon_fill_cpu_ms_median"),
                 get("daemon_other_cpu_ms_median"),
                 if c.answers_identical { "identical" } else { "DIFFER" },
@@ -318,7 +332,7 @@ pub fn run(options: &BenchOptions) -> Result<Report, BenchError> {
             "loaders": "crates/predictio-bench/src/workloads/model_load.py: safetensors 0.8.0, gguf 0.19.0, duckdb 2.0.1, numpy 2.4.6",
             "python": rt.python.display().to_string(),
             "pairs": pairs,
-            "sides": ["baseline", "peer", "predictio", "ideal"],
+            "sides": ["baseline", "peer", "predictio", "ideal", "oracle"],
             "predictio": "predictio daemon, default configuration with its own sockets and store, started before each of its passes",
             "parquet": {"rows": PARQUET_ROWS, "row_group_rows": PARQUET_GROUP, "columns": 10, "compression": "snappy"},
             "primed": crate::harness::PRIMED_NOTE,
