@@ -699,11 +699,17 @@ mod tests {
         assert!(done[1].replay.is_none(), "no profile for that shape: not replayed");
     }
 
-    #[test]
-    fn learning_opens_a_window_per_exec_and_hands_it_over() {
+    /// A learning policy with one window at most, which 100 ms without a
+    /// miss ends, and where its finished windows go.
+    fn learner() -> (LaunchPolicy, std::sync::mpsc::Receiver<FinishedLaunch>) {
         let (tx, rx) = std::sync::mpsc::sync_channel(4);
         let limits = WindowLimits { idle_ms: 100, ..WindowLimits::default() };
-        let mut policy = LaunchPolicy::learning(ReplayBook::default(), limits, 1, tx);
+        (LaunchPolicy::learning(ReplayBook::default(), limits, 1, tx), rx)
+    }
+
+    #[test]
+    fn learning_opens_a_window_per_exec_and_hands_it_over() {
+        let (mut policy, rx) = learner();
         let files = crate::policy::FileTable::default();
         let mut out = Vec::new();
         let mut ctx = PolicyContext::new(&files, &mut out, crate::policy::PolicyId(1));
@@ -744,9 +750,7 @@ mod tests {
 
     #[test]
     fn a_model_read_in_the_window_is_left_out_of_the_launch() {
-        let (tx, rx) = std::sync::mpsc::sync_channel(4);
-        let limits = WindowLimits { idle_ms: 100, ..WindowLimits::default() };
-        let mut policy = LaunchPolicy::learning(ReplayBook::default(), limits, 1, tx);
+        let (mut policy, rx) = learner();
         let files = crate::policy::FileTable::default();
         let mut out = Vec::new();
         let mut ctx = PolicyContext::new(&files, &mut out, crate::policy::PolicyId(1));
