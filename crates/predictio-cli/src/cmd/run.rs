@@ -433,6 +433,13 @@ mod tests {
         assert!(answers(&path), "listening");
         drop(listener);
         assert!(path.exists());
+        // Another test of this binary that spawns a process holds a copy of
+        // the listener between its fork and its exec (close-on-exec closes
+        // it there): the socket stops answering once that exec is done.
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while answers(&path) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
         assert!(!answers(&path), "a socket left behind");
     }
 
