@@ -564,15 +564,13 @@ impl TensorPolicy {
 
     /// A load of `file` begins again: its loader is back in the plan's first
     /// piece after an earlier load got past it and through half of the plan
-    /// or more (the
-    /// model loaded once more, by a new process or the same one). The plan,
-    /// in the order learnt, is asked for once more from its start: what is
-    /// still cached costs the executor a residency check, what was evicted
-    /// is read again.
+    /// or more (the model loaded once more, by a new process or the same
+    /// one). The plan, in the order learnt, is asked for once more from its
+    /// start: what is still cached costs the executor a residency check,
+    /// what was evicted is read again.
     fn begin_again(&mut self, file: FileId) {
+        self.abandon(file);
         let Some(planned) = self.files.get_mut(&file) else { return };
-        self.outstanding -= planned.outstanding();
-        self.stats.abandoned_bytes += planned.outstanding();
         for piece in &mut planned.plan.pieces {
             piece.asked = false;
         }
@@ -586,6 +584,7 @@ impl TensorPolicy {
     /// the old order stays in the cache, and its budget is given back.
     fn put_in_file_order(&mut self, file: FileId) {
         let (piece_bytes, max_pieces) = (self.config.piece_bytes, self.config.max_pieces_per_file);
+        self.abandon(file);
         let Some(planned) = self.files.get_mut(&file) else { return };
         let tensors: Vec<(ByteRange, Option<u32>)> = planned
             .plan
@@ -602,8 +601,6 @@ impl TensorPolicy {
         }
         let furthest = planned.order.file_max;
         let reached = plan.reached_by(furthest.saturating_sub(1), furthest).unwrap_or(0);
-        self.outstanding -= planned.outstanding();
-        self.stats.abandoned_bytes += planned.outstanding();
         planned.plan = plan;
         planned.reached = reached;
         planned.requested = reached;
@@ -741,10 +738,18 @@ impl TensorPolicy {
 
     /// Drops a plan, returning its outstanding bytes to the budget.
     fn forget(&mut self, file: FileId) {
-        if let Some(planned) = self.files.remove(&file) {
-            self.stats.abandoned_bytes += planned.outstanding();
-            self.outstanding -= planned.outstanding();
-        }
+        self.abandon(file);
+        self.files.remove(&file);
+    }
+
+    /// Gives `file`'s outstanding bytes back to the budget (counted as
+    /// abandoned): what was requested and not reached stays in the cache,
+    /// but the plan no longer waits for its loader to reach it.
+    fn abandon(&mut self, file: FileId) {
+        let Some(planned) = self.files.get_mut(&file) else { return };
+        self.stats.abandoned_bytes += planned.outstanding();
+        self.outstanding -= planned.outstanding();
+        planned.requested = planned.reached;
     }
 }
 
