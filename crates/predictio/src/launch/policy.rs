@@ -306,10 +306,9 @@ struct Learning {
     skipped: u64,
     /// Model files (a `TensorLayout` was seen; at most [`MAX_MODELS`]): the
     /// `tensor` policy fetches them in their loader's order, so a launch
-    /// window that spans a model load leaves them out. Learnt into the
-    /// launch, hundreds of MiB of a model were replayed at every exec, in
-    /// competition with the tensor policy and with the imports the replay
-    /// is for, and the learner merged a whole model's pages each load.
+    /// window that spans a model load leaves them out, rather than have a
+    /// replay read a model's pages at every exec beside the imports it is
+    /// for.
     models: HashSet<FileId>,
 }
 
