@@ -524,6 +524,22 @@ pub fn insert_reader_stats(
     extra.insert(format!("{side}_wasted_bytes"), median_u64(stats.iter().map(|x| x.wasted_bytes)).into());
 }
 
+/// The last `max` characters of `text`: the end of a failed program's
+/// error output, for a message.
+pub fn tail(text: &str, max: usize) -> &str {
+    match max.checked_sub(1) {
+        None => "",
+        Some(last) => &text[text.char_indices().rev().nth(last).map_or(0, |(i, _)| i)..],
+    }
+}
+
+/// The last line of `stdout` that starts with `{`, parsed: what a loader
+/// script prints when it is done (`who` names it in the error).
+pub fn last_json_line(stdout: &str, who: &str) -> Result<serde_json::Value, BenchError> {
+    let line = stdout.lines().rev().find(|l| l.starts_with('{')).unwrap_or_default();
+    serde_json::from_str(line).map_err(|e| BenchError::Options(format!("{who} output {line:?} is not JSON: {e}")))
+}
+
 /// Waits until the machine is quiet before a pass: at least 50 ms, then
 /// until a 50 ms sample of `/proc/stat` shows the CPUs at most 10 % busy
 /// (time stolen by the host not counted: it cannot be waited out), for at
@@ -577,6 +593,21 @@ fn cpu_times_of(line: &str) -> Option<(u64, u64)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_tail_keeps_the_last_characters_whole() {
+        assert_eq!(tail("abcdef", 3), "def");
+        assert_eq!(tail("ab", 3), "ab");
+        assert_eq!(tail("abc", 0), "");
+        assert_eq!(tail("x–yé", 2), "yé", "characters, not bytes");
+    }
+
+    #[test]
+    fn the_last_json_line_is_the_answer() {
+        let v = last_json_line("loading\n{\"a\": 1}\nnoise\n{\"a\": 2}\ndone\n", "loader").expect("json");
+        assert_eq!(v["a"], 2);
+        assert!(last_json_line("no json here\n", "loader").is_err());
+    }
 
     #[test]
     fn env_capture_records_the_listed_variables_that_are_set() {

@@ -155,6 +155,15 @@ impl Daemon {
         cpu_split(self.service.id())
     }
 
+    /// CPU ms of its executor's threads and of the others since `before`
+    /// (a [`Daemon::cpu_split`]), read half a second from now: its executor
+    /// may still be finishing a load's last requests, and they count.
+    pub(crate) fn cpu_ms_since(&self, before: (u64, u64)) -> (f64, f64) {
+        std::thread::sleep(Duration::from_millis(500));
+        let (fill, other) = self.cpu_split();
+        (fill.saturating_sub(before.0) as f64 / 1e6, other.saturating_sub(before.1) as f64 / 1e6)
+    }
+
     pub(crate) fn stop(self) -> Result<(), BenchError> {
         self.service.stop()
     }
@@ -209,6 +218,29 @@ fn task_usage(dir: &Path) -> Usage {
     Usage { cpu_ns, switches }
 }
 
+/// `dir/name`, emptied and made afresh: the home of a bench's daemon.
+pub(crate) fn daemon_home(dir: &Path, name: &str) -> Result<PathBuf, BenchError> {
+    let home = dir.join(name);
+    let _ = std::fs::remove_dir_all(&home);
+    std::fs::create_dir_all(&home).doing(|| format!("creating {}", home.display()))?;
+    Ok(home)
+}
+
+/// Writes `home/file`, the configuration of `bench`'s daemon: the default
+/// configuration with `home`'s own sockets and store, and `extra` TOML
+/// after `[launch] store` (keys of `[launch]` first, then other sections).
+pub(crate) fn daemon_config(home: &Path, bench: &str, file: &str, extra: &str) -> Result<PathBuf, BenchError> {
+    let path = home.join(file);
+    let d = home.display();
+    let text = format!(
+        "# predictio bench {bench}: the default configuration with this bench's own sockets and store\n\
+         [hints]\nsocket = \"{d}/hint.sock\"\n[control]\nsocket = \"{d}/control.sock\"\n\
+         [launch]\nstore = \"{d}/store\"\n{extra}"
+    );
+    std::fs::write(&path, text).doing(|| format!("writing {}", path.display()))?;
+    Ok(path)
+}
+
 /// Where the daemon's files live, and its two configurations.
 struct Setup {
     me: PathBuf,
@@ -223,25 +255,12 @@ struct Setup {
 impl Setup {
     fn new(dir: &Path) -> Result<Setup, BenchError> {
         let me = crate::harness::predictio_binary()?;
-        let home = dir.join("daemon-cost");
-        let _ = std::fs::remove_dir_all(&home);
-        std::fs::create_dir_all(&home).doing(|| format!("creating {}", home.display()))?;
-        let d = home.display();
-        let write = |name: &str, replay: bool| -> Result<PathBuf, BenchError> {
-            let path = home.join(name);
-            let text = format!(
-                "# predictio bench daemon-cost: the default configuration with this bench's own sockets and store\n\
-                 [hints]\nsocket = \"{d}/hint.sock\"\n[control]\nsocket = \"{d}/control.sock\"\n\
-                 [launch]\nstore = \"{d}/store\"\nreplay = {replay}\n"
-            );
-            std::fs::write(&path, text).doing(|| format!("writing {}", path.display()))?;
-            Ok(path)
-        };
+        let home = daemon_home(dir, "daemon-cost")?;
         Ok(Setup {
             control: home.join("control.sock"),
             log: home.join("daemon.log"),
-            replaying: write("replaying.toml", true)?,
-            learning: write("learning.toml", false)?,
+            replaying: daemon_config(&home, "daemon-cost", "replaying.toml", "replay = true\n")?,
+            learning: daemon_config(&home, "daemon-cost", "learning.toml", "replay = false\n")?,
             me,
         })
     }
@@ -536,13 +555,10 @@ fn model_load(h: &Harness, setup: &Setup, config: &Path, pairs: usize) -> Result
             let run: Pass = spawn_and_wait(&argv)?;
             answers.take(&run);
             failed |= run.status != Some(0);
-            if let (Some(d), Some((fill0, rest0))) = (&daemon, before) {
-                // Its executor may still be finishing the load's last
-                // requests: they count.
-                std::thread::sleep(Duration::from_millis(500));
-                let (fill1, rest1) = d.cpu_split();
-                fill_ms.push(fill1.saturating_sub(fill0) as f64 / 1e6);
-                rest_ms.push(rest1.saturating_sub(rest0) as f64 / 1e6);
+            if let (Some(d), Some(before)) = (&daemon, before) {
+                let (fill, rest) = d.cpu_ms_since(before);
+                fill_ms.push(fill);
+                rest_ms.push(rest);
             }
             if let Some(d) = daemon {
                 d.stop()?;
@@ -770,6 +786,28 @@ pub fn run(options: &BenchOptions) -> Result<Report, BenchError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_bench_daemon_has_its_own_sockets_and_store_and_the_extra_keys() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let home = daemon_home(dir.path(), "home").expect("home");
+        std::fs::write(home.join("stale"), "").expect("write");
+        let home = daemon_home(dir.path(), "home").expect("home again");
+        assert!(!home.join("stale").exists(), "made afresh");
+        let parse = |extra: &str| {
+            let path = daemon_config(&home, "test", "c.toml", extra).expect("written");
+            let text = std::fs::read_to_string(path).expect("read");
+            predictio_daemon::config::Config::parse(&text).expect("parses")
+        };
+        let config = parse("replay = false\n[observe]\nassume_missing = [\"filemap_access\"]\n");
+        assert_eq!(config.hints.socket, home.join("hint.sock"));
+        assert_eq!(config.control.socket, home.join("control.sock"));
+        assert_eq!(config.launch.store, home.join("store"));
+        assert!(!config.launch.replay);
+        assert_eq!(config.observe.assume_missing.len(), 1);
+        let plain = parse("");
+        assert!(plain.launch.replay && plain.observe.assume_missing.is_empty(), "otherwise the defaults");
+    }
 
     #[test]
     fn status_fields_are_read_without_their_unit() {

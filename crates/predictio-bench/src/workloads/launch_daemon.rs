@@ -23,7 +23,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use super::daemon_cost::Daemon;
+use super::daemon_cost::{Daemon, daemon_config, daemon_home};
 use super::launch::{Pass, Program, programs, spawn_and_wait};
 use crate::BenchOptions;
 use crate::harness::{BenchError, Harness, IoContext, settle};
@@ -44,19 +44,10 @@ struct Setup {
 impl Setup {
     fn new(dir: &Path, assume_missing: &[String]) -> Result<Setup, BenchError> {
         let me = crate::harness::predictio_binary()?;
-        let home = dir.join("launch-daemon");
-        let _ = std::fs::remove_dir_all(&home);
-        std::fs::create_dir_all(&home).doing(|| format!("creating {}", home.display()))?;
-        let d = home.display();
+        let home = daemon_home(dir, "launch-daemon")?;
         let missing: Vec<String> = assume_missing.iter().map(|m| format!("{m:?}")).collect();
-        let config = home.join("predictio.toml");
-        let text = format!(
-            "# predictio bench launch-daemon: the default configuration with this bench's own sockets and store\n\
-             [hints]\nsocket = \"{d}/hint.sock\"\n[control]\nsocket = \"{d}/control.sock\"\n\
-             [observe]\nassume_missing = [{}]\n[launch]\nstore = \"{d}/store\"\n",
-            missing.join(", ")
-        );
-        std::fs::write(&config, text).doing(|| format!("writing {}", config.display()))?;
+        let observe = format!("[observe]\nassume_missing = [{}]\n", missing.join(", "));
+        let config = daemon_config(&home, "launch-daemon", "predictio.toml", &observe)?;
         Ok(Setup { me, home, config })
     }
 

@@ -133,12 +133,10 @@ impl Runtime {
                 "the llama.cpp loader failed ({}): {}{}",
                 out.status,
                 stdout.trim(),
-                stderr.chars().rev().take(2000).collect::<String>().chars().rev().collect::<String>()
+                crate::harness::tail(&stderr, 2000)
             )));
         }
-        let line = stdout.lines().rev().find(|l| l.starts_with('{')).unwrap_or_default();
-        let v: serde_json::Value = serde_json::from_str(line)
-            .map_err(|e| BenchError::Options(format!("loader output {line:?} is not JSON: {e}")))?;
+        let v = crate::harness::last_json_line(&stdout, "the llama.cpp loader")?;
         let f = |k: &str| v.get(k).and_then(serde_json::Value::as_f64).unwrap_or(f64::NAN);
         let tokens = v
             .get("tokens")

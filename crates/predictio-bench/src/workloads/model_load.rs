@@ -40,9 +40,8 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::Duration;
 
-use super::daemon_cost::{Daemon, model_file};
+use super::daemon_cost::{Daemon, daemon_config, daemon_home, model_file};
 use crate::BenchOptions;
 use crate::harness::{BenchError, BenchVar, Harness, IoContext};
 use crate::report::{Case, Report, median};
@@ -73,7 +72,7 @@ const SIDES: [Side; 5] = [Side::Baseline, Side::Peer, Side::Predictio, Side::Ide
 struct Load {
     name: String,
     file: PathBuf,
-    /// The script's arguments after its path, before `--peer`.
+    /// The script's arguments after its path, before `--peer` or `--oracle`.
     args: Vec<String>,
 }
 
@@ -108,17 +107,8 @@ impl Runtime {
         }
         let script = dir.join("model_load.py");
         std::fs::write(&script, SCRIPT).doing(|| format!("writing {}", script.display()))?;
-        let home = dir.join("model-load");
-        let _ = std::fs::remove_dir_all(&home);
-        std::fs::create_dir_all(&home).doing(|| format!("creating {}", home.display()))?;
-        let config = home.join("predictio.toml");
-        let d = home.display();
-        let text = format!(
-            "# predictio bench model-load: the default configuration with this bench's own sockets and store\n\
-             [hints]\nsocket = \"{d}/hint.sock\"\n[control]\nsocket = \"{d}/control.sock\"\n\
-             [launch]\nstore = \"{d}/store\"\n"
-        );
-        std::fs::write(&config, text).doing(|| format!("writing {}", config.display()))?;
+        let home = daemon_home(dir, "model-load")?;
+        let config = daemon_config(&home, "model-load", "predictio.toml", "")?;
         Ok(Runtime { python, script, me: crate::harness::predictio_binary()?, home, config })
     }
 
@@ -145,13 +135,8 @@ impl Runtime {
         }
         let out = cmd.output().doing(|| format!("running the {} loader", load.name));
         let mut pass = Pass::default();
-        if let (Some(d), Some((fill0, other0))) = (&daemon, before) {
-            // Its executor may still be finishing the load's last requests:
-            // they count.
-            std::thread::sleep(Duration::from_millis(500));
-            let (fill1, other1) = d.cpu_split();
-            pass.fill_ms = fill1.saturating_sub(fill0) as f64 / 1e6;
-            pass.other_ms = other1.saturating_sub(other0) as f64 / 1e6;
+        if let (Some(d), Some(before)) = (&daemon, before) {
+            (pass.fill_ms, pass.other_ms) = d.cpu_ms_since(before);
         }
         if let Some(d) = daemon {
             d.stop()?;
@@ -160,12 +145,10 @@ impl Runtime {
         let stdout = String::from_utf8_lossy(&out.stdout);
         if !out.status.success() {
             let stderr = String::from_utf8_lossy(&out.stderr);
-            let tail: String = stderr.chars().rev().take(2000).collect::<Vec<_>>().into_iter().rev().collect();
+            let tail = crate::harness::tail(&stderr, 2000);
             return Err(BenchError::Options(format!("the {} loader failed ({}): {tail}", load.name, out.status)));
         }
-        let line = stdout.lines().rev().find(|l| l.starts_with('{')).unwrap_or_default();
-        let v: serde_json::Value = serde_json::from_str(line)
-            .map_err(|e| BenchError::Options(format!("{} loader output {line:?} is not JSON: {e}", load.name)))?;
+        let v = crate::harness::last_json_line(&stdout, &format!("the {} loader", load.name))?;
         pass.seconds = v["seconds"].as_f64().unwrap_or(f64::NAN);
         pass.answer = v["answer"].to_string();
         Ok(pass)
