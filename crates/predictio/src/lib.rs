@@ -26,6 +26,7 @@ pub mod largeread;
 pub mod launch;
 pub mod model;
 pub mod page;
+pub mod parquet;
 pub mod pipeline;
 pub mod policies;
 pub mod policy;
