@@ -156,11 +156,13 @@ pub enum PolicyName {
     Tensor,
     /// Storage-engine scans.
     Scan,
+    /// Parquet column chunks ahead of their reader.
+    Columns,
 }
 
 impl PolicyName {
     /// Every policy.
-    pub const ALL: [PolicyName; 7] = [
+    pub const ALL: [PolicyName; 8] = [
         PolicyName::Hints,
         PolicyName::Btree,
         PolicyName::Stream,
@@ -168,6 +170,7 @@ impl PolicyName {
         PolicyName::Learned,
         PolicyName::Tensor,
         PolicyName::Scan,
+        PolicyName::Columns,
     ];
 
     /// The name in the file and in [`predictio::policies::by_name`].
@@ -180,6 +183,7 @@ impl PolicyName {
             PolicyName::Learned => "learned",
             PolicyName::Tensor => "tensor",
             PolicyName::Scan => "scan",
+            PolicyName::Columns => "columns",
         }
     }
 

@@ -146,6 +146,17 @@ pub enum Event {
         /// Tensor ranges in load order.
         ranges: Arc<[ByteRange]>,
     },
+    /// A Parquet file's column chunks (its footer, parsed by the
+    /// dispatcher once a reader has read it).
+    ColumnLayout {
+        /// The Parquet file.
+        file: FileId,
+        /// Its length, as the footer was read (a read of its last bytes is
+        /// a reader opening it).
+        file_len: u64,
+        /// Its column chunks, by row group then column.
+        chunks: Arc<[crate::parquet::ColumnChunk]>,
+    },
     /// A model loader starts a layer.
     LayerStart {
         /// The model file.
@@ -231,6 +242,8 @@ pub enum EventKind {
     TreeChildEnter,
     /// [`Event::TensorLayout`]
     TensorLayout,
+    /// [`Event::ColumnLayout`]
+    ColumnLayout,
     /// [`Event::LayerStart`]
     LayerStart,
     /// [`Event::ReadPlan`]
@@ -249,7 +262,7 @@ pub enum EventKind {
 
 impl EventKind {
     /// Every kind, in discriminant order.
-    pub const ALL: [EventKind; 16] = [
+    pub const ALL: [EventKind; 17] = [
         EventKind::PageAccess,
         EventKind::PageMiss,
         EventKind::PageEvict,
@@ -259,6 +272,7 @@ impl EventKind {
         EventKind::FileOpen,
         EventKind::TreeChildEnter,
         EventKind::TensorLayout,
+        EventKind::ColumnLayout,
         EventKind::LayerStart,
         EventKind::ReadPlan,
         EventKind::StreamRead,
@@ -287,6 +301,7 @@ impl Event {
             Event::Lookup { .. } => EventKind::Lookup,
             Event::TreeChildEnter { .. } => EventKind::TreeChildEnter,
             Event::TensorLayout { .. } => EventKind::TensorLayout,
+            Event::ColumnLayout { .. } => EventKind::ColumnLayout,
             Event::LayerStart { .. } => EventKind::LayerStart,
             Event::ReadPlan { .. } => EventKind::ReadPlan,
             Event::StreamRead { .. } => EventKind::StreamRead,
@@ -304,6 +319,7 @@ impl Event {
             | Event::FileOpen { file, .. }
             | Event::TreeChildEnter { file, .. }
             | Event::TensorLayout { file, .. }
+            | Event::ColumnLayout { file, .. }
             | Event::LayerStart { file, .. }
             | Event::ReadPlan { file, .. }
             | Event::StreamRead { file, .. }
@@ -333,6 +349,7 @@ impl Event {
             Event::PageEvict { .. }
             | Event::TreeChildEnter { .. }
             | Event::TensorLayout { .. }
+            | Event::ColumnLayout { .. }
             | Event::LayerStart { .. }
             | Event::ReadPlan { .. }
             | Event::StreamRead { .. }
@@ -359,6 +376,7 @@ impl Event {
         match self {
             Event::TreeChildEnter { children, .. } => shared_list_bytes::<u64>(children.len()),
             Event::TensorLayout { ranges, .. } => shared_list_bytes::<ByteRange>(ranges.len()),
+            Event::ColumnLayout { chunks, .. } => shared_list_bytes::<crate::parquet::ColumnChunk>(chunks.len()),
             Event::ReadPlan { segments, .. } => shared_list_bytes::<ByteRange>(segments.len()),
             Event::Pages { ranges, .. } => shared_list_bytes::<PageRange>(ranges.len()),
             Event::Exec { shape, .. } => shared_list_bytes::<u8>(shape.len()),

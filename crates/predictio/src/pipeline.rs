@@ -103,8 +103,9 @@ pub struct PipelineStats {
     /// by the resolver's bounds).
     #[serde(default)]
     pub unresolved: u64,
-    /// Model files (GGUF, safetensors) recognised among held files, whose
-    /// layout was handed to the policies as a `TensorLayout` event.
+    /// Model files (GGUF, safetensors) and Parquet files recognised among
+    /// held files, whose layout was handed to the policies as a
+    /// `TensorLayout` or `ColumnLayout` event.
     #[serde(default)]
     pub models_detected: u64,
     /// Events of kinds nobody uses, let go without queueing.
@@ -439,10 +440,15 @@ fn observed(event: &Event) -> Option<(u32, crate::file::FileId, Through)> {
 /// Files checked for a model header before the set is cleared.
 const MAX_CHECKED_FILES: usize = 1 << 16;
 
-/// Recognises model files among the files the runtime comes to hold and
-/// describes their layout to the policies: the runtime reads a model's
-/// *header* once per file, and only once the file's first page is already in
-/// the page cache (the program read it). On the dispatcher it copies only
+/// Accesses to a Parquet file after which a footer still not cached is
+/// given up on.
+const FOOTER_TRIES: u32 = 64;
+
+/// Recognises model and Parquet files among the files the runtime comes to
+/// hold and describes their layout to the policies: the runtime reads a
+/// model's *header* once per file, and only once the file's first page is
+/// already in the page cache (the program read it); a Parquet file's footer
+/// only once its reader has read it. On the dispatcher it copies only
 /// cached bytes, within a budget; a header not cached yet is read by a
 /// bounded background reader ([`crate::model::header`]), so the event path
 /// never waits on storage. It never reads tensor data on anyone's behalf.
@@ -453,17 +459,22 @@ struct ModelDetector {
     plain: std::collections::HashSet<crate::file::FileId>,
     /// Files whose first page was not resident yet, and when to look again.
     later: HashMap<crate::file::FileId, std::time::Instant>,
+    /// Parquet files whose footer was not all cached yet, and how many more
+    /// of their accesses may look again.
+    footers: HashMap<crate::file::FileId, u32>,
     reader: crate::model::header::HeaderReader,
 }
 
 impl ModelDetector {
     /// A `TensorLayout` event for `file` if it is a model file not seen
-    /// before.
-    fn detect(&mut self, file: &crate::file::FileRef) -> Option<Event> {
+    /// before (`models`: the policies want them), a `ColumnLayout` event if
+    /// it is a Parquet file (`columns`).
+    fn detect(&mut self, file: &crate::file::FileRef, models: bool, columns: bool) -> Option<Event> {
         if self.checked.len() + self.later.len() >= MAX_CHECKED_FILES {
             self.checked.clear();
             self.plain.clear();
             self.later.clear();
+            self.footers.clear();
         }
         let id = file.id();
         if self.checked.contains(&id) {
@@ -471,6 +482,31 @@ impl ModelDetector {
         }
         let now = std::time::Instant::now();
         if self.later.get(&id).is_some_and(|at| now < *at) {
+            return None;
+        }
+        use crate::model::header::{Header, Tail};
+        let tail = if columns { self.reader.read_parquet(file, now) } else { Tail::NotParquet };
+        match tail {
+            Tail::Parquet(layout) => {
+                self.later.remove(&id);
+                self.checked.insert(id);
+                return Some(crate::model::header::column_event(id, layout));
+            }
+            Tail::NotYet => {
+                self.later.remove(&id);
+                self.checked.insert(id);
+                self.footers.insert(id, FOOTER_TRIES);
+                return None;
+            }
+            Tail::NotParquet | Tail::Unknown => {}
+        }
+        if !models {
+            if matches!(tail, Tail::NotParquet) {
+                self.checked.insert(id);
+                self.plain.insert(id);
+            } else {
+                self.later.insert(id, now + Duration::from_secs(1));
+            }
             return None;
         }
         let first_cached = crate::cache::cache_stat(file, crate::page::PageRange::new(0, 1));
@@ -481,12 +517,41 @@ impl ModelDetector {
         self.later.remove(&id);
         self.checked.insert(id);
         match self.reader.read(file, now) {
-            crate::model::header::Header::Layout(layout) => Some(crate::model::header::layout_event(id, &layout)),
-            crate::model::header::Header::NotAModel => {
+            Header::Layout(layout) => Some(crate::model::header::layout_event(id, &layout)),
+            Header::NotAModel if matches!(tail, Tail::NotParquet) => {
                 self.plain.insert(id);
                 None
             }
-            crate::model::header::Header::Unknown => None,
+            Header::NotAModel | Header::Unknown => None,
+        }
+    }
+
+    /// Whether `file` is a Parquet file whose footer was not cached yet.
+    fn awaits_footer(&self, file: crate::file::FileId) -> bool {
+        self.footers.contains_key(&file)
+    }
+
+    /// On an access to a held Parquet file whose footer was not cached yet:
+    /// its `ColumnLayout` event once it is (looked for at most
+    /// [`FOOTER_TRIES`] times).
+    fn retry_footer(&mut self, file: &crate::file::FileRef) -> Option<Event> {
+        use crate::model::header::Tail;
+        let id = file.id();
+        let tries = self.footers.get_mut(&id)?;
+        *tries -= 1;
+        if *tries == 0 {
+            self.footers.remove(&id);
+        }
+        match self.reader.read_parquet(file, std::time::Instant::now()) {
+            Tail::Parquet(layout) => {
+                self.footers.remove(&id);
+                Some(crate::model::header::column_event(id, layout))
+            }
+            Tail::NotYet => None,
+            Tail::NotParquet | Tail::Unknown => {
+                self.footers.remove(&id);
+                None
+            }
         }
     }
 
@@ -510,7 +575,8 @@ fn known_plain(
     models: &ModelDetector,
     file: crate::file::FileId,
 ) -> bool {
-    databases.is_not_database(file) && (models.is_plain(file) || !runtime.wants(EventKind::TensorLayout))
+    databases.is_not_database(file)
+        && (models.is_plain(file) || !runtime.wants(EventKind::TensorLayout) && !runtime.wants(EventKind::ColumnLayout))
 }
 
 fn dispatch_loop(shared: Arc<Shared>, mut runtime: Runtime, executor: Arc<Executor>, mut resolver: Option<Resolver>) {
@@ -540,14 +606,25 @@ fn dispatch_loop(shared: Arc<Shared>, mut runtime: Runtime, executor: Arc<Execut
                 None
             };
             if let Some(file) = newly_held {
-                if runtime.wants(crate::event::EventKind::TensorLayout)
-                    && let Some(layout) = models.detect(&file)
+                let (want_models, want_columns) =
+                    (runtime.wants(EventKind::TensorLayout), runtime.wants(EventKind::ColumnLayout));
+                if (want_models || want_columns)
+                    && let Some(layout) = models.detect(&file, want_models, want_columns)
                 {
                     runtime.hold_file(file.clone());
                     shared.counters.models_detected.fetch_add(1, Ordering::Relaxed);
                     runtime.dispatch_for(&layout, incoming.target);
                 }
                 runtime.hold_file(file);
+            }
+            // A Parquet footer that was being read when its file was found.
+            if let Event::PageAccess { file, .. } = &incoming.event
+                && models.awaits_footer(*file)
+                && let Some(held) = runtime.files().get(*file).cloned()
+                && let Some(layout) = models.retry_footer(&held)
+            {
+                shared.counters.models_detected.fetch_add(1, Ordering::Relaxed);
+                runtime.dispatch_for(&layout, incoming.target);
             }
             feed_accounting(&executor, &incoming.event);
             // Unmodified B-tree programs: parse the database pages they read.
@@ -635,17 +712,39 @@ mod tests {
         db.resize(8192, 0);
         let database = write("db", &db);
         let mut runtime = Runtime::with_sink(Arc::new(Refuse));
-        for name in ["btree", "tensor"] {
+        for name in ["btree", "tensor", "columns"] {
             runtime.add_policy(crate::policies::by_name(name).expect("policy"));
         }
         let (mut databases, mut models) = (crate::btree::observe::DbWatcher::new(), ModelDetector::default());
         for file in [&plain, &database] {
             assert!(!known_plain(&runtime, &databases, &models, file.id()), "not looked at yet");
             databases.on_access(file, crate::page::PageRange::new(0, 1), &mut Vec::new());
-            assert!(models.detect(file).is_none());
+            assert!(models.detect(file, true, true).is_none());
         }
         assert!(known_plain(&runtime, &databases, &models, plain.id()));
         assert!(!known_plain(&runtime, &databases, &models, database.id()), "a database is watched");
+    }
+
+    /// A Parquet file whose footer is cached is described to the policies
+    /// once, from the page cache, and only when a policy wants it.
+    #[test]
+    fn a_parquet_file_is_found_by_its_footer() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let fixture = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/duckdb-3x3.parquet");
+        let path = dir.path().join("t.parquet");
+        std::fs::copy(fixture, &path).expect("copy");
+        let file = FileRef::open(&path).expect("open");
+        let mut models = ModelDetector::default();
+        assert!(models.detect(&file, true, false).is_none(), "no policy wants Parquet layouts");
+        let mut models = ModelDetector::default();
+        match models.detect(&file, false, true) {
+            Some(Event::ColumnLayout { file: id, file_len, chunks }) => {
+                assert_eq!((id, file_len, chunks.len()), (file.id(), 56843, 9));
+                assert_eq!((chunks[4].row_group, chunks[4].column, chunks[4].offset), (1, 1, 27423));
+            }
+            other => panic!("expected a ColumnLayout, got {other:?}"),
+        }
+        assert!(models.detect(&file, false, true).is_none(), "once per file");
     }
 
     fn layout(ranges: usize) -> Event {

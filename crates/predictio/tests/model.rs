@@ -605,7 +605,7 @@ fn fuzz_parquet_bounded() {
     write_parquet_fuzz_seeds(&seeds);
     let iterations: u64 =
         std::env::var("PREDICTIO_FUZZ_ITERATIONS").ok().and_then(|v| v.parse().ok()).map_or(100_000, |n: u64| n / 2);
-    let mut rng = Rng(0x9A4_0E7F_00D);
+    let mut rng = Rng(0x009A_40E7_F00D);
     let (mut ok, mut errors) = (0u64, 0u64);
     for i in 0..iterations {
         let input = if i % 8 == 0 {

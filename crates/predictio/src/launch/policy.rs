@@ -304,11 +304,12 @@ struct Learning {
     /// Windows not opened because `max_windows` were open, or not handed
     /// over because the learner was behind.
     skipped: u64,
-    /// Model files (a `TensorLayout` was seen; at most [`MAX_MODELS`]): the
-    /// `tensor` policy fetches them in their loader's order, so a launch
-    /// window that spans a model load leaves them out, rather than have a
-    /// replay read a model's pages at every exec beside the imports it is
-    /// for.
+    /// Model and Parquet files (a `TensorLayout` or `ColumnLayout` was
+    /// seen; at most [`MAX_MODELS`]): the `tensor` and `columns` policies
+    /// fetch them as their readers go, so a launch window that spans a
+    /// model load or a query leaves them out, rather than have a replay
+    /// read a model's pages, or the last query's columns, at every exec
+    /// beside the imports it is for.
     models: HashSet<FileId>,
 }
 
@@ -396,7 +397,7 @@ impl LaunchPolicy {
 
     fn learn(&mut self, event: &Event) {
         let Some(learning) = self.learning.as_mut() else { return };
-        if let Event::TensorLayout { file, .. } = event {
+        if let Event::TensorLayout { file, .. } | Event::ColumnLayout { file, .. } = event {
             if learning.models.len() >= MAX_MODELS {
                 learning.models.clear();
             }
@@ -608,6 +609,7 @@ impl Policy for LaunchPolicy {
                 EventKind::Exit,
                 EventKind::Lookup,
                 EventKind::TensorLayout,
+                EventKind::ColumnLayout,
             ]))
         } else {
             replay

@@ -38,12 +38,13 @@ pub const BACKGROUND_BYTES_PER_MIN: u64 = 256 << 20;
 /// Counters of a [`HeaderReader`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct HeaderStats {
-    /// Headers parsed from the page cache on the event path.
+    /// Headers (and Parquet footers) parsed from the page cache on the
+    /// event path.
     pub cached: u64,
     /// Headers handed to the background reader.
     pub deferred: u64,
     /// Headers left unread: the background queue full, or its byte budget
-    /// spent.
+    /// spent; Parquet footers over the event path's budget.
     pub skipped: u64,
     /// Headers that did not parse (not a model after all, malformed).
     pub failed: u64,
@@ -70,6 +71,21 @@ pub enum Header {
     NotAModel,
     /// Not known now: its first bytes are not cached, its header went to
     /// the background reader, or could not be parsed.
+    Unknown,
+}
+
+/// What [`HeaderReader::read_parquet`] found.
+#[derive(Debug)]
+pub enum Tail {
+    /// A Parquet file, its footer parsed from the page cache.
+    Parquet(crate::parquet::ParquetLayout),
+    /// Its last bytes, cached, are no Parquet file's.
+    NotParquet,
+    /// It ends like a Parquet file, but its footer is not all cached yet
+    /// (its reader is reading it now).
+    NotYet,
+    /// Not known now: its last bytes are not cached, its footer is not (or
+    /// is over the event path's budget), or it could not be parsed.
     Unknown,
 }
 
@@ -138,6 +154,48 @@ impl HeaderReader {
                 self.stats.failed += 1;
                 tracing::debug!(file = %file.id(), %err, "model header not parsed");
                 Header::Unknown
+            }
+        }
+    }
+
+    /// What `file` is at its end: a Parquet file whose footer the page
+    /// cache holds ([`Tail::Parquet`], within the event path's budget, which
+    /// it shares with [`HeaderReader::read`]), or [`Tail::NotParquet`] when
+    /// its last bytes, cached, say it is none. Never waits on storage and
+    /// never reads in the background: a Parquet reader reads the footer
+    /// before anything else, so by the time its accesses are seen the
+    /// footer is cached or the reader is not reading it.
+    pub fn read_parquet(&mut self, file: &FileRef, now: Instant) -> Tail {
+        use std::os::fd::AsFd;
+        let len = file.file().metadata().map_or(0, |m| m.len());
+        let mut last = [0u8; 4];
+        if len < 12 {
+            return Tail::NotParquet;
+        }
+        match crate::sys::pread_resident(file.as_fd(), &mut last, len - 4) {
+            Ok(Some(4)) if crate::parquet::ends_like_parquet(&last) => {}
+            Ok(Some(4)) => return Tail::NotParquet,
+            _ => return Tail::Unknown,
+        }
+        if now.duration_since(self.window.0) >= Duration::from_secs(1) {
+            self.window = (now, 0);
+        }
+        let left = EVENT_PATH_BYTES_PER_SEC.saturating_sub(self.window.1);
+        match crate::parquet::ParquetLayout::read_resident(file.file(), left) {
+            Ok((layout, bytes)) => {
+                self.window.1 += bytes;
+                self.stats.cached += 1;
+                Tail::Parquet(layout)
+            }
+            Err(crate::parquet::ParquetError::NotResident) => Tail::NotYet,
+            Err(crate::parquet::ParquetError::OverBudget { .. }) => {
+                self.stats.skipped += 1;
+                Tail::Unknown
+            }
+            Err(err) => {
+                self.stats.failed += 1;
+                tracing::debug!(file = %file.id(), %err, "Parquet footer not parsed");
+                Tail::Unknown
             }
         }
     }
@@ -229,4 +287,9 @@ pub fn layout_event(file: FileId, layout: &ModelLayout) -> Event {
     };
     let ranges: Vec<ByteRange> = layout.plan(order).iter().map(|r| ByteRange::new(r.offset, r.len)).collect();
     Event::TensorLayout { file, ranges: ranges.into() }
+}
+
+/// The `ColumnLayout` event of Parquet file `file` with `layout`.
+pub fn column_event(file: FileId, layout: crate::parquet::ParquetLayout) -> Event {
+    Event::ColumnLayout { file, file_len: layout.file_len, chunks: layout.chunks.into() }
 }

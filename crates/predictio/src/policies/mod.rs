@@ -8,9 +8,11 @@
 //! | [`readplan::ReadPlanPolicy`] (`readplan`) | `ReadPlan`, `PageAccess`, `StreamRead` | fetches planned segments in order, a bounded distance ahead of the reader, with a bound shared by all files; imminent |
 //! | [`tensor::TensorPolicy`] (`tensor`) | `TensorLayout`, `LayerStart`, `PageAccess`, `PageMiss`, `StreamRead` | a model file's tensors in load order, at most 256 MiB ahead of the loader (reads and mmap faults; `LayerStart` jumps to a layer) and 1 GiB over all files, each tensor once; imminent |
 //! | [`scan::ScanPolicy`] (`scan`) | `Scan` | a storage engine's iterator readahead (RocksDB's): nothing for one-block scans, bounded scans fetched whole, a window doubling ahead of longer scans up to their bound; imminent |
+//! | [`columns::ColumnsPolicy`] (`columns`) | `ColumnLayout`, `PageAccess`, `StreamRead` | a Parquet reader's columns (those it touched) in the row groups past the furthest it reached, at most 128 MiB ahead per file and 512 MiB in all, each chunk once; speculative |
 //! | [`learned::LearnedPolicy`] (`learned`) | `PageAccess` (reads, faults), `StreamRead`, `Exit` | a per-reader delta-correlation model (DCPT) that predicts up to 16 next accesses of repeating, even irregular, patterns; requests only after its forecasts were right three times in a row, so random readers get none; speculative |
 
 pub mod btree;
+pub mod columns;
 pub mod hints;
 pub mod learned;
 pub mod readplan;
@@ -21,14 +23,14 @@ pub mod tensor;
 use crate::policy::Policy;
 
 /// Names of the policies [`by_name`] knows.
-pub const NAMES: [&str; 7] = ["hints", "btree", "stream", "readplan", "learned", "tensor", "scan"];
+pub const NAMES: [&str; 8] = ["hints", "btree", "stream", "readplan", "learned", "tensor", "scan", "columns"];
 
 /// The policies the daemon and `predictio run` start with: the ones driven by
 /// what programs say (hints, read plans, B-tree traversals, tensor layouts,
-/// engine scans).
+/// engine scans) or by a file's own layout (Parquet footers).
 /// `stream` speculates from observed reads and is opt-in until its benchmarks show it
 /// never slows a reader the kernel's readahead already serves.
-pub const DEFAULT: [&str; 5] = ["hints", "readplan", "btree", "tensor", "scan"];
+pub const DEFAULT: [&str; 6] = ["hints", "readplan", "btree", "tensor", "scan", "columns"];
 
 /// A policy by its name.
 pub fn by_name(name: &str) -> Option<Box<dyn Policy>> {
@@ -40,6 +42,7 @@ pub fn by_name(name: &str) -> Option<Box<dyn Policy>> {
         "learned" => Some(Box::new(learned::LearnedPolicy::default())),
         "tensor" => Some(Box::new(tensor::TensorPolicy::default())),
         "scan" => Some(Box::new(scan::ScanPolicy::default())),
+        "columns" => Some(Box::new(columns::ColumnsPolicy::default())),
         _ => None,
     }
 }
