@@ -106,6 +106,16 @@ impl<'a> PolicyContext<'a> {
         self.request_held(id, ranges, urgency, true)
     }
 
+    /// Like [`PolicyContext::request`], with the request's own pacing
+    /// window ([`Request::window_pages`]).
+    pub fn request_paced(&mut self, id: FileId, ranges: Vec<PageRange>, urgency: Urgency, window_pages: u64) -> bool {
+        let Some(file) = self.files.get(id) else { return false };
+        if !ranges.is_empty() {
+            self.out.push(Request::new(file.clone(), ranges, self.origin).with_urgency(urgency).paced(window_pages));
+        }
+        true
+    }
+
     fn request_held(&mut self, id: FileId, ranges: Vec<PageRange>, urgency: Urgency, sequential: bool) -> bool {
         let Some(file) = self.files.get(id) else { return false };
         if ranges.is_empty() {

@@ -35,14 +35,16 @@ pub struct Request {
     /// [`crate::executor::stream`]), instead of issuing them through its
     /// backend.
     pub sequential: bool,
-    /// A narrower pacing window for this request's reads, in pages: while
-    /// they are issued, at most this many pages of reads that report no
-    /// completion may be in flight (0: the executor's own
-    /// [`crate::executor::Limits::max_unsettled_pages`]; never wider than
-    /// it, and nothing when that is unbounded). A launch replay too small
-    /// to be bound by the device's throughput asks for one, so the
-    /// program's own reads wait behind less (see
-    /// [`crate::launch::ReplayPacing::window_pages`]).
+    /// This request's own pacing window, in pages: while its reads are
+    /// issued, at most this many pages of reads that report no completion
+    /// may be in flight (0: the executor's own
+    /// [`crate::executor::Limits::max_unsettled_pages`]; nothing when that
+    /// is unbounded). A launch replay too small to be bound by the
+    /// device's throughput asks for a narrower one, so the program's own
+    /// reads wait behind less (see
+    /// [`crate::launch::ReplayPacing::window_pages`]); the `columns`
+    /// policy, whose reader reads exactly those pages next, for a wider one
+    /// ([`crate::policies::columns::ColumnsConfig::pacing_bytes`]).
     pub window_pages: u64,
     /// The process the prediction is for, where known (a hint's sender, an
     /// observed process): the memory-pressure guard weighs the memory cgroup

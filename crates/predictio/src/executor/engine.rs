@@ -569,13 +569,13 @@ impl Engine {
     }
 
     /// The pacing window for a request asking for `window_pages` (see
-    /// [`Request::window_pages`]): the executor's, or the request's when
-    /// that is narrower; unbounded only when the executor's is.
+    /// [`Request::window_pages`]): the executor's, or the request's own
+    /// when it names one; unbounded only when the executor's is.
     fn window(&self, window_pages: u64) -> u64 {
         match (self.limits.max_unsettled_pages, window_pages) {
             (0, _) => 0,
             (limit, 0) => limit,
-            (limit, asked) => limit.min(asked),
+            (_, asked) => asked,
         }
     }
 

@@ -283,7 +283,7 @@ fn unsettled_window_paces_backends_without_completions() {
 }
 
 #[test]
-fn a_request_narrows_the_window_but_never_widens_it() {
+fn a_request_paces_its_reads_in_its_own_window() {
     let run = |executor_window: u64, request_window: u64| {
         let cache = cache_of(10_000, []);
         cache.0.lock().unwrap().unsettled_answers = 3;
@@ -294,7 +294,8 @@ fn a_request_narrows_the_window_but_never_widens_it() {
     };
     assert_eq!(run(64, 0), (8, 0), "all 64 pages fit the executor's window");
     assert_eq!(run(64, 16), (8, 1), "paced as in a 16-page window");
-    assert_eq!(run(16, 1000), (8, 1), "the executor's 16 pages still bound it");
+    assert_eq!(run(16, 1000), (8, 0), "a wider window of its own: all 64 pages fit");
+    assert_eq!(run(16, 0), (8, 1), "paced as in the executor's 16-page window");
     assert_eq!(run(0, 16), (8, 0), "an unbounded executor tracks nothing to pace by");
 }
 
