@@ -106,14 +106,19 @@ enum Command {
     ///   predictio trace -- cat big.file
     ///   predictio trace --all --kind miss --duration 5
     Trace(cmd::trace::Args),
-    /// Show a GGUF or safetensors model's layout and its prefetch plan.
+    /// Show a GGUF or safetensors model's layout and its prefetch plan, or
+    /// a Parquet file's column chunks.
     ///
     /// Parses only the header: tensors, their byte ranges, per-layer byte
     /// ranges, and the ranges in the order a loader touches them, coalesced.
+    /// For Parquet, the footer: bytes per column over the row groups (the
+    /// `columns` policy fetches the columns a query reads, row group after
+    /// row group, ahead of it).
     ///
     /// Examples:
     ///   predictio model llama-7b.Q4_0.gguf
     ///   predictio model model.safetensors --order llama-cpp-read --json
+    ///   predictio model table.parquet --tensors
     Model(cmd::model::Args),
     /// Read a large range of a file fast: windows already cached straight
     /// from the page cache, cold ones advised to the kernel ahead and

@@ -284,3 +284,31 @@ fn sigterm_to_run_is_passed_on_to_the_command() {
     };
     assert_eq!(status.code(), Some(7), "run exits with the command's status after its TERM trap");
 }
+
+/// `predictio model` on a Parquet file: its row groups and columns from the
+/// footer, as text and JSON; a truncated one is a clear error.
+#[test]
+fn model_shows_a_parquet_files_column_chunks() {
+    let fixture = concat!(env!("CARGO_MANIFEST_DIR"), "/../predictio/tests/data/duckdb-3x3.parquet");
+    let out = predictio(&["model", fixture, "--tensors"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("Parquet, 6000 rows in 3 row groups of 3 columns"), "{text}");
+    assert!(text.contains("27423"), "chunk (1, 1) listed: {text}");
+    let out = predictio(&["model", fixture, "--json"]);
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(json["chunks"].as_array().map(Vec::len), Some(9));
+    assert_eq!(json["chunks"][8]["offset"], 45919);
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cut = dir.path().join("cut.parquet");
+    let bytes = std::fs::read(fixture).expect("fixture");
+    // The footer's length and magic kept, its first half gone.
+    let mut broken = bytes[..bytes.len() - 600].to_vec();
+    broken.extend_from_slice(&bytes[bytes.len() - 8..]);
+    std::fs::write(&cut, broken).expect("write");
+    let out = predictio(&["model", cut.to_str().expect("utf-8")]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("reading the Parquet footer of"), "{err}");
+}

@@ -260,6 +260,27 @@ impl ParquetLayout {
         Ok((Self::parse_footer(&footer, file_len)?, spent))
     }
 
+    /// Reads `file`'s footer with ordinary reads, which may wait on storage
+    /// (for tools, never an event path: see
+    /// [`ParquetLayout::read_resident`]), and parses it. Reads at most
+    /// [`MAX_FOOTER_BYTES`] and 8 more.
+    pub fn read(file: &File) -> Result<Self, ParquetError> {
+        use std::os::unix::fs::FileExt;
+        let file_len = file.metadata().map_err(|source| ParquetError::Io { call: "fstat", source })?.len();
+        if file_len < 12 {
+            return Err(ParquetError::NotParquet);
+        }
+        let read = |buf: &mut [u8], offset: u64| {
+            file.read_exact_at(buf, offset).map_err(|source| ParquetError::Io { call: "pread", source })
+        };
+        let mut end = [0u8; 8];
+        read(&mut end, file_len - 8)?;
+        let footer_len = footer_len(&end, file_len)?;
+        let mut footer = vec![0u8; footer_len as usize];
+        read(&mut footer, file_len - 8 - footer_len)?;
+        Self::parse_footer(&footer, file_len)
+    }
+
     /// Bytes of column data in all.
     pub fn chunk_bytes(&self) -> u64 {
         self.chunks.iter().map(|c| c.len).fold(0, u64::saturating_add)

@@ -569,6 +569,41 @@ const DUCKDB_CHUNKS: [(u32, u32, u64, u64); 9] = [
     (2, 2, 45919, 9852),
 ];
 
+/// A Parquet file pyarrow 26.0.1 wrote: 5,000 rows in 3 row groups of 5
+/// leaf columns (`id`, `name` with a dictionary, a list, a struct of two),
+/// zstd, with statistics and the page index (column and offset indexes
+/// between the last row group and the footer). Chunks as pyarrow's
+/// `metadata` reports them.
+const PYARROW_PARQUET: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/pyarrow-3x5.parquet");
+const PYARROW_CHUNKS: [(u32, u32, u64, u64); 15] = [
+    (0, 0, 4, 5327),
+    (0, 1, 5331, 162),
+    (0, 2, 5493, 7920),
+    (0, 3, 13413, 4670),
+    (0, 4, 18083, 4315),
+    (1, 0, 22398, 4885),
+    (1, 1, 27283, 159),
+    (1, 2, 27442, 8078),
+    (1, 3, 35520, 4732),
+    (1, 4, 40252, 3958),
+    (2, 0, 44210, 2368),
+    (2, 1, 46578, 140),
+    (2, 2, 46718, 3838),
+    (2, 3, 50556, 2377),
+    (2, 4, 52933, 1933),
+];
+
+#[test]
+fn parquet_footer_of_pyarrow_with_nested_columns_and_a_page_index() {
+    use predictio::parquet::ParquetLayout;
+    let bytes = std::fs::read(PYARROW_PARQUET).expect("fixture");
+    let layout = ParquetLayout::parse_tail(&bytes, bytes.len() as u64).expect("pyarrow's footer parses");
+    let chunks: Vec<(u32, u32, u64, u64)> =
+        layout.chunks.iter().map(|c| (c.row_group, c.column, c.offset, c.len)).collect();
+    assert_eq!(chunks, PYARROW_CHUNKS);
+    assert_eq!((layout.row_groups, layout.columns, layout.rows), (3, 5, 5000));
+}
+
 #[test]
 fn parquet_footer_of_a_real_writer() {
     use predictio::parquet::ParquetLayout;
@@ -595,10 +630,14 @@ fn parquet_footer_of_a_real_writer() {
 #[test]
 fn fuzz_parquet_bounded() {
     use predictio::parquet::{ParquetLayout, encode_footer};
-    let real = std::fs::read(DUCKDB_PARQUET).expect("fixture");
-    let real_len = u32::from_le_bytes(real[real.len() - 8..real.len() - 4].try_into().expect("4 bytes")) as usize;
+    let footer = |path: &str| {
+        let real = std::fs::read(path).expect("fixture");
+        let len = u32::from_le_bytes(real[real.len() - 8..real.len() - 4].try_into().expect("4 bytes")) as usize;
+        real[real.len() - 8 - len..real.len() - 8].to_vec()
+    };
     let seeds: Vec<Vec<u8>> = vec![
-        real[real.len() - 8 - real_len..real.len() - 8].to_vec(),
+        footer(DUCKDB_PARQUET),
+        footer(PYARROW_PARQUET),
         encode_footer(&[vec![(4, 100), (104, 50)], vec![(154, 100), (254, 50)]], 10),
         encode_footer(&(0..20u64).map(|rg| vec![(4 + rg * 30, 10), (14 + rg * 30, 20)]).collect::<Vec<_>>(), 99),
     ];

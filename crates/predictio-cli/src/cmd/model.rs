@@ -1,9 +1,11 @@
 //! `predictio model FILE [--order compute|llama-cpp-read] [--tensors] [--json]`
+//! (a Parquet file: its row groups and columns)
 
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use predictio::model::{LayerSpan, LoadOrder, ModelLayout, PlanRange, TensorInfo, TensorRole};
+use predictio::parquet::{ParquetError, ParquetLayout};
 
 use crate::units::{human, printable};
 
@@ -31,12 +33,14 @@ impl From<Order> for LoadOrder {
 /// Arguments of `model`.
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// A GGUF or safetensors model file.
+    /// A GGUF or safetensors model file, or a Parquet file (its column
+    /// chunks, which the `columns` policy fetches ahead of a query).
     file: PathBuf,
     /// Whose load order the plan follows.
     #[arg(long, value_enum, default_value_t = Order::Compute)]
     order: Order,
-    /// Also list every tensor (name, type, shape, byte range).
+    /// Also list every tensor (name, type, shape, byte range), or every
+    /// Parquet column chunk.
     #[arg(long)]
     tensors: bool,
     /// Print the layout as JSON.
@@ -75,6 +79,11 @@ fn role_name(role: TensorRole) -> String {
 /// Runs `model`.
 pub fn run(args: Args) -> Result<()> {
     let file = super::open_file(&args.file)?;
+    match ParquetLayout::read(&file) {
+        Ok(layout) => return show_parquet(&args, &layout),
+        Err(ParquetError::NotParquet) => {}
+        Err(err) => return Err(err).with_context(|| format!("reading the Parquet footer of {}", args.file.display())),
+    }
     let layout = ModelLayout::read(&file).with_context(|| format!("reading the header of {}", args.file.display()))?;
     let order = LoadOrder::from(args.order);
     let plan = layout.plan(order);
@@ -152,6 +161,45 @@ pub fn run(args: Args) -> Result<()> {
                 t.offset,
                 human(t.len)
             );
+        }
+    }
+    Ok(())
+}
+
+/// Prints a Parquet file's layout: bytes per column over its row groups,
+/// and with `--tensors` every column chunk.
+fn show_parquet(args: &Args, layout: &ParquetLayout) -> Result<()> {
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(layout)?);
+        return Ok(());
+    }
+    println!(
+        "{}: Parquet, {} rows in {} row groups of {} columns, {} of column data ({} file), footer at byte {}",
+        args.file.display(),
+        layout.rows,
+        layout.row_groups,
+        layout.columns,
+        human(layout.chunk_bytes()),
+        human(layout.file_len),
+        layout.footer_offset
+    );
+    let mut per_column = vec![(0u64, 0u32); layout.columns as usize];
+    for chunk in &layout.chunks {
+        if let Some((bytes, chunks)) = per_column.get_mut(chunk.column as usize) {
+            *bytes += chunk.len;
+            *chunks += 1;
+        }
+    }
+    println!();
+    println!("{:>6} {:>8} {:>12}", "column", "chunks", "bytes");
+    for (column, (bytes, chunks)) in per_column.iter().enumerate() {
+        println!("{column:>6} {chunks:>8} {:>12}", human(*bytes));
+    }
+    if args.tensors {
+        println!();
+        println!("{:>9} {:>6} {:>14} {:>12}", "row group", "column", "offset", "length");
+        for c in &layout.chunks {
+            println!("{:>9} {:>6} {:>14} {:>12}", c.row_group, c.column, c.offset, human(c.len));
         }
     }
     Ok(())
