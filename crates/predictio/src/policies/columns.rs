@@ -118,8 +118,8 @@ pub struct ColumnsStats {
     /// Requested bytes past the frontier when their table was forgotten,
     /// or its reader started over.
     pub abandoned_bytes: u64,
-    /// Readers that started over (read the file's last bytes, where the
-    /// footer's length is).
+    /// Readers that started over: read the file's last bytes (where the
+    /// footer's length is), or began a chunk already begun.
     pub restarts: u64,
     /// Releases held back by [`ColumnsConfig::max_outstanding_bytes`].
     pub budget_holds: u64,
@@ -143,6 +143,8 @@ struct Table {
     wanted: Vec<bool>,
     /// Per chunk: asked for.
     asked: Vec<bool>,
+    /// Per chunk: the reader began a read at its first page.
+    begun: Vec<bool>,
     /// Per row group: bytes asked for in it.
     group_asked: Vec<u64>,
     /// The furthest row group the reader touched.
@@ -175,6 +177,7 @@ impl Table {
         by_offset.sort_by_key(|&i| chunks[i as usize].offset);
         Self {
             asked: vec![false; chunks.len()],
+            begun: vec![false; chunks.len()],
             group_asked: vec![0; groups],
             wanted: vec![false; columns],
             chunks,
@@ -193,6 +196,7 @@ impl Table {
     fn restart(&mut self) -> u64 {
         self.wanted.fill(false);
         self.asked.fill(false);
+        self.begun.fill(false);
         self.group_asked.fill(0);
         self.frontier = None;
         self.scan_from = 0;
@@ -201,6 +205,15 @@ impl Table {
 
     fn groups(&self) -> u32 {
         self.group_asked.len() as u32
+    }
+
+    /// The first chunk (by offset) that begins on the page at byte `at`
+    /// and goes on past `at`.
+    fn begins_at(&self, at: u64) -> Option<usize> {
+        let page = at / PAGE_SIZE * PAGE_SIZE;
+        let first = self.by_offset.partition_point(|&i| self.chunks[i as usize].offset < page);
+        let i = *self.by_offset.get(first)? as usize;
+        (self.chunks[i].offset < page + PAGE_SIZE && self.chunks[i].end() > at).then_some(i)
     }
 
     /// The chunks `[start, end)` touches, by index.
@@ -278,14 +291,22 @@ impl ColumnsPolicy {
     fn on_access(&mut self, file: FileId, start: u64, end: u64, exact: bool, ctx: &mut PolicyContext<'_>) {
         let Some(table) = self.files.get_mut(&file) else { return };
         table.last_active = self.events;
-        if end > table.file_len.saturating_sub(8) {
-            // A reader reads the footer's length first: a new query, whose
-            // columns and row groups are its own.
+        // A new query, whose columns and row groups are its own: a reader
+        // reads the footer's length first, and one that kept the footer
+        // (DuckDB in one process) begins a chunk it already began.
+        let footer = end > table.file_len.saturating_sub(8);
+        let begun = if footer { None } else { table.begins_at(start) };
+        if footer || begun.is_some_and(|i| table.begun[i]) {
             let ahead = table.restart();
             self.outstanding -= ahead;
             self.stats.abandoned_bytes += ahead;
             self.stats.restarts += 1;
+        }
+        if footer {
             return;
+        }
+        if let Some(i) = begun {
+            table.begun[i] = true;
         }
         // The bytes the reader surely read: all but the first and last page
         // but one byte, since its read began somewhere in the first page and
@@ -633,6 +654,28 @@ mod tests {
         assert_eq!(b.read(1, 0, 1), vec![(1, 1), (2, 1), (3, 1), (4, 1)]);
         // Column 0 is no longer wanted: this query has not read it.
         assert!(b.policy.files[&b.held.ids[1]].wanted == vec![false, true]);
+    }
+
+    #[test]
+    fn a_reader_beginning_a_chunk_again_starts_over() {
+        let mut b = Bench::new(4, 64, 10, 2);
+        let begin = |b: &mut Bench, g: usize, c: usize| {
+            let chunk = b.chunks[g * 2 + c];
+            b.pages(1, chunk.offset / PAGE_SIZE, chunk.end().div_ceil(PAGE_SIZE))
+        };
+        assert!(!begin(&mut b, 0, 0).is_empty());
+        // Later pages of the same chunk, and another chunk: the same query.
+        let chunk = b.chunks[0];
+        assert!(b.pages(1, chunk.offset / PAGE_SIZE + 10, chunk.offset / PAGE_SIZE + 11).is_empty());
+        begin(&mut b, 1, 0);
+        assert_eq!(b.policy.stats().restarts, 0);
+        // The same process queries again, its footer kept: it begins row
+        // group 0's chunk of column 1, then of column 0 once more.
+        begin(&mut b, 0, 1);
+        assert_eq!(b.policy.stats().restarts, 0, "column 1's chunk was not begun before");
+        let again = begin(&mut b, 0, 0);
+        assert_eq!(b.policy.stats().restarts, 1);
+        assert!(!again.is_empty(), "the window is asked for again");
     }
 
     #[test]
