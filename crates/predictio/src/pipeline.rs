@@ -566,17 +566,28 @@ impl ModelDetector {
     }
 }
 
+/// Whether a policy wants the files programs read looked at: for the
+/// B-tree watcher (databases) or the layout detector (models, Parquet).
+fn looks_at_reads(runtime: &Runtime) -> bool {
+    runtime.wants(EventKind::TreeChildEnter) || wants_layouts(runtime)
+}
+
+/// Whether a policy wants model or Parquet layouts.
+fn wants_layouts(runtime: &Runtime) -> bool {
+    runtime.wants(EventKind::TensorLayout) || runtime.wants(EventKind::ColumnLayout)
+}
+
 /// Whether `file` was looked at and is neither a database the B-tree
-/// watcher follows nor a model: found only to be looked at, it need not be
-/// found again.
+/// watcher follows nor a model or Parquet file: found only to be looked
+/// at, it need not be found again.
 fn known_plain(
     runtime: &Runtime,
     databases: &crate::btree::observe::DbWatcher,
     models: &ModelDetector,
     file: crate::file::FileId,
 ) -> bool {
-    databases.is_not_database(file)
-        && (models.is_plain(file) || !runtime.wants(EventKind::TensorLayout) && !runtime.wants(EventKind::ColumnLayout))
+    (!runtime.wants(EventKind::TreeChildEnter) || databases.is_not_database(file))
+        && (!wants_layouts(runtime) || models.is_plain(file))
 }
 
 fn dispatch_loop(shared: Arc<Shared>, mut runtime: Runtime, executor: Arc<Executor>, mut resolver: Option<Resolver>) {
@@ -594,7 +605,7 @@ fn dispatch_loop(shared: Arc<Shared>, mut runtime: Runtime, executor: Arc<Execut
                 && let Some((pid, id, through)) = observed(&incoming.event)
                 && (runtime.wants_file_of(incoming.event.kind(), id)
                     || incoming.event.kind() == EventKind::PageAccess
-                        && runtime.wants(EventKind::TreeChildEnter)
+                        && looks_at_reads(&runtime)
                         && !known_plain(&runtime, &databases, &models, id))
                 && runtime.files().get(id).is_none()
             {

@@ -234,3 +234,59 @@ fn an_observed_gguf_file_is_planned_in_llama_cpp_order() {
     assert!(embd < out && out < blk0 && blk0 <= blk1, "embeddings, output, layers: {order:?} vs {offsets:?}");
     drop(held);
 }
+
+/// A Parquet file read as a query reads it — footer first, then one column
+/// row group after row group — through the pipeline with the `columns`
+/// policy and the real executor: the footer is found among the file's
+/// cached pages, and that column's chunks in the row groups ahead become
+/// resident while the other columns' stay on disk.
+#[test]
+fn a_parquet_readers_next_row_groups_of_its_column_are_fetched_and_no_others() {
+    const CHUNK: u64 = 64 * PAGE_SIZE;
+    let (groups, columns) = (12u64, 3u64);
+    let offset = |g: u64, c: u64| PAGE_SIZE + (g * columns + c) * CHUNK;
+    let layout: Vec<Vec<(u64, u64)>> =
+        (0..groups).map(|g| (0..columns).map(|c| (offset(g, c), CHUNK)).collect()).collect();
+    let (tail, file_len) = predictio::parquet::encode_file(&layout, 1000, groups * columns * CHUNK + PAGE_SIZE - 4);
+    let dir = tempfile::Builder::new().prefix("predictio-parquet").tempdir_in("/var/tmp").expect("temp dir");
+    let path = dir.path().join("t.parquet");
+    let mut bytes = b"PAR1".to_vec();
+    bytes.resize((file_len - tail.len() as u64) as usize, 9);
+    bytes.extend_from_slice(&tail);
+    std::fs::write(&path, &bytes).expect("write");
+    let file = FileRef::open(&path).expect("open");
+    cache::evict(&file).expect("evict");
+    let (held, id) = held_file(&path);
+
+    let executor = Arc::new(Executor::new(ExecutorConfig::default()).expect("executor"));
+    let policy = predictio::policies::by_name("columns").expect("columns policy");
+    let pipeline =
+        Pipeline::start_with(executor, vec![policy], 1024, Some(predictio::resolve::ResolverConfig::default()))
+            .expect("start");
+    // The reader reads the footer (cached now), then column 1 of row group 0.
+    let mut footer = vec![0u8; tail.len()];
+    std::os::unix::fs::FileExt::read_exact_at(&held, &mut footer, file_len - tail.len() as u64).expect("read footer");
+    let last = (file_len - 1) / PAGE_SIZE;
+    pipeline.sender().send(own_read(id, last), None);
+    let mut chunk = vec![0u8; CHUNK as usize];
+    std::os::unix::fs::FileExt::read_exact_at(&held, &mut chunk, offset(0, 1)).expect("read chunk");
+    let first = offset(0, 1) / PAGE_SIZE;
+    let event = Event::PageAccess {
+        pid: std::process::id(),
+        file: id,
+        pages: PageRange::new(first, first + CHUNK / PAGE_SIZE),
+        kind: AccessKind::Read,
+        time_ns: 0,
+    };
+    pipeline.sender().send(event, None);
+    assert!(pipeline.flush(Duration::from_secs(5)));
+    assert_eq!(pipeline.stats().models_detected, 1, "the footer was found");
+
+    let pages = |g: u64, c: u64| PageRange::new(offset(g, c) / PAGE_SIZE, (offset(g, c) + CHUNK) / PAGE_SIZE);
+    let ahead: Vec<PageRange> = (1..groups).map(|g| pages(g, 1)).collect();
+    let want: u64 = ahead.iter().map(PageRange::len).sum();
+    assert_eq!(cache::wait_resident(&file, &ahead, Duration::from_secs(10)).expect("residency"), want);
+    let others: Vec<PageRange> = (1..groups).flat_map(|g| [pages(g, 0), pages(g, 2)]).collect();
+    assert_eq!(cache::wait_resident(&file, &others, Duration::ZERO).expect("residency"), 0, "other columns");
+    drop(held);
+}

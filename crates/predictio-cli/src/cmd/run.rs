@@ -27,8 +27,9 @@ const RUN_QUEUE_EVENTS: usize = 1 << 14;
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// Policies to run (repeatable): hints, readplan, btree, tensor, scan,
-    /// stream, learned. Default: hints, readplan, btree, tensor, scan (stream and learned,
-    /// which speculate from observed reads, are opt-in).
+    /// columns, stream, learned. Default: hints, readplan, btree, tensor,
+    /// scan, columns (stream and learned, which speculate from observed
+    /// reads, are opt-in).
     #[arg(long = "policy", value_name = "POLICY")]
     policies: Vec<String>,
     /// Print the counters as JSON (to stderr) at the end.
