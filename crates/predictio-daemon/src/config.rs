@@ -156,7 +156,7 @@ pub enum PolicyName {
     Tensor,
     /// Storage-engine scans.
     Scan,
-    /// Parquet column chunks ahead of their reader.
+    /// A Parquet query's column chunks ahead of it (opt-in).
     Columns,
 }
 

@@ -227,14 +227,28 @@ pub(crate) fn daemon_home(dir: &Path, name: &str) -> Result<PathBuf, BenchError>
 }
 
 /// Writes `home/file`, the configuration of `bench`'s daemon: the default
-/// configuration with `home`'s own sockets and store, and `extra` TOML
-/// after `[launch] store` (keys of `[launch]` first, then other sections).
-pub(crate) fn daemon_config(home: &Path, bench: &str, file: &str, extra: &str) -> Result<PathBuf, BenchError> {
+/// configuration with `home`'s own sockets and store, the default policies
+/// and `more_policies` (opt-in ones), and `extra` TOML after `[launch]
+/// store` (keys of `[launch]` first, then other sections).
+pub(crate) fn daemon_config(
+    home: &Path,
+    bench: &str,
+    file: &str,
+    more_policies: &[&str],
+    extra: &str,
+) -> Result<PathBuf, BenchError> {
     let path = home.join(file);
     let d = home.display();
+    let policies = if more_policies.is_empty() {
+        String::new()
+    } else {
+        let all: Vec<String> =
+            predictio::policies::DEFAULT.iter().chain(more_policies).map(|p| format!("\"{p}\"")).collect();
+        format!("policies = [{}]\n", all.join(", "))
+    };
     let text = format!(
         "# predictio bench {bench}: the default configuration with this bench's own sockets and store\n\
-         [hints]\nsocket = \"{d}/hint.sock\"\n[control]\nsocket = \"{d}/control.sock\"\n\
+         {policies}[hints]\nsocket = \"{d}/hint.sock\"\n[control]\nsocket = \"{d}/control.sock\"\n\
          [launch]\nstore = \"{d}/store\"\n{extra}"
     );
     std::fs::write(&path, text).doing(|| format!("writing {}", path.display()))?;
@@ -259,8 +273,8 @@ impl Setup {
         Ok(Setup {
             control: home.join("control.sock"),
             log: home.join("daemon.log"),
-            replaying: daemon_config(&home, "daemon-cost", "replaying.toml", "replay = true\n")?,
-            learning: daemon_config(&home, "daemon-cost", "learning.toml", "replay = false\n")?,
+            replaying: daemon_config(&home, "daemon-cost", "replaying.toml", &[], "replay = true\n")?,
+            learning: daemon_config(&home, "daemon-cost", "learning.toml", &[], "replay = false\n")?,
             me,
         })
     }
@@ -795,7 +809,7 @@ mod tests {
         let home = daemon_home(dir.path(), "home").expect("home again");
         assert!(!home.join("stale").exists(), "made afresh");
         let parse = |extra: &str| {
-            let path = daemon_config(&home, "test", "c.toml", extra).expect("written");
+            let path = daemon_config(&home, "test", "c.toml", &[], extra).expect("written");
             let text = std::fs::read_to_string(path).expect("read");
             predictio_daemon::config::Config::parse(&text).expect("parses")
         };
@@ -807,6 +821,13 @@ mod tests {
         assert_eq!(config.observe.assume_missing.len(), 1);
         let plain = parse("");
         assert!(plain.launch.replay && plain.observe.assume_missing.is_empty(), "otherwise the defaults");
+        assert_eq!(plain.policies, predictio_daemon::config::PolicyName::defaults());
+        let path = daemon_config(&home, "test", "p.toml", &["columns"], "").expect("written");
+        let text = std::fs::read_to_string(path).expect("read");
+        let more = predictio_daemon::config::Config::parse(&text).expect("parses");
+        let names: Vec<&str> = more.policies.iter().map(|p| p.name()).collect();
+        assert_eq!(names.last(), Some(&"columns"));
+        assert_eq!(names.len(), predictio::policies::DEFAULT.len() + 1, "the defaults, then the opt-in one");
     }
 
     #[test]

@@ -47,7 +47,7 @@ impl Setup {
         let home = daemon_home(dir, "launch-daemon")?;
         let missing: Vec<String> = assume_missing.iter().map(|m| format!("{m:?}")).collect();
         let observe = format!("[observe]\nassume_missing = [{}]\n", missing.join(", "));
-        let config = daemon_config(&home, "launch-daemon", "predictio.toml", &observe)?;
+        let config = daemon_config(&home, "launch-daemon", "predictio.toml", &[], &observe)?;
         Ok(Setup { me, home, config })
     }
 

@@ -18,7 +18,8 @@
 //! - **predictio** (treatment): the loader, unchanged, beside `predictio
 //!   daemon` as installed: the default configuration with the bench's own
 //!   sockets and store, started (and settled) before the pass and stopped
-//!   after it. It learns from what it observes: no hint, no adapter;
+//!   after it (for the DuckDB queries, with the opt-in `columns` policy
+//!   added). It learns from what it observes: no hint, no adapter;
 //! - **oracle**: a prefetch that knows what the load reads: one thread of
 //!   the loader asks the kernel (`fadvise(WILLNEED)`) for those bytes in
 //!   the order they are read, as the load starts (a model's every byte; a
@@ -109,7 +110,11 @@ struct Runtime {
     script: PathBuf,
     me: PathBuf,
     home: PathBuf,
+    /// The daemon's configuration: the default one...
     config: PathBuf,
+    /// ...and for the Parquet queries, the default one with the opt-in
+    /// `columns` policy.
+    columns: PathBuf,
 }
 
 impl Runtime {
@@ -126,15 +131,16 @@ impl Runtime {
         let script = dir.join("model_load.py");
         std::fs::write(&script, SCRIPT).doing(|| format!("writing {}", script.display()))?;
         let home = daemon_home(dir, "model-load")?;
-        let config = daemon_config(&home, "model-load", "predictio.toml", "")?;
-        Ok(Runtime { python, script, me: crate::harness::predictio_binary()?, home, config })
+        let config = daemon_config(&home, "model-load", "predictio.toml", &[], "")?;
+        let columns = daemon_config(&home, "model-load", "predictio-columns.toml", &["columns"], "")?;
+        Ok(Runtime { python, script, me: crate::harness::predictio_binary()?, home, config, columns })
     }
 
     fn run(&self, load: &Load, side: Side) -> Result<Pass, BenchError> {
         let daemon = match side {
             Side::Predictio => Some(Daemon::start(
                 &self.me,
-                &self.config,
+                if load.reads.is_some() { &self.columns } else { &self.config },
                 &self.home.join("control.sock"),
                 &self.home.join("daemon.log"),
             )?),
@@ -292,7 +298,7 @@ pub fn run(options: &BenchOptions) -> Result<Report, BenchError> {
     };
     for &(query, what, columns, second_half) in queries {
         loads.push(Load {
-            name: format!("duckdb parquet {query} ({what})"),
+            name: format!("duckdb parquet {query} ({what}), columns policy"),
             file: parquet.clone(),
             args: script(&["duckdb", &pq, query]),
             reads: Some((columns, second_half)),
@@ -348,7 +354,7 @@ pub fn run(options: &BenchOptions) -> Result<Report, BenchError> {
             "python": rt.python.display().to_string(),
             "pairs": pairs,
             "sides": ["baseline", "peer", "predictio", "ideal", "oracle"],
-            "predictio": "predictio daemon, default configuration with its own sockets and store, started before each of its passes",
+            "predictio": "predictio daemon, default configuration with its own sockets and store (for the DuckDB queries, with the opt-in columns policy added), started before each of its passes",
             "parquet": {"rows": PARQUET_ROWS, "row_group_rows": PARQUET_GROUP, "columns": 10, "compression": "snappy"},
             "primed": crate::harness::PRIMED_NOTE,
         }),

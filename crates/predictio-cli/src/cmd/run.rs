@@ -28,7 +28,7 @@ const RUN_QUEUE_EVENTS: usize = 1 << 14;
 pub struct Args {
     /// Policies to run (repeatable): hints, readplan, btree, tensor, scan,
     /// columns, stream, learned. Default: hints, readplan, btree, tensor,
-    /// scan, columns (stream and learned, which speculate from observed
+    /// scan (columns, stream and learned, which speculate from observed
     /// reads, are opt-in).
     #[arg(long = "policy", value_name = "POLICY")]
     policies: Vec<String>,

@@ -28,10 +28,10 @@
 //!
 //! Requests are [`Urgency::Speculative`]: learned, not said.
 //!
-//! State is bounded: at most [`ColumnsConfig::max_files`] tables (a new one
-//! replaces the least recently active), each of the footer's chunks (at most
-//! [`crate::parquet::MAX_CHUNKS`]). The policy never issues I/O, never reads
-//! file data, never blocks and never looks at the clock.
+//! State is bounded: at most [`ColumnsConfig::max_files`] tables, holding
+//! at most [`ColumnsConfig::max_chunks`] chunks in all (a new table replaces
+//! the least recently active until it fits). The policy never issues I/O,
+//! never reads file data, never blocks and never looks at the clock.
 
 use std::collections::HashMap;
 
@@ -59,6 +59,10 @@ pub struct ColumnsConfig {
     pub pacing_bytes: u64,
     /// Tables kept; a new one replaces the least recently active.
     pub max_files: usize,
+    /// Column chunks kept over all tables (about 32 bytes each): a new
+    /// table replaces the least recently active ones until it fits, and one
+    /// larger than this is not followed (counted).
+    pub max_chunks: usize,
 }
 
 impl Default for ColumnsConfig {
@@ -68,7 +72,13 @@ impl Default for ColumnsConfig {
     /// one of half the row groups, which DuckDB's own eight reading
     /// threads keep the device busy for.
     fn default() -> Self {
-        Self { ahead_bytes: 64 << 20, max_outstanding_bytes: 512 << 20, pacing_bytes: 32 << 20, max_files: 16 }
+        Self {
+            ahead_bytes: 64 << 20,
+            max_outstanding_bytes: 512 << 20,
+            pacing_bytes: 32 << 20,
+            max_files: 16,
+            max_chunks: crate::parquet::MAX_CHUNKS,
+        }
     }
 }
 
@@ -88,6 +98,7 @@ impl ColumnsConfig {
             ("max_outstanding_bytes", self.max_outstanding_bytes),
             ("pacing_bytes", self.pacing_bytes / PAGE_SIZE),
             ("max_files", self.max_files as u64),
+            ("max_chunks", self.max_chunks as u64),
         ] {
             if value == 0 {
                 return Err(ColumnsConfigError::Zero(name));
@@ -105,6 +116,8 @@ pub struct ColumnsStats {
     pub layouts: u64,
     /// Layouts for files the runtime holds no descriptor for (ignored).
     pub no_descriptor: u64,
+    /// Layouts of more chunks than [`ColumnsConfig::max_chunks`] (ignored).
+    pub too_large: u64,
     /// Columns that became wanted.
     pub columns_wanted: u64,
     /// Requests emitted.
@@ -236,6 +249,8 @@ pub struct ColumnsPolicy {
     files: HashMap<FileId, Table>,
     /// Bytes asked for past their frontiers, over all files.
     outstanding: u64,
+    /// Chunks held over all tables.
+    chunks: usize,
     events: u64,
     stats: ColumnsStats,
 }
@@ -250,7 +265,7 @@ impl ColumnsPolicy {
     /// A policy with `config`, checked.
     pub fn new(config: ColumnsConfig) -> Result<Self, ColumnsConfigError> {
         config.validate()?;
-        Ok(Self { config, files: HashMap::new(), outstanding: 0, events: 0, stats: ColumnsStats::default() })
+        Ok(Self { config, files: HashMap::new(), outstanding: 0, chunks: 0, events: 0, stats: ColumnsStats::default() })
     }
 
     /// The counters.
@@ -265,11 +280,15 @@ impl ColumnsPolicy {
         }
         self.stats.layouts += 1;
         self.forget(file);
-        if self.files.len() >= self.config.max_files
-            && let Some(oldest) = self.files.iter().min_by_key(|(_, t)| t.last_active).map(|(id, _)| *id)
-        {
+        if chunks.len() > self.config.max_chunks {
+            self.stats.too_large += 1;
+            return;
+        }
+        while self.files.len() >= self.config.max_files || self.chunks + chunks.len() > self.config.max_chunks {
+            let Some(oldest) = self.files.iter().min_by_key(|(_, t)| t.last_active).map(|(id, _)| *id) else { break };
             self.forget(oldest);
         }
+        self.chunks += chunks.len();
         let mut table = Table::new(chunks, file_len);
         table.last_active = self.events;
         self.files.insert(file, table);
@@ -279,6 +298,7 @@ impl ColumnsPolicy {
     /// abandoned.
     fn forget(&mut self, file: FileId) {
         if let Some(table) = self.files.remove(&file) {
+            self.chunks -= table.chunks.len();
             self.outstanding -= table.ahead;
             self.stats.abandoned_bytes += table.ahead;
         }
@@ -469,7 +489,8 @@ mod tests {
 
         /// Layouts of `chunks` for files 0, 1 and 2, two kept (1 and 2).
         fn sized(ahead_bytes: u64, max_outstanding_bytes: u64, chunks: Vec<ColumnChunk>) -> Self {
-            let config = ColumnsConfig { ahead_bytes, max_outstanding_bytes, pacing_bytes: MIB, max_files: 2 };
+            let config =
+                ColumnsConfig { ahead_bytes, max_outstanding_bytes, pacing_bytes: MIB, max_files: 2, max_chunks: 1000 };
             let mut bench =
                 Self { policy: ColumnsPolicy::new(config).expect("valid"), held: HeldFiles::distinct(3), chunks };
             for file in 0..3 {
@@ -676,6 +697,25 @@ mod tests {
         let again = begin(&mut b, 0, 0);
         assert_eq!(b.policy.stats().restarts, 1);
         assert!(!again.is_empty(), "the window is asked for again");
+    }
+
+    #[test]
+    fn the_chunks_held_over_all_tables_are_bounded() {
+        // 3 layouts of 10 x 40 = 400 chunks, 1,000 at most: two fit.
+        let mut b = Bench::new(4, 64, 10, 40);
+        assert_eq!(b.policy.stats().files, 2);
+        // One of 1,200 chunks is not followed; one of 600 replaces the
+        // older table.
+        b.chunks = chunks(30, 40, MIB);
+        b.feed(b.layout(0));
+        assert_eq!((b.policy.stats().too_large, b.policy.stats().files), (1, 2));
+        b.chunks = chunks(15, 40, MIB);
+        b.feed(b.layout(0));
+        assert_eq!((b.policy.stats().files, b.policy.chunks), (2, 1000));
+        // 700 more: both older tables go.
+        b.chunks = chunks(35, 20, MIB);
+        b.feed(b.layout(1));
+        assert_eq!((b.policy.stats().files, b.policy.chunks), (1, 700));
     }
 
     #[test]
