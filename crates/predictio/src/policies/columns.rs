@@ -33,7 +33,7 @@
 //! the least recently active until it fits). The policy never issues I/O,
 //! never reads file data, never blocks and never looks at the clock.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use crate::event::{Event, EventKind, EventKinds};
 use crate::executor::MAX_PAGE;
@@ -59,7 +59,7 @@ pub struct ColumnsConfig {
     pub pacing_bytes: u64,
     /// Tables kept; a new one replaces the least recently active.
     pub max_files: usize,
-    /// Column chunks kept over all tables (about 32 bytes each): a new
+    /// Column chunks kept over all tables (about 40 bytes each): a new
     /// table replaces the least recently active ones until it fits, and one
     /// larger than this is not followed (counted).
     pub max_chunks: usize,
@@ -152,19 +152,25 @@ struct Table {
     /// Index of each row group's first chunk in `chunks`; one more entry,
     /// the number of chunks.
     group_start: Vec<u32>,
-    /// Per column: the reader touched it.
-    wanted: Vec<bool>,
-    /// Per chunk: asked for.
-    asked: Vec<bool>,
-    /// Per chunk: the reader began a read at its first page.
-    begun: Vec<bool>,
-    /// Per row group: bytes asked for in it.
-    group_asked: Vec<u64>,
+    /// The reader's pass over the file (a query): the marks below count
+    /// only when they carry it, so that starting over costs nothing
+    /// however large the table.
+    pass: u32,
+    /// Per column: the pass in which the reader touched it.
+    wanted: Vec<u32>,
+    /// Per chunk: the pass in which it was asked for.
+    asked: Vec<u32>,
+    /// Per chunk: the pass in which the reader began a read at its first
+    /// page.
+    begun: Vec<u32>,
+    /// Bytes asked for per row group past the frontier (only those with
+    /// some): the frontier's advance takes each group out once.
+    ahead_by_group: BTreeMap<u32, u64>,
     /// The furthest row group the reader touched.
     frontier: Option<u32>,
-    /// The first row group a release looks at (everything wanted before it,
-    /// past the frontier, is asked for).
-    scan_from: u32,
+    /// The first chunk (in row-group order) a release looks at: every
+    /// wanted chunk before it, past the frontier, is asked for.
+    scan_at: usize,
     /// Bytes asked for in row groups past the frontier.
     ahead: u64,
     /// When the table last saw an access (the policy's event count).
@@ -189,15 +195,16 @@ impl Table {
         let mut by_offset: Vec<u32> = (0..chunks.len() as u32).collect();
         by_offset.sort_by_key(|&i| chunks[i as usize].offset);
         Self {
-            asked: vec![false; chunks.len()],
-            begun: vec![false; chunks.len()],
-            group_asked: vec![0; groups],
-            wanted: vec![false; columns],
+            pass: 1,
+            asked: vec![0; chunks.len()],
+            begun: vec![0; chunks.len()],
+            ahead_by_group: BTreeMap::new(),
+            wanted: vec![0; columns],
             chunks,
             by_offset,
             group_start,
             frontier: None,
-            scan_from: 0,
+            scan_at: 0,
             ahead: 0,
             last_active: 0,
             file_len,
@@ -207,17 +214,28 @@ impl Table {
     /// Starts over for a new reader: nothing wanted, asked for or reached.
     /// Returns the bytes that were asked for past the old frontier.
     fn restart(&mut self) -> u64 {
-        self.wanted.fill(false);
-        self.asked.fill(false);
-        self.begun.fill(false);
-        self.group_asked.fill(0);
+        self.pass = self.pass.wrapping_add(1);
+        if self.pass == 0 {
+            // Once in 2^32 passes: clear the marks for real.
+            self.wanted.fill(0);
+            self.asked.fill(0);
+            self.begun.fill(0);
+            self.pass = 1;
+        }
+        self.ahead_by_group.clear();
         self.frontier = None;
-        self.scan_from = 0;
+        self.scan_at = 0;
         std::mem::take(&mut self.ahead)
     }
 
-    fn groups(&self) -> u32 {
-        self.group_asked.len() as u32
+    fn is_wanted(&self, column: u32) -> bool {
+        self.wanted.get(column as usize).is_some_and(|&p| p == self.pass)
+    }
+
+    /// The first chunk of the row group after the frontier.
+    fn past_frontier(&self) -> usize {
+        let next = self.frontier.map_or(0, |f| f as usize + 1);
+        self.group_start.get(next).map_or(self.chunks.len(), |&i| i as usize)
     }
 
     /// The first chunk (by offset) that begins on the page at byte `at`
@@ -229,7 +247,9 @@ impl Table {
         (self.chunks[i].offset < page + PAGE_SIZE && self.chunks[i].end() > at).then_some(i)
     }
 
-    /// The chunks `[start, end)` touches, by index.
+    /// The chunks `[start, end)` touches, by index: at most
+    /// [`MAX_TOUCHED`], the first by offset (a read's events name the rest
+    /// of the read, which may span a whole file of tiny chunks).
     fn touched(&self, start: u64, end: u64) -> impl Iterator<Item = usize> + '_ {
         // The first chunk (by offset) that ends after `start`; chunks may
         // overlap in a malformed footer, so look a little behind.
@@ -239,8 +259,15 @@ impl Table {
             .map(|&i| i as usize)
             .take_while(move |&i| self.chunks[i].offset < end)
             .filter(move |&i| self.chunks[i].end() > start)
+            .take(MAX_TOUCHED)
     }
 }
+
+/// Chunks one access is attributed to, at most.
+const MAX_TOUCHED: usize = 64;
+
+/// Chunks one release looks at, at most (the next access goes on).
+const MAX_EXAMINED: usize = 4096;
 
 /// The `columns` policy (see the module docs).
 #[derive(Debug)]
@@ -316,7 +343,7 @@ impl ColumnsPolicy {
         // (DuckDB in one process) begins a chunk it already began.
         let footer = end > table.file_len.saturating_sub(8);
         let begun = if footer { None } else { table.begins_at(start) };
-        if footer || begun.is_some_and(|i| table.begun[i]) {
+        if footer || begun.is_some_and(|i| table.begun[i] == table.pass) {
             let ahead = table.restart();
             self.outstanding -= ahead;
             self.stats.abandoned_bytes += ahead;
@@ -326,7 +353,7 @@ impl ColumnsPolicy {
             return;
         }
         if let Some(i) = begun {
-            table.begun[i] = true;
+            table.begun[i] = table.pass;
         }
         // The bytes the reader surely read: all but the first and last page
         // but one byte, since its read began somewhere in the first page and
@@ -338,31 +365,35 @@ impl ColumnsPolicy {
         };
         let mut new_column = false;
         let mut furthest = table.frontier;
+        let pass = table.pass;
         for i in table.touched(start, end).collect::<Vec<_>>() {
             let chunk = table.chunks[i];
             if let Some(wanted) = table.wanted.get_mut(chunk.column as usize)
-                && !*wanted
+                && *wanted != pass
             {
-                *wanted = true;
+                *wanted = pass;
                 new_column = true;
                 self.stats.columns_wanted += 1;
             }
             furthest = furthest.max(Some(chunk.row_group));
         }
-        if furthest > table.frontier {
-            let from = table.frontier.map_or(0, |f| f + 1);
-            let to = furthest.unwrap_or(0);
-            for g in from..=to {
-                let passed = table.group_asked[g as usize];
+        if let Some(to) = furthest
+            && furthest > table.frontier
+        {
+            while let Some(entry) = table.ahead_by_group.first_entry() {
+                if *entry.key() > to {
+                    break;
+                }
+                let passed = entry.remove();
                 table.ahead -= passed;
                 self.outstanding -= passed;
                 self.stats.bytes_passed += passed;
             }
             table.frontier = furthest;
         }
-        let past = table.frontier.map_or(0, |f| f + 1);
-        if new_column || table.scan_from < past {
-            table.scan_from = past;
+        let past = table.past_frontier();
+        if new_column || table.scan_at < past {
+            table.scan_at = past;
         }
         self.release(file, ctx);
     }
@@ -374,33 +405,32 @@ impl ColumnsPolicy {
             return;
         }
         let mut ranges: Vec<PageRange> = Vec::new();
-        let mut g = table.scan_from;
-        'groups: while g < table.groups() {
-            let (first, last) = (table.group_start[g as usize] as usize, table.group_start[g as usize + 1] as usize);
-            for i in first..last {
-                let chunk = table.chunks[i];
-                if table.asked[i] || !table.wanted.get(chunk.column as usize).copied().unwrap_or(false) {
-                    continue;
-                }
-                let fits_file = table.ahead == 0 || table.ahead + chunk.len <= self.config.ahead_bytes;
-                if !fits_file {
-                    break 'groups;
-                }
-                if self.outstanding > 0 && self.outstanding + chunk.len > self.config.max_outstanding_bytes {
-                    self.stats.budget_holds += 1;
-                    break 'groups;
-                }
-                table.asked[i] = true;
-                table.ahead += chunk.len;
-                table.group_asked[g as usize] += chunk.len;
-                self.outstanding += chunk.len;
-                self.stats.chunks_requested += 1;
-                self.stats.bytes_requested += chunk.len;
-                push_pages(&mut ranges, chunk);
+        let mut i = table.scan_at;
+        let stop = table.chunks.len().min(i.saturating_add(MAX_EXAMINED));
+        while i < stop {
+            let chunk = table.chunks[i];
+            if table.asked[i] == table.pass || !table.is_wanted(chunk.column) {
+                i += 1;
+                continue;
             }
-            g += 1;
+            let fits_file = table.ahead == 0 || table.ahead + chunk.len <= self.config.ahead_bytes;
+            if !fits_file {
+                break;
+            }
+            if self.outstanding > 0 && self.outstanding + chunk.len > self.config.max_outstanding_bytes {
+                self.stats.budget_holds += 1;
+                break;
+            }
+            table.asked[i] = table.pass;
+            table.ahead += chunk.len;
+            *table.ahead_by_group.entry(chunk.row_group).or_insert(0) += chunk.len;
+            self.outstanding += chunk.len;
+            self.stats.chunks_requested += 1;
+            self.stats.bytes_requested += chunk.len;
+            push_pages(&mut ranges, chunk);
+            i += 1;
         }
-        table.scan_from = g;
+        table.scan_at = i;
         if !ranges.is_empty() {
             self.stats.requests += 1;
             if !ctx.request_paced(file, ranges, Urgency::Speculative, self.config.pacing_bytes / PAGE_SIZE) {
@@ -489,8 +519,13 @@ mod tests {
 
         /// Layouts of `chunks` for files 0, 1 and 2, two kept (1 and 2).
         fn sized(ahead_bytes: u64, max_outstanding_bytes: u64, chunks: Vec<ColumnChunk>) -> Self {
+            Self::bounded(ahead_bytes, max_outstanding_bytes, chunks, 1000)
+        }
+
+        /// [`Bench::sized`] with room for `max_chunks` chunks in all.
+        fn bounded(ahead_bytes: u64, max_outstanding_bytes: u64, chunks: Vec<ColumnChunk>, max_chunks: usize) -> Self {
             let config =
-                ColumnsConfig { ahead_bytes, max_outstanding_bytes, pacing_bytes: MIB, max_files: 2, max_chunks: 1000 };
+                ColumnsConfig { ahead_bytes, max_outstanding_bytes, pacing_bytes: MIB, max_files: 2, max_chunks };
             let mut bench =
                 Self { policy: ColumnsPolicy::new(config).expect("valid"), held: HeldFiles::distinct(3), chunks };
             for file in 0..3 {
@@ -561,13 +596,8 @@ mod tests {
             for table in self.policy.files.values() {
                 let largest = table.chunks.iter().map(|c| c.len).max().unwrap_or(0);
                 assert!(table.ahead <= self.policy.config.ahead_bytes.max(largest));
-                let past: u64 = table
-                    .group_asked
-                    .iter()
-                    .enumerate()
-                    .filter(|(g, _)| table.frontier.is_none_or(|f| *g as u32 > f))
-                    .map(|(_, b)| b)
-                    .sum();
+                assert!(table.ahead_by_group.keys().all(|g| table.frontier.is_none_or(|f| *g > f)));
+                let past: u64 = table.ahead_by_group.values().sum();
                 assert_eq!(past, table.ahead);
                 sum += table.ahead;
             }
@@ -653,7 +683,8 @@ mod tests {
         // tail of (0, 0) and the head of (0, 2).
         let chunk = b.chunks[1];
         let ranges = b.pages(1, chunk.offset / PAGE_SIZE, chunk.end().div_ceil(PAGE_SIZE));
-        assert_eq!(b.policy.files[&b.held.ids[1]].wanted, vec![false, true, false]);
+        let table = &b.policy.files[&b.held.ids[1]];
+        assert_eq!([0, 1, 2].map(|c| table.is_wanted(c)), [false, true, false]);
         let want: Vec<u64> = (1..5).map(|g| b.chunks[g * 3 + 1].offset).collect();
         let got: Vec<u64> = ranges.iter().map(|r| r.start * PAGE_SIZE).collect();
         assert_eq!(got.len(), 4, "{ranges:?}");
@@ -674,7 +705,8 @@ mod tests {
         assert_eq!(b.policy.stats().outstanding_bytes, 0);
         assert_eq!(b.read(1, 0, 1), vec![(1, 1), (2, 1), (3, 1), (4, 1)]);
         // Column 0 is no longer wanted: this query has not read it.
-        assert!(b.policy.files[&b.held.ids[1]].wanted == vec![false, true]);
+        let table = &b.policy.files[&b.held.ids[1]];
+        assert_eq!([0, 1].map(|c| table.is_wanted(c)), [false, true]);
     }
 
     #[test]
@@ -716,6 +748,33 @@ mod tests {
         b.chunks = chunks(35, 20, MIB);
         b.feed(b.layout(1));
         assert_eq!((b.policy.stats().files, b.policy.chunks), (1, 700));
+    }
+
+    /// A hostile file's tiny chunks bound what one event costs: one access
+    /// spanning thousands of chunks is attributed to the first
+    /// [`MAX_TOUCHED`], and one release looks at [`MAX_EXAMINED`] chunks,
+    /// the next access going on from there.
+    #[test]
+    fn one_event_does_bounded_work_however_many_chunks() {
+        const TINY: u64 = 64;
+        let mut b = Bench::bounded(MIB, 64 * MIB, chunks(3, 5000, TINY), 1 << 16);
+        // One read over the whole of row group 0: 5,000 chunks.
+        let group = 5000 * TINY;
+        b.pages(1, 1, (PAGE_SIZE + group).div_ceil(PAGE_SIZE));
+        let table = &b.policy.files[&b.held.ids[1]];
+        let wanted = (0..5000).filter(|&c| table.is_wanted(c)).count();
+        assert!(wanted <= MAX_TOUCHED, "{wanted} columns wanted by one access");
+        // Column 4,999 of row group 0 alone: the release from row group 1
+        // on looks at 4,096 chunks an event, so it reaches (1, 4999) on the
+        // second event.
+        let mut b = Bench::bounded(MIB, 64 * MIB, chunks(3, 5000, TINY), 1 << 16);
+        let chunk = b.chunks[4999];
+        let page = chunk.offset / PAGE_SIZE;
+        let event = |b: &Bench| Event::StreamRead { file: b.held.ids[1], offset: chunk.offset, len: chunk.len };
+        assert!(b.feed(event(&b)).is_empty(), "not reached in one release");
+        let asked: Vec<PageRange> = b.feed(event(&b)).into_iter().flat_map(|r| r.ranges).collect();
+        let next = b.chunks[5000 + 4999];
+        assert_eq!(asked.first().map(|r| r.start), Some(next.offset / PAGE_SIZE), "{asked:?} (read at page {page})");
     }
 
     #[test]
