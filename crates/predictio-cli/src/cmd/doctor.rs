@@ -1020,7 +1020,9 @@ fn capabilities(f: &Found) -> Vec<Capability> {
         Capability {
             name: "tensor observation",
             status: Status::Missing,
-            detail: "model headers are read from cached pages only, which needs preadv2(RWF_NOWAIT)".into(),
+            detail: "model headers and Parquet footers are read from cached pages only, which needs \
+                     preadv2(RWF_NOWAIT)"
+                .into(),
         }
     } else if pages.is_none() || !f.hits || !f.ptrace_or_root {
         Capability {
@@ -1034,7 +1036,10 @@ fn capabilities(f: &Found) -> Vec<Capability> {
         Capability {
             name: "tensor observation",
             status: if f.cachestat && f.cachestat_read_only { Status::Ok } else { Status::Degraded },
-            detail: format!("model files recognised among observed files; their loads followed{own_files_only}"),
+            detail: format!(
+                "model and Parquet files recognised among observed files; model loads followed (Parquet queries \
+                 with the opt-in columns policy){own_files_only}"
+            ),
         }
     });
 
