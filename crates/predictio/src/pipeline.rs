@@ -498,15 +498,15 @@ impl ModelDetector {
                 self.footers.insert(id, FOOTER_TRIES);
                 return None;
             }
+            // A Parquet reader reads the footer before anything else: a
+            // file whose end is not cached when it is first seen read is
+            // not being read as one.
             Tail::NotParquet | Tail::Unknown => {}
         }
         if !models {
-            if matches!(tail, Tail::NotParquet) {
-                self.checked.insert(id);
-                self.plain.insert(id);
-            } else {
-                self.later.insert(id, now + Duration::from_secs(1));
-            }
+            self.later.remove(&id);
+            self.checked.insert(id);
+            self.plain.insert(id);
             return None;
         }
         let first_cached = crate::cache::cache_stat(file, crate::page::PageRange::new(0, 1));
@@ -518,11 +518,11 @@ impl ModelDetector {
         self.checked.insert(id);
         match self.reader.read(file, now) {
             Header::Layout(layout) => Some(crate::model::header::layout_event(id, &layout)),
-            Header::NotAModel if matches!(tail, Tail::NotParquet) => {
+            Header::NotAModel => {
                 self.plain.insert(id);
                 None
             }
-            Header::NotAModel | Header::Unknown => None,
+            Header::Unknown => None,
         }
     }
 
@@ -734,6 +734,31 @@ mod tests {
         }
         assert!(known_plain(&runtime, &databases, &models, plain.id()));
         assert!(!known_plain(&runtime, &databases, &models, database.id()), "a database is watched");
+    }
+
+    /// A file read from its start, its end not cached, is found plain at
+    /// once, as it was before Parquet files were looked for: it is not
+    /// looked up again through `/proc` whenever the runtime lets it go.
+    #[test]
+    fn a_file_read_from_its_start_is_plain_though_its_end_is_not_cached() {
+        use std::os::fd::AsFd;
+        use std::os::unix::fs::FileExt;
+        // On disk (a tmpfs keeps every page cached).
+        let dir = tempfile::Builder::new().prefix("predictio-plain").tempdir_in("/var/tmp").expect("tempdir");
+        let path = dir.path().join("big");
+        std::fs::write(&path, vec![b'y'; 64 * 4096]).expect("write");
+        let file = FileRef::open(&path).expect("open");
+        crate::cache::evict(&file).expect("evict");
+        // Page 0 alone, no readahead.
+        crate::sys::fadvise(file.as_fd(), 0, 0, crate::sys::Advice::Random).expect("fadvise");
+        file.file().read_exact_at(&mut [0u8; 4096], 0).expect("read page 0");
+        let tail = crate::cache::cache_stat(&file, crate::page::PageRange::new(63, 64)).expect("cachestat");
+        assert_eq!(tail.nr_cache, 0, "the end is not cached");
+        for (models, columns) in [(true, true), (false, true)] {
+            let mut detector = ModelDetector::default();
+            assert!(detector.detect(&file, models, columns).is_none());
+            assert!(detector.is_plain(file.id()), "models {models}, columns {columns}");
+        }
     }
 
     /// A Parquet file whose footer is cached is described to the policies
