@@ -70,6 +70,20 @@ impl PageRange {
     }
 }
 
+/// Appends `pages` to `ranges`, merged into the last range when it starts
+/// inside it or right where it ends (pages in the order they are wanted:
+/// neighbours, or a page two pieces share, become one range; a range that
+/// starts earlier stays a range of its own). Empty ranges are left out.
+pub fn push_merged(ranges: &mut Vec<PageRange>, pages: PageRange) {
+    if pages.is_empty() {
+        return;
+    }
+    match ranges.last_mut() {
+        Some(last) if last.start <= pages.start && pages.start <= last.end => last.end = last.end.max(pages.end),
+        _ => ranges.push(pages),
+    }
+}
+
 impl fmt::Debug for PageRange {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "pages {}..{}", self.start, self.end)
@@ -106,6 +120,18 @@ impl ByteRange {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pushed_neighbours_and_shared_pages_merge_and_nothing_else_does() {
+        let mut ranges = Vec::new();
+        for (start, end) in [(10, 20), (20, 25), (24, 30), (30, 30), (5, 8), (8, 9), (40, 41)] {
+            push_merged(&mut ranges, PageRange::new(start, end));
+        }
+        assert_eq!(ranges, vec![PageRange::new(10, 30), PageRange::new(5, 9), PageRange::new(40, 41)]);
+        // A range inside the last one adds nothing.
+        push_merged(&mut ranges, PageRange::new(40, 41));
+        assert_eq!(ranges.len(), 3);
+    }
 
     #[test]
     fn covering_bytes_rounds_outward() {

@@ -38,7 +38,7 @@ use std::collections::{BTreeMap, HashMap};
 use crate::event::{Event, EventKind, EventKinds};
 use crate::executor::MAX_PAGE;
 use crate::file::FileId;
-use crate::page::{PAGE_SIZE, PageRange};
+use crate::page::{PAGE_SIZE, PageRange, push_merged};
 use crate::parquet::ColumnChunk;
 use crate::policy::{Policy, PolicyContext};
 use crate::request::Urgency;
@@ -427,7 +427,8 @@ impl ColumnsPolicy {
             self.outstanding += chunk.len;
             self.stats.chunks_requested += 1;
             self.stats.bytes_requested += chunk.len;
-            push_pages(&mut ranges, chunk);
+            let pages = PageRange::covering_bytes(chunk.offset, chunk.len);
+            push_merged(&mut ranges, PageRange::new(pages.start, pages.end.min(MAX_PAGE)));
             i += 1;
         }
         table.scan_at = i;
@@ -437,19 +438,6 @@ impl ColumnsPolicy {
                 self.stats.no_descriptor += 1;
             }
         }
-    }
-}
-
-/// Appends a chunk's pages, merged with the previous range when they touch.
-fn push_pages(ranges: &mut Vec<PageRange>, chunk: ColumnChunk) {
-    let first = chunk.offset / PAGE_SIZE;
-    let end = chunk.end().div_ceil(PAGE_SIZE).min(MAX_PAGE);
-    if first >= end {
-        return;
-    }
-    match ranges.last_mut() {
-        Some(previous) if previous.end >= first => previous.end = previous.end.max(end),
-        _ => ranges.push(PageRange::new(first, end)),
     }
 }
 

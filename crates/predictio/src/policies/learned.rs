@@ -58,7 +58,7 @@ use std::collections::{HashMap, VecDeque};
 use crate::event::{AccessKind, Event, EventKind, EventKinds};
 use crate::executor::MAX_PAGE;
 use crate::file::FileId;
-use crate::page::PageRange;
+use crate::page::{PageRange, push_merged};
 use crate::policy::{Policy, PolicyContext};
 use crate::request::Urgency;
 
@@ -482,10 +482,7 @@ fn top_up(
     }
     let mut ranges: Vec<PageRange> = Vec::with_capacity(pieces.len());
     for piece in pieces {
-        match ranges.last_mut() {
-            Some(previous) if previous.end == piece.start => previous.end = piece.end,
-            _ => ranges.push(piece),
-        }
+        push_merged(&mut ranges, piece);
     }
     if !ranges.is_empty() {
         let pages: u64 = ranges.iter().map(PageRange::len).sum();

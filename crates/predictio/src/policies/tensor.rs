@@ -62,7 +62,7 @@ use crate::event::{Event, EventKind, EventKinds};
 use crate::executor::MAX_PAGE;
 use crate::file::FileId;
 use crate::model::{LoadOrder, ModelLayout};
-use crate::page::{ByteRange, PAGE_SIZE, PageRange};
+use crate::page::{ByteRange, PAGE_SIZE, PageRange, push_merged};
 use crate::policy::{Policy, PolicyContext};
 use crate::request::Urgency;
 
@@ -685,7 +685,7 @@ impl TensorPolicy {
                 kept += take;
             } else {
                 let pages = planned.plan.pages_of(&piece, piece.offset + from, take, planned.requested);
-                push_pages(&mut ranges, pages);
+                push_merged(&mut ranges, pages);
                 bytes += take;
             }
             planned.plan.pieces[index].asked = true;
@@ -750,18 +750,6 @@ impl TensorPolicy {
         self.stats.abandoned_bytes += planned.outstanding();
         self.outstanding -= planned.outstanding();
         planned.requested = planned.reached;
-    }
-}
-
-/// Appends `pages` to `ranges`, merged with the previous range when they
-/// touch.
-fn push_pages(ranges: &mut Vec<PageRange>, pages: PageRange) {
-    if pages.is_empty() {
-        return;
-    }
-    match ranges.last_mut() {
-        Some(previous) if previous.end == pages.start => previous.end = pages.end,
-        _ => ranges.push(pages),
     }
 }
 
