@@ -97,31 +97,34 @@ impl<'a> PolicyContext<'a> {
     /// Emits a request for `ranges` of the held file `id`. Returns false (and
     /// emits nothing) when the runtime holds no descriptor for it.
     pub fn request(&mut self, id: FileId, ranges: Vec<PageRange>, urgency: Urgency) -> bool {
-        self.request_held(id, ranges, urgency, false)
+        self.request_held(id, ranges, urgency, false, 0)
     }
 
     /// Like [`PolicyContext::request`], for bulk data the program will map
     /// or read whole: the executor streams it (see [`Request::sequential`]).
     pub fn request_streamed(&mut self, id: FileId, ranges: Vec<PageRange>, urgency: Urgency) -> bool {
-        self.request_held(id, ranges, urgency, true)
+        self.request_held(id, ranges, urgency, true, 0)
     }
 
     /// Like [`PolicyContext::request`], with the request's own pacing
     /// window ([`Request::window_pages`]).
     pub fn request_paced(&mut self, id: FileId, ranges: Vec<PageRange>, urgency: Urgency, window_pages: u64) -> bool {
-        let Some(file) = self.files.get(id) else { return false };
-        if !ranges.is_empty() {
-            self.out.push(Request::new(file.clone(), ranges, self.origin).with_urgency(urgency).paced(window_pages));
-        }
-        true
+        self.request_held(id, ranges, urgency, false, window_pages)
     }
 
-    fn request_held(&mut self, id: FileId, ranges: Vec<PageRange>, urgency: Urgency, sequential: bool) -> bool {
+    fn request_held(
+        &mut self,
+        id: FileId,
+        ranges: Vec<PageRange>,
+        urgency: Urgency,
+        sequential: bool,
+        window_pages: u64,
+    ) -> bool {
         let Some(file) = self.files.get(id) else { return false };
         if ranges.is_empty() {
             return true;
         }
-        let mut request = Request::new(file.clone(), ranges, self.origin).with_urgency(urgency);
+        let mut request = Request::new(file.clone(), ranges, self.origin).with_urgency(urgency).paced(window_pages);
         request.sequential = sequential;
         self.out.push(request);
         true
