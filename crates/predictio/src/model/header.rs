@@ -136,10 +136,7 @@ impl HeaderReader {
             // Not even the first bytes cached: nothing says what it is.
             _ => return Header::Unknown,
         };
-        if now.duration_since(self.window.0) >= Duration::from_secs(1) {
-            self.window = (now, 0);
-        }
-        let left = EVENT_PATH_BYTES_PER_SEC.saturating_sub(self.window.1);
+        let left = self.event_path_left(now);
         match ModelLayout::read_resident(file.file(), left) {
             Ok((layout, bytes)) => {
                 self.window.1 += bytes;
@@ -177,10 +174,7 @@ impl HeaderReader {
             Ok(Some(4)) => return Tail::NotParquet,
             _ => return Tail::Unknown,
         }
-        if now.duration_since(self.window.0) >= Duration::from_secs(1) {
-            self.window = (now, 0);
-        }
-        let left = EVENT_PATH_BYTES_PER_SEC.saturating_sub(self.window.1);
+        let left = self.event_path_left(now);
         match crate::parquet::ParquetLayout::read_resident(file.file(), left) {
             Ok((layout, bytes)) => {
                 self.window.1 += bytes;
@@ -198,6 +192,14 @@ impl HeaderReader {
                 Tail::Unknown
             }
         }
+    }
+
+    /// Bytes the event path may still copy this second ([`EVENT_PATH_BYTES_PER_SEC`]).
+    fn event_path_left(&mut self, now: Instant) -> u64 {
+        if now.duration_since(self.window.0) >= Duration::from_secs(1) {
+            self.window = (now, 0);
+        }
+        EVENT_PATH_BYTES_PER_SEC.saturating_sub(self.window.1)
     }
 
     /// Hands `file` to the background reader, or skips it.
