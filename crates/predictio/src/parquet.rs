@@ -244,20 +244,7 @@ impl ParquetLayout {
     /// when the reader's accesses are seen. Returns the layout and the bytes
     /// read.
     pub fn read_resident(file: &File, max_bytes: u64) -> Result<(Self, u64), ParquetError> {
-        let file_len = file.metadata().map_err(|source| ParquetError::Io { call: "fstat", source })?.len();
-        if file_len < 12 {
-            return Err(ParquetError::NotParquet);
-        }
-        let mut end = [0u8; 8];
-        read_resident_at(file, &mut end, file_len - 8)?;
-        let footer_len = footer_len(&end, file_len)?;
-        let spent = 8 + footer_len;
-        if spent > max_bytes {
-            return Err(ParquetError::OverBudget { limit: max_bytes });
-        }
-        let mut footer = vec![0u8; footer_len as usize];
-        read_resident_at(file, &mut footer, file_len - 8 - footer_len)?;
-        Ok((Self::parse_footer(&footer, file_len)?, spent))
+        Self::read_with(file, max_bytes, &mut |buf, offset| read_resident_at(file, buf, offset))
     }
 
     /// Reads `file`'s footer with ordinary reads, which may wait on storage
@@ -266,19 +253,30 @@ impl ParquetLayout {
     /// [`MAX_FOOTER_BYTES`] and 8 more.
     pub fn read(file: &File) -> Result<Self, ParquetError> {
         use std::os::unix::fs::FileExt;
+        let mut pread = |buf: &mut [u8], offset: u64| {
+            file.read_exact_at(buf, offset).map_err(|source| ParquetError::Io { call: "pread", source })
+        };
+        Self::read_with(file, u64::MAX, &mut pread).map(|(layout, _)| layout)
+    }
+
+    /// The footer read with `read_at` (which fills a buffer from an
+    /// offset, whole or not at all), at most `max_bytes` of it; the layout
+    /// and the bytes read.
+    fn read_with(file: &File, max_bytes: u64, read_at: ReadAt<'_>) -> Result<(Self, u64), ParquetError> {
         let file_len = file.metadata().map_err(|source| ParquetError::Io { call: "fstat", source })?.len();
         if file_len < 12 {
             return Err(ParquetError::NotParquet);
         }
-        let read = |buf: &mut [u8], offset: u64| {
-            file.read_exact_at(buf, offset).map_err(|source| ParquetError::Io { call: "pread", source })
-        };
         let mut end = [0u8; 8];
-        read(&mut end, file_len - 8)?;
+        read_at(&mut end, file_len - 8)?;
         let footer_len = footer_len(&end, file_len)?;
+        let spent = 8 + footer_len;
+        if spent > max_bytes {
+            return Err(ParquetError::OverBudget { limit: max_bytes });
+        }
         let mut footer = vec![0u8; footer_len as usize];
-        read(&mut footer, file_len - 8 - footer_len)?;
-        Self::parse_footer(&footer, file_len)
+        read_at(&mut footer, file_len - 8 - footer_len)?;
+        Ok((Self::parse_footer(&footer, file_len)?, spent))
     }
 
     /// Bytes of column data in all.
@@ -315,6 +313,9 @@ fn footer_len(tail: &[u8], file_len: u64) -> Result<u64, ParquetError> {
     }
     Ok(len)
 }
+
+/// Fills a buffer from an offset of the file, whole or with an error.
+type ReadAt<'a> = &'a mut dyn FnMut(&mut [u8], u64) -> Result<(), ParquetError>;
 
 /// Fills `buf` from `offset` with bytes the page cache holds.
 fn read_resident_at(file: &File, buf: &mut [u8], offset: u64) -> Result<(), ParquetError> {

@@ -313,7 +313,7 @@ struct Learning {
     models: HashSet<FileId>,
 }
 
-/// Model files remembered by a learning policy at most (then forgotten
+/// Model and Parquet files remembered by a learning policy at most (then forgotten
 /// all at once).
 const MAX_MODELS: usize = 1024;
 
