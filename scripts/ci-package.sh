@@ -69,16 +69,17 @@ trap cleanup EXIT
 dpkg -i --force-confdef --force-confold "$deb"
 
 check "version" /usr/bin/predictio --version
+check "run through the front" /usr/bin/predictio run -q --no-daemon -- true
 check "daemon --check" /usr/bin/predictio daemon --check --config "$config"
 check "unit" systemd-analyze verify /usr/lib/systemd/system/predictio.service
 # The exposure score, for the log (older systemd has no --offline).
 systemd-analyze security --offline=true /usr/lib/systemd/system/predictio.service 2>/dev/null | tail -n 1 || true
 check "rust-version" bash scripts/check-msrv.sh
 
-echo "ci-package: ldd /usr/bin/predictio"
-ldd /usr/bin/predictio
+echo "ci-package: ldd /usr/bin/predictio-full"
+ldd /usr/bin/predictio-full
 no_engine_libraries() {
-  ! ldd /usr/bin/predictio | grep -E 'librocksdb|liblmdb'
+  ! ldd /usr/bin/predictio /usr/bin/predictio-full | grep -E 'librocksdb|liblmdb'
 }
 check "no storage engine libraries" no_engine_libraries
 

@@ -6,7 +6,8 @@
 #   scripts/install.sh --uninstall    remove what an install put in place
 #
 # Installs, under PREFIX (default /usr/local):
-#   $PREFIX/bin/predictio
+#   $PREFIX/bin/predictio             the small front users type
+#   $PREFIX/bin/predictio-full        the whole command (the front execs it)
 #   $PREFIX/share/doc/predictio/      README, design notes, protocol, licences
 # and, whatever the prefix:
 #   /etc/systemd/system/predictio.service   ExecStart pointing at $PREFIX/bin
@@ -63,6 +64,7 @@ esac
 prefix=${prefix%/}
 
 bin_path=$prefix/bin/predictio
+full_path=$prefix/bin/predictio-full
 doc_dir=$prefix/share/doc/predictio
 unit_path=/etc/systemd/system/predictio.service
 config_path=/etc/predictio/predictio.toml
@@ -91,7 +93,7 @@ if [ "$action" = uninstall ]; then
     say "stopping and disabling predictio.service"
     systemctl disable --now predictio.service >/dev/null 2>&1 || true
   fi
-  for path in "$bin_path" "$unit_path"; do
+  for path in "$bin_path" "$full_path" "$unit_path"; do
     if [ -e "$destdir$path" ]; then
       rm -f "$destdir$path"
       say "removed $destdir$path"
@@ -116,6 +118,7 @@ fi
 
 target_dir=${CARGO_TARGET_DIR:-$repo/target}
 built=$target_dir/release/predictio
+built_full=$target_dir/release/predictio-full
 if [ "$build" = 1 ]; then
   command -v cargo >/dev/null || {
     echo "install.sh: cargo not found; build first as a user with Rust, then run: $0 --no-build" >&2
@@ -128,8 +131,8 @@ if [ "$build" = 1 ]; then
     exit 1
   }
 fi
-if [ ! -x "$built" ]; then
-  echo "install.sh: $built is missing; build it (cargo build --release --locked -p predictio-cli) or drop --no-build" >&2
+if [ ! -x "$built" ] || [ ! -x "$built_full" ]; then
+  echo "install.sh: $built or $built_full is missing; build it (cargo build --release --locked -p predictio-cli) or drop --no-build" >&2
   exit 1
 fi
 
@@ -137,12 +140,13 @@ need_write "$destdir$prefix"
 need_write "$destdir/etc"
 
 install -D -m 0755 "$built" "$destdir$bin_path"
+install -D -m 0755 "$built_full" "$destdir$full_path"
 # The release profile keeps line tables (~80% of the file); the installed
 # copy drops them but keeps the symbols, so a backtrace still names functions.
 if command -v strip >/dev/null; then
-  strip --strip-debug "$destdir$bin_path"
+  strip --strip-debug "$destdir$bin_path" "$destdir$full_path"
 fi
-say "installed $destdir$bin_path"
+say "installed $destdir$bin_path and $destdir$full_path"
 
 for doc in "${docs[@]}"; do
   install -D -m 0644 "$repo/$doc" "$destdir$doc_dir/$(basename "$doc")"

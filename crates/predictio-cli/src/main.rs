@@ -8,6 +8,7 @@
 #![deny(unsafe_code)]
 
 mod cmd;
+mod handoff;
 mod units;
 
 use std::process::ExitCode;

@@ -298,6 +298,66 @@ fn run_follows_the_command_tree_and_keeps_its_exit_code() {
     assert_eq!(code.code(), Some(3));
 }
 
+/// `run` starts its command before its runtime (the front, `predictio`,
+/// does it): a command that ends at once is not waited for; one that runs
+/// on is handed to the runtime (`predictio-full`), which serves the hints
+/// sent before and after the hand-over, passes signals on, keeps the exit
+/// code and removes the private socket's directory.
+#[test]
+fn run_starts_its_command_before_its_runtime() {
+    let dir = common::disk_dir("predictio-front");
+    let (file, tmp) = (dir.path().join("data"), dir.path().join("tmp"));
+    std::fs::create_dir(&tmp).expect("tmp");
+    data(&file, 8);
+    let f = file.to_str().expect("utf8");
+    let run = |script: &str| {
+        Command::new(bin()).env("TMPDIR", &tmp).args(["run", "--no-daemon", "--", "sh", "-c", script]).output()
+    };
+    let out = run("exit 4").expect("run");
+    assert_eq!(out.status.code(), Some(4));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("before predictio's runtime started"), "{stderr}");
+    // A hint at once (queued on the socket before the hand-over, or served
+    // after it) and one later: both ranges are read in.
+    ok(&Command::new(bin()).args(["evict", "-q", f]).output().expect("evict"));
+    let b = bin();
+    let script = format!("{b} hint {f} --range 0..1M; sleep 0.3; {b} hint {f} --range 4M..5M; sleep 0.2; exit 5");
+    let out = run(&script).expect("run");
+    assert_eq!(out.status.code(), Some(5), "{}", String::from_utf8_lossy(&out.stderr));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("predictio run: sh finished in"), "the runtime's report: {stderr}");
+    let residency = ok(&Command::new(bin()).args(["residency", "--json", f]).output().expect("residency"));
+    let residency: serde_json::Value = serde_json::from_str(&residency).expect("residency --json");
+    assert_eq!(residency[0]["resident"], 512, "both hinted MiB: {residency}");
+    // SIGTERM to run reaches the command; run reports it killed.
+    let child = Command::new(bin())
+        .env("TMPDIR", &tmp)
+        .args(["run", "-q", "--no-daemon", "--", "sleep", "30"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run");
+    std::thread::sleep(Duration::from_millis(500));
+    let term = rustix::process::Signal::from_named_raw(15).expect("SIGTERM");
+    let pid = rustix::process::Pid::from_raw(child.id() as i32).expect("pid");
+    rustix::process::kill_process(pid, term).expect("kill");
+    let started = Instant::now();
+    let out = child.wait_with_output().expect("wait");
+    assert!(started.elapsed() < Duration::from_secs(10), "sleep was not stopped");
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("sleep was killed") && stderr.contains("SIGTERM"), "{stderr}");
+    let left: Vec<_> = std::fs::read_dir(&tmp).expect("tmp").collect();
+    assert!(left.is_empty(), "the private socket directories are removed: {left:?}");
+    // The hand-over is refused for a process that is not run's child.
+    let full = Path::new(bin()).with_file_name("predictio-full");
+    let out = Command::new(full)
+        .args(["run", "--adopt", "1", "--hint-fd", "3", "--hint-dir", "/nonexistent", "--started-ns", "0", "--"])
+        .arg("true")
+        .output()
+        .expect("predictio-full");
+    common::fails_with(&out, "not a child of this process");
+}
+
 #[test]
 fn trace_prints_a_commands_reads() {
     if !is_root() && skip("needs root for eBPF observation") {

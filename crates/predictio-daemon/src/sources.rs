@@ -18,6 +18,7 @@
 
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd};
+use std::os::unix::net::UnixDatagram;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -108,7 +109,19 @@ impl HintSource {
     /// Serves `config`, sending every hint (with its file) to `sender`.
     pub fn start(config: HintConfig, sender: EventSender) -> Result<Self, SourcesError> {
         let path = config.path.clone();
-        let mut server = HintServer::bind(config).map_err(|source| SourcesError::HintSocket { path, source })?;
+        let server = HintServer::bind(config).map_err(|source| SourcesError::HintSocket { path, source })?;
+        Self::serve(server, sender)
+    }
+
+    /// A server for one `predictio run` whose private socket at `path` was
+    /// bound before the command started, and handed over (`socket`).
+    pub fn adopt_private(path: &Path, socket: UnixDatagram, sender: EventSender) -> Result<Self, SourcesError> {
+        let server = HintServer::adopt(HintConfig::at(path).unlimited(), socket)
+            .map_err(|source| SourcesError::HintSocket { path: path.to_owned(), source })?;
+        Self::serve(server, sender)
+    }
+
+    fn serve(mut server: HintServer, sender: EventSender) -> Result<Self, SourcesError> {
         let stats = Arc::new(Mutex::new(server.stats()));
         let stop = Arc::new(AtomicBool::new(false));
         let thread_error = |source| SourcesError::Thread { name: "predictio-hints", source };

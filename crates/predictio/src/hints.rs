@@ -71,6 +71,12 @@ pub enum HintError {
         /// The socket path.
         path: String,
     },
+    /// A socket handed over to be served is not the one bound at the path.
+    #[error("the socket handed over is not the one bound at {path}")]
+    NotBoundThere {
+        /// The path it should be bound at.
+        path: String,
+    },
     /// Something other than a socket exists at the path; it is left alone.
     #[error("{path} exists and is not a socket")]
     NotASocket {
@@ -781,6 +787,29 @@ impl HintServer {
         }
         let socket = UnixDatagram::bind(&path).map_err(syscall("bind", &path))?;
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666)).map_err(syscall("chmod", &path))?;
+        Self::bound_at(config, socket)
+    }
+
+    /// Serves a socket bound already at `config.path`, as [`bind`](Self::bind)
+    /// leaves it: `predictio run` binds its private socket and starts the
+    /// command before its runtime starts, and hands the socket over across
+    /// an `exec`. Clients may have queued datagrams on it since: they are
+    /// served. Refused ([`HintError::NotBoundThere`]) unless the socket's
+    /// own address is `config.path` and the socket file there is a socket.
+    pub fn adopt(config: HintConfig, socket: UnixDatagram) -> Result<Self, HintError> {
+        let path = config.path.clone();
+        let address = socket.local_addr().map_err(syscall("getsockname", &path))?;
+        let is_socket = std::fs::symlink_metadata(&path).is_ok_and(|meta| meta.file_type().is_socket());
+        if address.as_pathname() != Some(path.as_path()) || !is_socket {
+            return Err(HintError::NotBoundThere { path: path.display().to_string() });
+        }
+        Self::bound_at(config, socket)
+    }
+
+    /// The common end of [`bind`](Self::bind) and [`adopt`](Self::adopt):
+    /// `socket` is bound at `config.path`.
+    fn bound_at(config: HintConfig, socket: UnixDatagram) -> Result<Self, HintError> {
+        let path = config.path.clone();
         let meta = std::fs::symlink_metadata(&path).map_err(syscall("stat", &path))?;
         socket.set_nonblocking(true).map_err(syscall("fcntl(O_NONBLOCK)", &path))?;
         sock::set_passcred(socket.as_fd()).map_err(syscall("setsockopt(SO_PASSCRED)", &path))?;

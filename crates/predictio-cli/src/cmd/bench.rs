@@ -41,10 +41,11 @@ pub fn run(args: Args) -> Result<()> {
     let command = format!("predictio bench {}", typed.join(" "));
     let mut child = std::process::Command::new(&bench);
     child.args(&args.args).env("PREDICTIO_BENCH_COMMAND", command.trim_end());
+    // The benches run `predictio` as users type it: the front.
     if std::env::var_os("PREDICTIO_BIN").is_none()
-        && let Ok(me) = std::env::current_exe()
+        && let Ok(front) = crate::handoff::beside(crate::handoff::FRONT_BINARY)
     {
-        child.env("PREDICTIO_BIN", me);
+        child.env("PREDICTIO_BIN", front);
     }
     let err = child.exec();
     bail!("running {}: {err}", bench.display())

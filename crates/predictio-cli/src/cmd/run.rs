@@ -65,6 +65,21 @@ pub struct Args {
     /// ready: a command that ends within that time is not observed.
     #[arg(long)]
     observe_from_start: bool,
+    /// Follow the command the front (`predictio`) has started already, as
+    /// process PID, instead of starting it (with --hint-fd, --hint-dir and
+    /// --started-ns). Internal: the front starts a command without a
+    /// profile at once and hands it over if it runs for long.
+    #[arg(long, hide = true, value_name = "PID", requires_all = ["hint_fd", "hint_dir", "started_ns"])]
+    adopt: Option<u32>,
+    /// With --adopt: the private hint socket, bound already, inherited.
+    #[arg(long, hide = true, value_name = "FD", requires = "adopt")]
+    hint_fd: Option<i32>,
+    /// With --adopt: the private directory the hint socket is in.
+    #[arg(long, hide = true, value_name = "DIR", requires = "adopt")]
+    hint_dir: Option<std::path::PathBuf>,
+    /// With --adopt: when the command was started (CLOCK_MONOTONIC, ns).
+    #[arg(long, hide = true, value_name = "NS", requires = "adopt")]
+    started_ns: Option<u64>,
     /// The command and its arguments.
     #[arg(last = true, required = true)]
     command: Vec<String>,
@@ -72,8 +87,18 @@ pub struct Args {
 
 /// Runs `run`; exits with the command's exit code.
 pub fn run(args: Args) -> Result<()> {
+    // Handed over by the front: the signals it blocked across the exec
+    // are caught from here on.
+    let signals = Forwarded::install()?;
+    crate::handoff::block_run_signals(false);
+    let adopted = match (args.adopt, args.hint_fd, &args.hint_dir) {
+        (Some(pid), Some(fd), Some(dir)) => Some(Adopted::take(pid, fd, dir, args.started_ns)?),
+        _ => None,
+    };
     let settings = predictio_daemon::config::Config::load(args.config.as_deref())?;
-    if let Some(hint_socket) = beside_daemon(&args, &settings) {
+    if adopted.is_none()
+        && let Some(hint_socket) = beside_daemon(&args, &settings)
+    {
         let mut cmd = Command::new(&args.command[0]);
         cmd.args(&args.command[1..]);
         if let Some(socket) = hint_socket {
@@ -96,7 +121,8 @@ pub fn run(args: Args) -> Result<()> {
             })?,
         );
     }
-    let replay = if args.no_replay {
+    // A command handed over has no profile: the front starts only those.
+    let replay = if args.no_replay || adopted.is_some() {
         None
     } else {
         let (walk, pacing) = (settings.launch.walk_limits(), settings.launch.replay_pacing());
@@ -135,29 +161,39 @@ pub fn run(args: Args) -> Result<()> {
     let pipeline = Pipeline::start_with(Arc::clone(&executor), policies, RUN_QUEUE_EVENTS, resolve)?;
     let sender = pipeline.sender();
 
-    let socket_dir = tempfile::Builder::new().prefix("predictio-run").tempdir().context("temporary directory")?;
-    let socket = socket_dir.path().join("hint.sock");
-    let hints = HintSource::start_private(&socket, sender.clone())?;
-
     let (mut observer, mut note) =
         if args.observe_from_start { observer_or_note(false, FollowAllLookups::None) } else { (None, None) };
-    let signals = Forwarded::install()?;
     let me = std::process::id();
-    let start = Instant::now();
-    let mut cmd = Command::new(&args.command[0]);
-    cmd.args(&args.command[1..]).env("PREDICTIO_HINT_SOCK", &socket);
-    let spawned = match observer.as_mut() {
-        Some(obs) => {
-            // Follow ourselves across the fork so the child is followed from
-            // its first instruction; our own events are dropped below.
-            obs.follow(me).context("following the command")?;
-            let spawned = cmd.spawn();
-            let _ = obs.unfollow(me);
-            spawned
+    let (socket_dir, hints, start, mut child) = match adopted {
+        Some(adopted) => {
+            let socket = adopted.dir.path.join(crate::handoff::HINT_SOCKET);
+            let hints = HintSource::adopt_private(&socket, adopted.socket, sender.clone())?;
+            let start = Instant::now() - adopted.running_for;
+            (SocketDir::Handed(adopted.dir), hints, start, Running::Adopted { pid: adopted.pid, status: None })
         }
-        None => cmd.spawn(),
+        None => {
+            let dir = tempfile::Builder::new().prefix("predictio-run").tempdir().context("temporary directory")?;
+            let socket = dir.path().join(crate::handoff::HINT_SOCKET);
+            let hints = HintSource::start_private(&socket, sender.clone())?;
+            let start = Instant::now();
+            let mut cmd = Command::new(&args.command[0]);
+            cmd.args(&args.command[1..]).env("PREDICTIO_HINT_SOCK", &socket);
+            let spawned = match observer.as_mut() {
+                Some(obs) => {
+                    // Follow ourselves across the fork so the child is followed
+                    // from its first instruction; our own events are dropped
+                    // below.
+                    obs.follow(me).context("following the command")?;
+                    let spawned = cmd.spawn();
+                    let _ = obs.unfollow(me);
+                    spawned
+                }
+                None => cmd.spawn(),
+            };
+            let child = spawned.with_context(|| format!("starting {}", args.command[0]))?;
+            (SocketDir::Own(dir), hints, start, Running::Spawned(child))
+        }
     };
-    let mut child = spawned.with_context(|| format!("starting {}", args.command[0]))?;
     if let Some((key, _, _)) = &replay {
         // `spawn` returns once the command has exec'd: replay now, as the
         // daemon does on the exec event. Not before: the exec's own reads
@@ -196,7 +232,7 @@ pub fn run(args: Args) -> Result<()> {
         }
     };
     let status = loop {
-        signals.forward_to(&child);
+        signals.forward_to(child.id());
         if loading.as_ref().is_some_and(|thread| thread.is_finished())
             && let Some(thread) = loading.take()
         {
@@ -310,21 +346,10 @@ fn beside_daemon(args: &Args, settings: &predictio_daemon::config::Config) -> Op
         && !args.no_replay
         && !args.observe_from_start
         && args.store.as_path() == std::path::Path::new(predictio_daemon::launch::store::DEFAULT_DIR);
-    if !only_quiet || !settings.launch.replay {
+    if !only_quiet {
         return None;
     }
-    answers(&settings.control.socket).then(|| settings.hints.enabled.then(|| settings.hints.socket.clone()))
-}
-
-/// Whether a listener at `path` accepts a connection now. Non-blocking: a
-/// daemon whose queue of connections is full (wedged) is not waited for.
-fn answers(path: &std::path::Path) -> bool {
-    use rustix::net::{AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
-    let flags = SocketFlags::NONBLOCK | SocketFlags::CLOEXEC;
-    let Ok(socket) = rustix::net::socket_with(AddressFamily::UNIX, SocketType::STREAM, flags, None) else {
-        return false;
-    };
-    SocketAddrUnix::new(path).is_ok_and(|address| rustix::net::connect(&socket, &address).is_ok())
+    crate::handoff::daemon_hint_socket(settings)
 }
 
 /// Follows `root` and every process it has forked by now (read from
@@ -372,6 +397,118 @@ fn parent_in_stat(stat: &str) -> Option<u32> {
     fields.next()?.parse().ok()
 }
 
+/// The command `run` follows: started here, or by the front and handed
+/// over (a child of this process all the same: the front exec'd into it).
+enum Running {
+    Spawned(std::process::Child),
+    Adopted {
+        pid: u32,
+        /// Once reaped.
+        status: Option<std::process::ExitStatus>,
+    },
+}
+
+impl Running {
+    fn id(&self) -> u32 {
+        match self {
+            Running::Spawned(child) => child.id(),
+            Running::Adopted { pid, .. } => *pid,
+        }
+    }
+
+    /// Its status once it has ended, without waiting.
+    fn try_wait(&mut self) -> std::io::Result<Option<std::process::ExitStatus>> {
+        match self {
+            Running::Spawned(child) => child.try_wait(),
+            Running::Adopted { status: Some(status), .. } => Ok(Some(*status)),
+            Running::Adopted { pid, status } => {
+                let Some(target) = rustix::process::Pid::from_raw(*pid as i32) else {
+                    return Err(std::io::Error::other(format!("not a process id: {pid}")));
+                };
+                let reaped = rustix::process::waitpid(Some(target), rustix::process::WaitOptions::NOHANG)?;
+                *status = reaped.map(|(_, raw)| {
+                    <std::process::ExitStatus as std::os::unix::process::ExitStatusExt>::from_raw(raw.as_raw())
+                });
+                Ok(*status)
+            }
+        }
+    }
+}
+
+/// What the front handed over with a command (`--adopt`).
+struct Adopted {
+    pid: u32,
+    socket: std::os::unix::net::UnixDatagram,
+    dir: HandedDir,
+    /// Since the command started.
+    running_for: Duration,
+}
+
+impl Adopted {
+    /// Takes over the command `pid`, the hint socket at descriptor `fd`
+    /// (bound in `dir`) and the directory. Refused unless `pid` is a child
+    /// of this process and `fd` an open datagram socket.
+    fn take(pid: u32, fd: i32, dir: &std::path::Path, started_ns: Option<u64>) -> Result<Self> {
+        let is_child = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|stat| parent_in_stat(&stat))
+            .is_some_and(|parent| parent == std::process::id());
+        if !is_child {
+            bail!("--adopt {pid}: not a child of this process");
+        }
+        let socket = inherited_datagram_socket(fd).with_context(|| format!("--hint-fd {fd}"))?;
+        let now = crate::handoff::monotonic_ns();
+        let running_for = Duration::from_nanos(started_ns.map_or(0, |then| now.saturating_sub(then)));
+        Ok(Self { pid, socket, dir: HandedDir { path: dir.to_owned() }, running_for })
+    }
+}
+
+/// The hint socket the front bound and left open across its exec, at
+/// descriptor `fd`: taken over (and made close-on-exec again) if it is an
+/// open datagram socket.
+#[allow(unsafe_code)]
+fn inherited_datagram_socket(fd: i32) -> Result<std::os::unix::net::UnixDatagram> {
+    use std::os::fd::{FromRawFd, OwnedFd};
+    if fd <= 2 {
+        bail!("not a socket the front handed over");
+    }
+    // SAFETY: F_GETFD on any integer is harmless: it fails with EBADF when
+    // no descriptor has that number.
+    if unsafe { libc::fcntl(fd, libc::F_GETFD) } == -1 {
+        bail!("no such descriptor");
+    }
+    // SAFETY: the descriptor is open (checked above) and nothing else in
+    // this process owns it: it was inherited across the front's exec, and
+    // this is called once, before anything opens a descriptor that could
+    // be given its number.
+    let owned = unsafe { OwnedFd::from_raw_fd(fd) };
+    let kind = rustix::net::sockopt::socket_type(&owned).context("not a socket")?;
+    if kind != rustix::net::SocketType::DGRAM {
+        bail!("not a datagram socket");
+    }
+    rustix::io::fcntl_setfd(&owned, rustix::io::FdFlags::CLOEXEC).context("making it close-on-exec")?;
+    Ok(std::os::unix::net::UnixDatagram::from(owned))
+}
+
+/// The directory the front made for the hint socket: only the socket and
+/// the directory itself are removed at the end, never anything else in it.
+struct HandedDir {
+    path: std::path::PathBuf,
+}
+
+impl Drop for HandedDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(self.path.join(crate::handoff::HINT_SOCKET));
+        let _ = std::fs::remove_dir(&self.path);
+    }
+}
+
+/// The hint socket's directory, removed at the end.
+enum SocketDir {
+    Own(#[allow(dead_code)] tempfile::TempDir),
+    Handed(#[allow(dead_code)] HandedDir),
+}
+
 /// Signals `run` passes on to its command, as `env` or `timeout` would:
 /// a service manager's SIGTERM stops the command, and `run` stays to report
 /// and to exit with the command's status. SIGINT and SIGQUIT from a
@@ -384,10 +521,9 @@ struct Forwarded {
 
 impl Forwarded {
     /// Passed on to the command.
-    const FORWARDED: [i32; 3] =
-        [signal_hook::consts::SIGTERM, signal_hook::consts::SIGHUP, signal_hook::consts::SIGUSR1];
+    const FORWARDED: [i32; 3] = crate::handoff::FORWARDED;
     /// Caught, not passed on: the terminal sends them to the command itself.
-    const OUTLIVED: [i32; 2] = [signal_hook::consts::SIGINT, signal_hook::consts::SIGQUIT];
+    const OUTLIVED: [i32; 2] = crate::handoff::OUTLIVED;
 
     fn install() -> Result<Self> {
         let pending = Arc::new(std::sync::atomic::AtomicUsize::new(0));
@@ -403,13 +539,13 @@ impl Forwarded {
     }
 
     /// Sends `child` the signal caught since the last call, if any.
-    fn forward_to(&self, child: &std::process::Child) {
+    fn forward_to(&self, child: u32) {
         let signal = self.pending.swap(0, std::sync::atomic::Ordering::Relaxed);
         if signal == 0 {
             return;
         }
         let (Some(pid), Some(signal)) =
-            (rustix::process::Pid::from_raw(child.id() as i32), rustix::process::Signal::from_named_raw(signal as i32))
+            (rustix::process::Pid::from_raw(child as i32), rustix::process::Signal::from_named_raw(signal as i32))
         else {
             return;
         };
@@ -422,27 +558,6 @@ impl Forwarded {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// A listening socket answers; a socket file nobody listens on (a
-    /// daemon gone) and a missing path do not.
-    #[test]
-    fn a_daemon_answers_only_while_it_listens() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let path = dir.path().join("control.sock");
-        assert!(!answers(&path), "no socket");
-        let listener = std::os::unix::net::UnixListener::bind(&path).expect("bind");
-        assert!(answers(&path), "listening");
-        drop(listener);
-        assert!(path.exists());
-        // Another test of this binary that spawns a process holds a copy of
-        // the listener between its fork and its exec (close-on-exec closes
-        // it there): the socket stops answering once that exec is done.
-        let deadline = Instant::now() + Duration::from_secs(2);
-        while answers(&path) && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        assert!(!answers(&path), "a socket left behind");
-    }
 
     #[test]
     fn the_parent_is_read_past_any_name() {

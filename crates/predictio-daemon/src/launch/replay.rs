@@ -549,6 +549,20 @@ pub fn looked_up_dirs(paths: &[String], held: &[String]) -> Vec<String> {
     dirs
 }
 
+/// Whether the store in `dir` may hold a profile of `command`, from the
+/// key index alone: `false` for most commands, which have none, without
+/// opening the database (fsyncs). `predictio run` asks before anything
+/// else, to start a command without a profile at once.
+pub fn may_have_profile<S: AsRef<std::ffi::OsStr>>(dir: &Path, command: &[S]) -> bool {
+    predictio::launch::command::launch_of(command)
+        .is_ok_and(|launch| may_be_stored(dir, &launch.exe.path, &launch.shape))
+}
+
+/// Whether the store in `dir` may hold the profile of `exe` run as `shape`.
+fn may_be_stored(dir: &Path, exe: &str, shape: &str) -> bool {
+    dir.join(store::FILE_NAME).exists() && super::keys::may_hold(dir, exe, shape) != Some(false)
+}
+
 /// The replay of the profile of `command` (the program and its arguments:
 /// its executable and command shape) in the store at `dir`, if there is
 /// one, walked and paced as [`plan_replay`] does and its files checked
@@ -565,9 +579,7 @@ pub fn prepare_replay(
     let launch = predictio::launch::command::launch_of(command).ok()?;
     let (exe, shape) = (launch.exe, launch.shape);
     let key = LaunchKey::new(exe.id(), &shape);
-    // The key index answers for most commands, which have no profile,
-    // without the database's open and close (fsyncs).
-    if !dir.join(store::FILE_NAME).exists() || super::keys::may_hold(dir, &exe.path, &shape) == Some(false) {
+    if !may_be_stored(dir, &exe.path, &shape) {
         return None;
     }
     let store = Store::open(dir, store::DEFAULT_CAP_BYTES, std::time::Duration::from_secs(10)).ok()?;
