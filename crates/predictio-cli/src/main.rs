@@ -74,7 +74,10 @@ enum Command {
     /// Run a command with predictio in-process, following its whole process
     /// tree (no daemon needed), and print what was prefetched, hit and wasted.
     ///
-    /// The command finds a private hint socket in PREDICTIO_HINT_SOCK.
+    /// The command finds a private hint socket in PREDICTIO_HINT_SOCK. It
+    /// starts before anything else is set up: a command that ends within
+    /// 20 ms (too soon for anything to help it) costs only that start, and
+    /// its stored launch profile, if it has one, is replayed as it execs.
     ///
     /// Example:
     ///   predictio run -- cat big.file
