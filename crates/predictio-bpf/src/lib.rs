@@ -194,7 +194,7 @@ mod sys;
 
 pub use config::{FollowAllLookups, ObserverConfig, ObserverStats};
 pub use error::BpfError;
-pub use observer::Observer;
+pub use observer::{Observer, Quieter};
 pub use record::{kernel_dev_to_user, user_dev_to_kernel};
 
 /// Now on the clock of events' `time_ns` (`CLOCK_MONOTONIC`, what

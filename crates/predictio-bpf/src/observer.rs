@@ -37,6 +37,68 @@ const PROGRAMS: &[(&str, &str)] = &[
     ("pio_delete_page", "mm_filemap_delete_from_page_cache"),
 ];
 
+/// Stops the observer reporting one launch's page-cache hits on the files
+/// of its profile for a while: the daemon found the launch warm when it came
+/// to replay it, and neither learns nor scores it, so those hits (thousands
+/// a launch) would be thrown away after costing the launch and the daemon
+/// their time. Its processes (the launching one and what it forks) are
+/// quiet until the deadline; misses, evictions, their other files and every
+/// other process are reported as ever. Bounded in the kernel (LRU maps of
+/// 4,096 processes and 65,536 files). Cloned freely; usable from any
+/// thread.
+#[derive(Clone)]
+pub struct Quieter {
+    maps: std::sync::Arc<std::sync::Mutex<QuietMaps>>,
+}
+
+struct QuietMaps {
+    pids: HashMap<MapData, u32, [u64; 2]>,
+    files: HashMap<MapData, [u32; 4], u8>,
+}
+
+impl std::fmt::Debug for Quieter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Quieter").finish_non_exhaustive()
+    }
+}
+
+impl Quieter {
+    /// Files of one launch listed at most.
+    pub const MAX_FILES: usize = 4096;
+
+    /// Hits of process `pid` (and of what it forks from now on) on each of
+    /// `files` are not reported for `span`. Returns how many files were
+    /// listed (at most [`Self::MAX_FILES`]).
+    pub fn quiet(
+        &self,
+        pid: u32,
+        files: impl IntoIterator<Item = predictio::FileId>,
+        span: Duration,
+    ) -> Result<usize, BpfError> {
+        let mut maps = self.maps.lock().unwrap_or_else(|e| e.into_inner());
+        let mut listed = 0;
+        for file in files.into_iter().take(Self::MAX_FILES) {
+            let Some(dev) = user_dev_to_kernel(file.dev) else { continue };
+            let key = [pid, dev, file.ino as u32, (file.ino >> 32) as u32];
+            maps.files.insert(key, 1, 0).map_err(|source| BpfError::Map {
+                map: "quiet_files",
+                step: "insert",
+                source,
+            })?;
+            listed += 1;
+        }
+        let deadline = crate::sys::monotonic_ns().saturating_add(span.as_nanos().min(u128::from(u64::MAX)) as u64);
+        // `struct pio_quiet`: the deadline, then the set (its launching
+        // process) and padding.
+        maps.pids.insert(pid, [deadline, u64::from(pid)], 0).map_err(|source| BpfError::Map {
+            map: "quiet_pids",
+            step: "insert",
+            source,
+        })?;
+        Ok(listed)
+    }
+}
+
 /// eBPF observation of page-cache accesses and process trees.
 ///
 /// See the crate documentation for an example of the draining loop.
@@ -45,6 +107,7 @@ pub struct Observer {
     // (programs and links) goes.
     ring: RingBuf<MapData>,
     followed: HashMap<MapData, u32, u8>,
+    quieter: Quieter,
     settings: Array<MapData, u32>,
     lost: PerCpuArray<MapData, u64>,
     stats: ObserverStats,
@@ -188,6 +251,17 @@ impl Observer {
             step: "open",
             source,
         })?;
+        let pids = HashMap::try_from(take_map(&mut ebpf, "quiet_pids")?).map_err(|source| BpfError::Map {
+            map: "quiet_pids",
+            step: "open",
+            source,
+        })?;
+        let files = HashMap::try_from(take_map(&mut ebpf, "quiet_files")?).map_err(|source| BpfError::Map {
+            map: "quiet_files",
+            step: "open",
+            source,
+        })?;
+        let quieter = Quieter { maps: std::sync::Arc::new(std::sync::Mutex::new(QuietMaps { pids, files })) };
         let lost = PerCpuArray::try_from(take_map(&mut ebpf, "lost")?).map_err(|source| BpfError::Map {
             map: "lost",
             step: "open",
@@ -196,6 +270,7 @@ impl Observer {
         Ok(Observer {
             ring,
             followed,
+            quieter,
             settings,
             lost,
             stats: ObserverStats::default(),
@@ -247,6 +322,12 @@ impl Observer {
             Err(aya::maps::MapError::SyscallError(e)) if e.io_error.raw_os_error() == Some(libc::ENOENT) => Ok(false),
             Err(source) => Err(BpfError::Map { map: "followed", step: "remove", source }),
         }
+    }
+
+    /// The handle that quiets warm launches' hits ([`Quieter`]), for
+    /// another thread.
+    pub fn quieter(&self) -> Quieter {
+        self.quieter.clone()
     }
 
     /// True when `pid` is in the in-kernel followed set.

@@ -12,6 +12,27 @@ use crate::{BpfError, ObserverConfig, ObserverStats};
 #[derive(Debug)]
 enum Never {}
 
+/// Quiets a warm launch's hits (unavailable in this build: no value exists).
+#[derive(Clone, Debug)]
+pub struct Quieter {
+    never: std::sync::Arc<Never>,
+}
+
+impl Quieter {
+    /// Files of one launch listed at most.
+    pub const MAX_FILES: usize = 4096;
+
+    /// Hits of `pid` on `files` are not reported for `span`.
+    pub fn quiet(
+        &self,
+        _pid: u32,
+        _files: impl IntoIterator<Item = predictio::FileId>,
+        _span: Duration,
+    ) -> Result<usize, BpfError> {
+        match *self.never {}
+    }
+}
+
 /// eBPF observation of page-cache accesses and process trees (unavailable in
 /// this build: [`Observer::load`] says why).
 #[derive(Debug)]
@@ -52,6 +73,11 @@ impl Observer {
 
     /// Stops following `pid`.
     pub fn unfollow(&mut self, _pid: u32) -> Result<bool, BpfError> {
+        match self.never {}
+    }
+
+    /// The handle that quiets warm launches' hits.
+    pub fn quieter(&self) -> Quieter {
         match self.never {}
     }
 

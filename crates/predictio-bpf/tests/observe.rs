@@ -779,3 +779,51 @@ fn a_sleeping_consumer_is_woken_by_the_next_record() {
     assert!(woken, "not woken: slept {waited:?}");
     assert!(missed > 0, "the record that woke the consumer is the read's miss");
 }
+
+/// A quieted launch: the process and what it forks report no hits on the
+/// files listed while the quiet lasts, and every other file, process and
+/// miss as ever; once it is over, the same reads are reported again.
+#[test]
+fn a_quieted_launch_reports_no_hits_on_its_files() {
+    let Some(mut observer) = observer(ObserverConfig::default()) else { return };
+    let (listed, other) = (TestFile::new(16), TestFile::new(16));
+    listed.load();
+    other.load();
+    let script = format!("cat '{}' '{}'; true", path_str(&listed.path), path_str(&other.path));
+    let read_by =
+        |events: &[Event], file: &TestFile, pid| pages_accessed(events, file.id(), &[AccessKind::Read], Some(pid));
+    let quieter = observer.quieter();
+    let held = Held::spawn(&["sh", "-c", &script]);
+    let shell = held.pid();
+    observer.follow(shell).expect("follow");
+    assert_eq!(quieter.quiet(shell, [listed.id()], Duration::from_secs(30)).expect("quiet"), 1);
+    let events = held.run(&mut observer);
+    let children = forked_children(&events, shell);
+    assert_eq!(children.len(), 1, "cat, forked: {events:?}");
+    assert!(read_by(&events, &listed, children[0]).is_empty(), "the listed file's hits are quiet: {events:?}");
+    assert_eq!(read_by(&events, &other, children[0]), all_pages(16), "another file's are reported");
+    // Another process reading the listed file is reported.
+    let held = Held::spawn(&["cat", path_str(&listed.path)]);
+    let pid = held.pid();
+    observer.follow(pid).expect("follow");
+    let events = held.run(&mut observer);
+    assert_eq!(read_by(&events, &listed, pid), all_pages(16), "not quieted");
+    // A quiet that is over (a zero span) quiets nothing.
+    let held = Held::spawn(&["cat", path_str(&listed.path)]);
+    let pid = held.pid();
+    observer.follow(pid).expect("follow");
+    quieter.quiet(pid, [listed.id()], Duration::ZERO).expect("quiet");
+    let events = held.run(&mut observer);
+    assert_eq!(read_by(&events, &listed, pid), all_pages(16), "the quiet is over");
+    // A miss of a quieted process is reported: its hits only are quiet.
+    listed.evict();
+    let held = Held::spawn(&["cat", path_str(&listed.path)]);
+    let pid = held.pid();
+    observer.follow(pid).expect("follow");
+    quieter.quiet(pid, [listed.id()], Duration::from_secs(30)).expect("quiet");
+    let events = held.run(&mut observer);
+    let missed =
+        events.iter().any(|e| matches!(e, Event::PageMiss { file, pid: p, .. } if *file == listed.id() && *p == pid));
+    assert!(missed, "misses are reported: {events:?}");
+    assert!(read_by(&events, &listed, pid).is_empty(), "its reads are not");
+}

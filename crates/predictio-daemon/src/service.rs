@@ -136,6 +136,9 @@ pub fn run(config: &Config, exit_after: Option<Duration>) -> Result<(), ServiceE
     let mut _replayer = None;
     let mut book = None;
     let scores = crate::launch::Scores::new(config.launch.shadow);
+    // Set once observation runs on eBPF: the replayer quiets the hits of the
+    // launches it finds warm.
+    let quiet_slot: Arc<std::sync::OnceLock<predictio_bpf::Quieter>> = Arc::default();
     if launch {
         let booked = predictio::launch::ReplayBook::default();
         let (jobs, job_rx) = predictio::launch::replay_channel();
@@ -149,8 +152,15 @@ pub fn run(config: &Config, exit_after: Option<Duration>) -> Result<(), ServiceE
             _marker = Some(marker);
             let sink: Arc<dyn predictio::executor::RequestSink> = executor.clone();
             let shadow = config.launch.shadow;
-            let replayer = crate::launch::replay::start_replayer_with(sink, job_rx, shadow, move || wakeup.nudge())
-                .map_err(|source| ServiceError::LaunchThread { what: "replayer", source })?;
+            let slot = Arc::clone(&quiet_slot);
+            let on_warm = move |job: &predictio::launch::ReplayJob| {
+                if let Some(quieter) = slot.get() {
+                    crate::launch::replay::quiet_warm(quieter, job);
+                }
+            };
+            let replayer =
+                crate::launch::replay::start_replayer_with(sink, job_rx, shadow, move || wakeup.nudge(), on_warm)
+                    .map_err(|source| ServiceError::LaunchThread { what: "replayer", source })?;
             scores.follow(replayer.totals());
             _replayer = Some(replayer);
             book = Some(booked.clone());
@@ -176,7 +186,11 @@ pub fn run(config: &Config, exit_after: Option<Duration>) -> Result<(), ServiceE
     let pipeline = Arc::new(
         Pipeline::start_with(Arc::clone(&executor), policies, 1 << 16, resolve).map_err(ServiceError::Pipeline)?,
     );
-    let sources = Arc::new(Mutex::new(Sources::start(config, pipeline.sender(), Arc::clone(&stop))?));
+    let sources = Sources::start(config, pipeline.sender(), Arc::clone(&stop))?;
+    if let Some(quieter) = sources.quieter() {
+        let _ = quiet_slot.set(quieter);
+    }
+    let sources = Arc::new(Mutex::new(sources));
     let started = Instant::now();
     // The stored profiles, once the hint socket is bound and observation
     // runs (booking opens no file, so it cannot keep a socket from binding)

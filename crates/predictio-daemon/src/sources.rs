@@ -545,6 +545,7 @@ pub struct Sources {
     hints: Option<HintSource>,
     observer_stats: Arc<Mutex<serde_json::Value>>,
     observer_thread: Option<JoinHandle<()>>,
+    quieter: Option<predictio_bpf::Quieter>,
     source: &'static str,
     note: Option<String>,
     stop: Arc<AtomicBool>,
@@ -552,6 +553,12 @@ pub struct Sources {
 }
 
 impl Sources {
+    /// The handle that quiets a warm launch's hits, when observation runs
+    /// on eBPF.
+    pub fn quieter(&self) -> Option<predictio_bpf::Quieter> {
+        self.quieter.clone()
+    }
+
     /// Starts what `config` asks for. Observation that cannot start is a
     /// warning (the daemon says which source it runs on), unless the
     /// configuration names the source.
@@ -577,6 +584,10 @@ impl Sources {
             tracing::warn!("{note}");
         }
         let (mut source, mut observer_thread) = ("none", None);
+        let quieter = match &kernel {
+            Some(Kernel::Ebpf(observer)) => Some(observer.quieter()),
+            _ => None,
+        };
         let thread_error = |source| SourcesError::Thread { name: "predictio-observe", source };
         let (stopper, stopped) = Stopper::new().map_err(thread_error)?;
         if let Some(mut kernel) = kernel {
@@ -637,7 +648,7 @@ impl Sources {
             });
             observer_thread = Some(thread.map_err(thread_error)?);
         }
-        Ok(Self { hints, observer_stats, observer_thread, source, note, stop, stopper })
+        Ok(Self { hints, observer_stats, observer_thread, quieter, source, note, stop, stopper })
     }
 
     /// "ebpf", "perf", "fanotify" or "none".

@@ -82,6 +82,38 @@ struct {
 	__type(value, struct pio_launch);
 } launching SEC(".maps");
 
+/* Page-cache hits that need not be reported for a while: the daemon found a
+ * launch warm when it came to replay it, so the launch is neither replayed,
+ * learned nor scored, and its hits on its profile's files (thousands a
+ * launch) would only be thrown away. A process of such a launch is in
+ * `quiet_pids` until the deadline (a fork carries it to the child, exit
+ * removes it); the files are `quiet_files` of its set. Misses, evictions,
+ * its other files and every other process are reported as ever. LRU maps:
+ * bounded, the oldest go first. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, PIO_MAX_QUIET_PIDS);
+	__type(key, __u32);
+	__type(value, struct pio_quiet);
+} quiet_pids SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, PIO_MAX_QUIET_FILES);
+	__type(key, struct pio_quiet_file);
+	__type(value, __u8);
+} quiet_files SEC(".maps");
+
+/* Whether `tgid`'s hits on the file are not to be reported now. */
+static __always_inline int quiet_now(__u32 tgid, __u32 dev, __u64 ino)
+{
+	struct pio_quiet *quiet = bpf_map_lookup_elem(&quiet_pids, &tgid);
+	if (!quiet || bpf_ktime_get_ns() >= quiet->deadline_ns)
+		return 0;
+	struct pio_quiet_file file = { .set = quiet->set, .dev = dev, .ino = ino };
+	return bpf_map_lookup_elem(&quiet_files, &file) != 0;
+}
+
 /* How long after its exec a process's lookups are reported under
  * PIO_SETTING_LOOKUPS_LAUNCHES, ns, and how many at most. */
 const volatile __u64 lookup_window_ns = 0;
@@ -271,6 +303,8 @@ static __always_inline int on_mapping(struct address_space *mapping, __u64 first
 		last = eof_last;
 	__u32 dev = mapping_dev(host);
 	if (!device_wanted(dev))
+		return 0;
+	if (quiet_now(tgid, dev, host->i_ino))
 		return 0;
 	emit(kind, tgid, dev, host->i_ino, first, last, 0, 0);
 	return 0;
@@ -496,6 +530,11 @@ int pio_fork(struct bpf_raw_tracepoint_args *ctx)
 			bpf_map_update_elem(&launching, &child_tgid, &inherited, BPF_ANY);
 		}
 	}
+	struct pio_quiet *quiet = bpf_map_lookup_elem(&quiet_pids, &parent);
+	if (quiet && bpf_ktime_get_ns() < quiet->deadline_ns) {
+		struct pio_quiet inherited = *quiet;
+		bpf_map_update_elem(&quiet_pids, &child_tgid, &inherited, BPF_ANY);
+	}
 	if (!cgroup_wanted())
 		return 0;
 	emit(PIO_KIND_FORK, parent, 0, 0, 0, 0, child_tgid, 0);
@@ -510,6 +549,7 @@ int pio_exit(struct tp_sched_exit *ctx)
 	if (exit_has_group_dead ? !ctx->group_dead : (__u32)pid_tgid != tgid)
 		return PIO_PASS_ON; /* a thread, or not the last one */
 	bpf_map_delete_elem(&launching, &tgid);
+	bpf_map_delete_elem(&quiet_pids, &tgid);
 	int explicitly_followed = bpf_map_lookup_elem(&followed, &tgid) != 0;
 	if (explicitly_followed)
 		bpf_map_delete_elem(&followed, &tgid);

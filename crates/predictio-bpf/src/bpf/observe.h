@@ -66,6 +66,28 @@
 /* Capacity of the map of launching processes (least recently used go). */
 #define PIO_MAX_LAUNCHING 8192
 
+/* Capacity of the `quiet_pids` and `quiet_files` maps: processes whose hits
+ * on listed files are not reported for a while (a launch replayed on a warm
+ * cache), and those files. */
+#define PIO_MAX_QUIET_PIDS 4096
+#define PIO_MAX_QUIET_FILES 65536
+
+/* A process of a quieted launch: until when, and the launch's set of files
+ * (the launching process's tgid). */
+struct pio_quiet {
+	__u64 deadline_ns; /* CLOCK_MONOTONIC */
+	__u32 set;
+	__u32 pad;
+};
+
+/* A key of the `quiet_files` map: 16 bytes, as the user-space side lays it
+ * out. */
+struct pio_quiet_file {
+	__u32 set;
+	__u32 dev; /* the kernel's dev_t, as the records carry it */
+	__u64 ino;
+};
+
 struct pio_record {
 	__u64 time_ns; /* bpf_ktime_get_ns(): CLOCK_MONOTONIC */
 	__u64 ino;     /* inode number (0 for fork/exit) */

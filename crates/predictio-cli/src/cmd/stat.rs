@@ -72,13 +72,15 @@ pub fn write_text(out: &mut impl Write, s: &Status, files: usize) -> std::io::Re
         writeln!(out)?;
         writeln!(
             out,
-            "launch replays{}: {} jobs, {} files opened, {} requests, {} shadowed (issued nothing), {} found warm (replayed nothing)",
+            "launch replays{}: {} jobs, {} files opened, {} requests, {} shadowed (issued nothing), {} found warm \
+             (replayed nothing, hits quieted); {} repeats within 200 ms (not replayed again)",
             if launch.shadow { " (shadow mode: scored, never issued)" } else { "" },
             r.jobs,
             r.opened,
             r.requests,
             r.shadowed,
-            r.warm
+            r.warm,
+            r.repeats
         )?;
         for p in &launch.profiles {
             writeln!(

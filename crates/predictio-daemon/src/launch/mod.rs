@@ -241,10 +241,18 @@ fn flush_scores(config: &LaunchSection, scores: &Scores) {
 /// written at once).
 const FLUSH_EVERY: Duration = Duration::from_secs(60);
 
+/// Whether the replayer found the launch `done` warm (and forgets it): its
+/// files were cached, so nothing was replayed, how long it took says
+/// nothing of what a replay gains (it is not a cold launch), and its hits
+/// on its profile's files went unreported (quieted). It is neither scored
+/// nor learned.
+fn found_warm(scores: &Scores, done: &FinishedLaunch) -> bool {
+    done.replay.is_some() && scores.found_warm(done.pid)
+}
+
 /// Scores the replayed launch `done` against `replayed`, the replay its exec
 /// handed over, into `scores`, and retires its profile (out of `book`) if
-/// its replays do not pay. True when it retired it. A launch the replayer
-/// found warm is not scored.
+/// its replays do not pay. True when it retired it.
 fn score_replay(
     config: &LaunchSection,
     scores: &Scores,
@@ -254,12 +262,6 @@ fn score_replay(
     done: &FinishedLaunch,
 ) -> bool {
     if replayed.exe.is_empty() {
-        return false;
-    }
-    if scores.found_warm(done.pid) {
-        // Its files were cached: nothing was replayed, and how long it took
-        // says nothing of what a replay gains (it is not a cold launch).
-        tracing::debug!(exe = %replayed.exe, "warm launch not scored");
         return false;
     }
     let score = predictio::launch::score::score(&done.recorder, replayed, config.shadow);
@@ -419,6 +421,10 @@ pub fn start_learner(
             }
             let key = LaunchKey::new(done.exe, &done.shape);
             let now = Instant::now();
+            if found_warm(&scores, &done) {
+                tracing::debug!(exe = %done.exe, "warm launch: neither scored nor learned");
+                continue;
+            }
             if let Some(replayed) = done.replay.clone()
                 && score_replay(&config, &scores, &book, &key, &replayed, &done)
             {
@@ -806,7 +812,8 @@ mod tests {
     /// cold ones, and a profile whose replayed (warm) launches took no less
     /// than its cold launches without a replay was retired, so that the
     /// next cold launch went unhelped. A launch the replayer found warm is
-    /// not scored at all; the same launches found cold are.
+    /// neither scored nor learned (its hits were quieted); the same
+    /// launches found cold are scored.
     #[test]
     fn launches_the_replayer_found_warm_are_not_scored() {
         let dir = tempfile::tempdir().expect("tempdir");
@@ -828,13 +835,15 @@ mod tests {
             let mut done = finished(&prog, "prog", 10, 400);
             done.replay = Some(Arc::clone(&replayed));
             totals.mark_warm(done.pid);
-            assert!(!score_replay(&config, &scores, &book, &key, &replayed, &done));
+            assert!(found_warm(&scores, &done), "the learner leaves it out");
+            assert!(!found_warm(&scores, &done), "once");
         }
         assert_eq!(scores.benefit(&exe, "prog").expect("known").scored, 0, "warm launches are not scored");
         assert!(book.get(&key).is_some(), "still booked");
         let retired = (0..3).map(|_| {
             let mut done = finished(&prog, "prog", 10, 400);
             done.replay = Some(Arc::clone(&replayed));
+            assert!(!found_warm(&scores, &done));
             score_replay(&config, &scores, &book, &key, &replayed, &done)
         });
         assert_eq!(retired.collect::<Vec<_>>(), [false, false, true], "found cold, the same launches are");

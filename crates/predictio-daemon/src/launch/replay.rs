@@ -129,6 +129,11 @@ pub struct ReplayCounts {
     /// [`WARM_CHECK_FILES`] files; see `looks_warm`).
     #[serde(default)]
     pub warm: u64,
+    /// Launches of a command replayed less than 200 ms before (a build's
+    /// hundredth compiler run): not replayed again, only looked at, and
+    /// counted in [`Self::warm`] (not in [`Self::jobs`]) when warm.
+    #[serde(default)]
+    pub repeats: u64,
 }
 
 impl ReplayCounts {
@@ -143,6 +148,7 @@ impl ReplayCounts {
         self.refused += other.refused;
         self.shadowed += other.shadowed;
         self.warm += other.warm;
+        self.repeats += other.repeats;
     }
 }
 
@@ -236,6 +242,10 @@ fn open_checked(identity: &FileIdentity, counts: &mut ReplayCounts) -> Option<Fi
 /// Holds no descriptor when it returns: the executor holds what its queued
 /// requests need, and lets them go when they are done.
 pub fn run_job(job: &ReplayJob, sink: &dyn RequestSink) -> ReplayCounts {
+    if job.repeat {
+        let warm = u64::from(looks_warm(job.files()));
+        return ReplayCounts { repeats: 1, warm, ..ReplayCounts::default() };
+    }
     let mut counts = ReplayCounts { jobs: 1, ..ReplayCounts::default() };
     let replay = &job.replay;
     if looks_warm(job.files()) {
@@ -325,7 +335,7 @@ pub struct Replayer {
 /// status) while the replayer runs.
 #[derive(Clone, Debug, Default)]
 pub struct ReplayTotals {
-    sums: Arc<[AtomicU64; 10]>,
+    sums: Arc<[AtomicU64; 11]>,
     /// The launching processes of the last [`WARM_KEPT`] jobs found warm.
     warm: Arc<std::sync::Mutex<std::collections::VecDeque<u32>>>,
 }
@@ -367,12 +377,15 @@ impl ReplayTotals {
             refused: t(7),
             shadowed: t(8),
             warm: t(9),
+            repeats: t(10),
         }
     }
 
     fn store(&self, c: &ReplayCounts) {
-        let values =
-            [c.jobs, c.opened, c.changed, c.missing, c.capped, c.dirs, c.requests, c.refused, c.shadowed, c.warm];
+        let values = [
+            c.jobs, c.opened, c.changed, c.missing, c.capped, c.dirs, c.requests, c.refused, c.shadowed, c.warm,
+            c.repeats,
+        ];
         for (sum, value) in self.sums.iter().zip(values) {
             sum.store(value, Ordering::Relaxed);
         }
@@ -413,18 +426,20 @@ impl Drop for Replayer {
 
 /// Starts the [`Replayer`]: the jobs of `jobs` go to `sink` (the executor).
 pub fn start_replayer(sink: Arc<dyn RequestSink>, jobs: Receiver<ReplayJob>) -> std::io::Result<Replayer> {
-    start_replayer_with(sink, jobs, false, || {})
+    start_replayer_with(sink, jobs, false, || {}, |_| {})
 }
 
 /// [`start_replayer`], calling `after_job` after each job (the daemon
-/// nudges its use marker, which sleeps until a replay ran). With `shadow`
-/// (`[launch] shadow`) it runs no job: it opens nothing and hands the
-/// executor nothing, and counts each job as shadowed.
+/// nudges its use marker, which sleeps until a replay ran) and `on_warm`
+/// with each job found warm (the daemon quiets its hits: [`quiet_warm`]).
+/// With `shadow` (`[launch] shadow`) it runs no job: it opens nothing and
+/// hands the executor nothing, and counts each job as shadowed.
 pub fn start_replayer_with(
     sink: Arc<dyn RequestSink>,
     jobs: Receiver<ReplayJob>,
     shadow: bool,
     after_job: impl Fn() + Send + 'static,
+    on_warm: impl Fn(&ReplayJob) + Send + 'static,
 ) -> std::io::Result<Replayer> {
     let stop = Arc::new(AtomicBool::new(false));
     let totals = ReplayTotals::default();
@@ -438,13 +453,15 @@ pub fn start_replayer_with(
                 break;
             }
             let counts = if shadow {
-                ReplayCounts { jobs: 1, shadowed: 1, ..ReplayCounts::default() }
+                let (jobs, repeats) = if job.repeat { (0, 1) } else { (1, 0) };
+                ReplayCounts { jobs, repeats, shadowed: 1 - repeats, ..ReplayCounts::default() }
             } else {
                 run_job(&job, &*sink)
             };
             tracing::debug!(exe = %job.replay.exe, part = ?job.part, ?counts, shadow, "replayed");
             if counts.warm > 0 {
                 sums.mark_warm(job.pid);
+                on_warm(&job);
             }
             total.add(&counts);
             sums.store(&total);
@@ -452,6 +469,27 @@ pub fn start_replayer_with(
         }
     })?;
     Ok(Replayer { thread: Some(thread), stop, totals })
+}
+
+/// How long a warm launch's hits stay quiet: twice its learned span, at
+/// least [`QUIET_MIN`], at most [`QUIET_MAX`] (a launch window's cap).
+pub const QUIET_MIN: Duration = Duration::from_secs(1);
+/// See [`QUIET_MIN`].
+pub const QUIET_MAX: Duration = Duration::from_secs(10);
+
+/// Quiets the hits of the launch `job` found warm on the files of the job
+/// ([`predictio_bpf::Quieter`]): the launch is neither replayed, learned
+/// nor scored (the learner leaves out a launch found warm), so they would
+/// only cost the launch and the daemon their time. A file that changed
+/// since it was learned is listed by its learned identity, and so stays
+/// reported.
+pub fn quiet_warm(quieter: &predictio_bpf::Quieter, job: &ReplayJob) {
+    let span = Duration::from_secs_f64((2.0 * job.replay.span_ms / 1e3).max(0.0)).clamp(QUIET_MIN, QUIET_MAX);
+    let files = job.files().iter().map(|f| predictio::FileId { dev: f.identity.dev, ino: f.identity.ino });
+    match quieter.quiet(job.pid, files, span) {
+        Ok(listed) => tracing::debug!(pid = job.pid, listed, ?span, "warm launch: its hits quieted"),
+        Err(err) => tracing::warn!(%err, "quieting a warm launch's hits"),
+    }
 }
 
 /// Whether a recorded `path` can be used as it is: absolute, without `.`
@@ -780,6 +818,29 @@ mod tests {
         assert_eq!((counts.warm, counts.requests), (0, WARM_CHECK_FILES as u64 - 1));
     }
 
+    /// A repeat of a launch replayed just before is never replayed again:
+    /// it is only looked at, warm or not, and counted as a repeat, not a
+    /// job.
+    #[test]
+    fn a_repeat_is_looked_at_and_never_replayed() {
+        let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+        let files = page_files(dir.path(), 40);
+        let replay = plan_replay(&profile_of(&files[0], &files, 1), &WalkLimits::default(), &ReplayPacing::default());
+        let repeat = ReplayJob { repeat: true, ..job(replay, Some("/bin/sh")) };
+        let sink = Collect::default();
+        for path in &files {
+            predictio::cache::evict(&FileRef::open(path).unwrap()).unwrap();
+        }
+        let cold = run_job(&repeat, &sink);
+        assert_eq!((cold.jobs, cold.repeats, cold.warm, cold.requests, cold.dirs), (0, 1, 0, 0, 0));
+        for path in &files {
+            std::fs::read(path).unwrap();
+        }
+        let warm = run_job(&repeat, &sink);
+        assert_eq!((warm.jobs, warm.repeats, warm.warm, warm.requests), (0, 1, 1, 0));
+        assert!(sink.requests.lock().unwrap().is_empty() && sink.meta.lock().unwrap().is_empty());
+    }
+
     /// Descriptors this process has open on files in `dir` (other tests of
     /// this process open and close their own meanwhile; `dir` itself, held
     /// for the metadata request, is not counted).
@@ -835,6 +896,7 @@ mod tests {
             exec: exec.map(Into::into),
             origin: PolicyId(4),
             pid: 4242,
+            repeat: false,
         }
     }
 
@@ -945,7 +1007,7 @@ mod tests {
     fn a_shadow_replayer_issues_nothing() {
         let dir = tempfile::tempdir().unwrap();
         let (replay, sink, jobs, rx) = three_file_replay(dir.path());
-        let replayer = start_replayer_with(sink.clone(), rx, true, || {}).unwrap();
+        let replayer = start_replayer_with(sink.clone(), rx, true, || {}, |_| {}).unwrap();
         let totals = replayer.totals();
         jobs.send(job(replay.clone(), Some("/bin/sh"))).unwrap();
         jobs.send(job(replay, None)).unwrap();

@@ -119,6 +119,10 @@ pub struct ReplayJob {
     /// The process launching (its requests are for it: see
     /// [`crate::request::Request::target_pid`]).
     pub pid: u32,
+    /// A launch of a command replayed less than [`REPEAT_NS`] before: not
+    /// to be replayed again (its pages are on their way or cached), only
+    /// looked at to tell whether it is warm.
+    pub repeat: bool,
 }
 
 impl ReplayJob {
@@ -272,7 +276,7 @@ const TRIGGER_TTL_NS: u64 = 120 * 1_000_000_000;
 /// the first replay's pages are resident or in flight (a compiler driver
 /// running itself again as its own child). Longer gaps replay again — the
 /// executor skips what is still resident for the cost of a `cachestat`.
-const REPEAT_NS: u64 = 200_000_000;
+pub const REPEAT_NS: u64 = 200_000_000;
 
 /// A finished launch window, handed to whoever learns from it (the
 /// daemon's learner thread names the files and merges the run into the
@@ -469,6 +473,14 @@ impl LaunchPolicy {
     ) -> bool {
         let Some(replay) = self.book.get(&key) else { return false };
         if self.last_exec.get(&key).is_some_and(|t| time_ns.saturating_sub(*t) < REPEAT_NS) {
+            // Looked at all the same: whoever replays quiets a warm one's
+            // page-cache hits, which nothing would use. Never blocking, and
+            // not a dropped replay if the channel is full.
+            let job =
+                ReplayJob { replay, part: ReplayPart::AtExec, exec: None, origin: ctx.origin(), pid, repeat: true };
+            if let Some(jobs) = &self.jobs {
+                let _ = jobs.try_send(job);
+            }
             return false;
         }
         if self.last_exec.len() >= MAX_PENDING {
@@ -482,6 +494,7 @@ impl LaunchPolicy {
             exec: exec.cloned(),
             origin: ctx.origin(),
             pid,
+            repeat: false,
         };
         if !self.send(job) {
             return false;
@@ -650,7 +663,14 @@ impl Policy for LaunchPolicy {
                     && let Some(n) = replay.on_trigger.iter().position(|(t, _)| t == file)
                 {
                     let origin = ctx.origin();
-                    self.send(ReplayJob { replay, part: ReplayPart::Trigger(n), exec: None, origin, pid: *pid });
+                    self.send(ReplayJob {
+                        replay,
+                        part: ReplayPart::Trigger(n),
+                        exec: None,
+                        origin,
+                        pid: *pid,
+                        repeat: false,
+                    });
                 }
             }
             _ => {}
@@ -1036,7 +1056,9 @@ mod tests {
         assert_eq!(book.take_replayed(), replayed);
         policy.on_event(&exec(8, "rustc -V", 4_000_000_000), &mut ctx);
         assert!(book.take_replayed().is_empty(), "an exec with no profile marks nothing");
-        assert_eq!(rx.try_iter().count(), 2);
+        // The repeat is looked at (is it warm?), not replayed.
+        let jobs: Vec<(u32, bool)> = rx.try_iter().map(|job| (job.pid, job.repeat)).collect();
+        assert_eq!(jobs, [(5, false), (6, true), (7, false)]);
         assert_eq!(policy.replays(), 2);
     }
 
@@ -1084,7 +1106,9 @@ mod tests {
         assert!(ctx.take_metadata().is_empty());
         drop(ctx);
         assert!(out.is_empty());
-        assert_eq!(rx.try_iter().count() + 2, policy.replays() as usize);
+        let (repeats, replays) = rx.try_iter().partition::<Vec<_>, _>(|job| job.repeat);
+        assert_eq!(replays.len() + 2, policy.replays() as usize);
+        assert_eq!(repeats.len(), 1, "the exec right after its start: {repeats:?}");
     }
 
     #[test]
