@@ -613,9 +613,16 @@ fn learn(
             *id = Some(exe.id());
         });
     }
+    let trivial = !config.learn_floor().admits_window(&done.recorder);
+    if trivial && keys::may_hold(&config.store, &exe.path, &done.shape) == Some(false) {
+        // Most launches a machine runs are trivial and have no profile: the
+        // key index says so without opening the database (reading and
+        // parsing its allocator state cost ~2 ms a launch).
+        return Ok(false);
+    }
     let store = open_store(config)?;
     let learned = store.learned(&exe, &done.shape)?;
-    if learned.is_none() && !config.learn_floor().admits_window(&done.recorder) {
+    if learned.is_none() && trivial {
         // Checked before its files are named: most launches a machine
         // runs are trivial, and naming is most of the learner's work.
         tracing::debug!(
