@@ -87,15 +87,24 @@ impl Quieter {
             })?;
             listed += 1;
         }
+        drop(maps);
+        self.join(pid, pid, span)?;
+        Ok(listed)
+    }
+
+    /// Process `pid` (and what it forks from now on) joins the files that
+    /// [`Self::quiet`] listed for process `set` (a repeat of the same
+    /// launch): its hits on them are not reported for `span`. One map
+    /// update, whatever the number of files.
+    pub fn join(&self, pid: u32, set: u32, span: Duration) -> Result<(), BpfError> {
         let deadline = crate::sys::monotonic_ns().saturating_add(span.as_nanos().min(u128::from(u64::MAX)) as u64);
-        // `struct pio_quiet`: the deadline, then the set (its launching
-        // process) and padding.
-        maps.pids.insert(pid, [deadline, u64::from(pid)], 0).map_err(|source| BpfError::Map {
+        // `struct pio_quiet`: the deadline, then the set and padding.
+        let mut maps = self.maps.lock().unwrap_or_else(|e| e.into_inner());
+        maps.pids.insert(pid, [deadline, u64::from(set)], 0).map_err(|source| BpfError::Map {
             map: "quiet_pids",
             step: "insert",
             source,
-        })?;
-        Ok(listed)
+        })
     }
 }
 

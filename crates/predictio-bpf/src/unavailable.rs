@@ -31,6 +31,11 @@ impl Quieter {
     ) -> Result<usize, BpfError> {
         match *self.never {}
     }
+
+    /// `pid` joins the files listed for `set`.
+    pub fn join(&self, _pid: u32, _set: u32, _span: Duration) -> Result<(), BpfError> {
+        match *self.never {}
+    }
 }
 
 /// eBPF observation of page-cache accesses and process trees (unavailable in

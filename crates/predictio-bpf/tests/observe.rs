@@ -808,6 +808,13 @@ fn a_quieted_launch_reports_no_hits_on_its_files() {
     observer.follow(pid).expect("follow");
     let events = held.run(&mut observer);
     assert_eq!(read_by(&events, &listed, pid), all_pages(16), "not quieted");
+    // A repeat of the launch joins its files.
+    let held = Held::spawn(&["cat", path_str(&listed.path)]);
+    let pid = held.pid();
+    observer.follow(pid).expect("follow");
+    quieter.join(pid, shell, Duration::from_secs(30)).expect("join");
+    let events = held.run(&mut observer);
+    assert!(read_by(&events, &listed, pid).is_empty(), "a joined process is quiet on the set's files");
     // A quiet that is over (a zero span) quiets nothing.
     let held = Held::spawn(&["cat", path_str(&listed.path)]);
     let pid = held.pid();

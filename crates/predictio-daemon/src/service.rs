@@ -153,9 +153,9 @@ pub fn run(config: &Config, exit_after: Option<Duration>) -> Result<(), ServiceE
             let sink: Arc<dyn predictio::executor::RequestSink> = executor.clone();
             let shadow = config.launch.shadow;
             let slot = Arc::clone(&quiet_slot);
-            let on_warm = move |job: &predictio::launch::ReplayJob| {
+            let on_warm = move |job: &predictio::launch::ReplayJob, set: u32| {
                 if let Some(quieter) = slot.get() {
-                    crate::launch::replay::quiet_warm(quieter, job);
+                    crate::launch::replay::quiet_warm(quieter, job, set);
                 }
             };
             let replayer =

@@ -426,12 +426,15 @@ impl Drop for Replayer {
 
 /// Starts the [`Replayer`]: the jobs of `jobs` go to `sink` (the executor).
 pub fn start_replayer(sink: Arc<dyn RequestSink>, jobs: Receiver<ReplayJob>) -> std::io::Result<Replayer> {
-    start_replayer_with(sink, jobs, false, || {}, |_| {})
+    start_replayer_with(sink, jobs, false, || {}, |_, _| {})
 }
 
 /// [`start_replayer`], calling `after_job` after each job (the daemon
 /// nudges its use marker, which sleeps until a replay ran) and `on_warm`
-/// with each job found warm (the daemon quiets its hits: [`quiet_warm`]).
+/// with each job found warm and the process whose quieted files it joins
+/// (its own pid, or for a repeat of a launch found warm less than
+/// [`QUIET_MIN`] before, that launch's: the daemon quiets its hits,
+/// [`quiet_warm`]). Such a repeat is taken for warm without looking again.
 /// With `shadow` (`[launch] shadow`) it runs no job: it opens nothing and
 /// hands the executor nothing, and counts each job as shadowed.
 pub fn start_replayer_with(
@@ -439,18 +442,30 @@ pub fn start_replayer_with(
     jobs: Receiver<ReplayJob>,
     shadow: bool,
     after_job: impl Fn() + Send + 'static,
-    on_warm: impl Fn(&ReplayJob) + Send + 'static,
+    on_warm: impl Fn(&ReplayJob, u32) + Send + 'static,
 ) -> std::io::Result<Replayer> {
     let stop = Arc::new(AtomicBool::new(false));
     let totals = ReplayTotals::default();
     let (flag, sums) = (Arc::clone(&stop), totals.clone());
     let thread = std::thread::Builder::new().name("predictio-replay".into()).spawn(move || {
         let mut total = ReplayCounts::default();
+        // The last launch found warm: its replay, its process, when.
+        let mut last_warm: Option<(Arc<predictio::launch::Replay>, u32, std::time::Instant)> = None;
         // Until every sender is gone; a job still queued at the stop is
         // let go.
         while let Ok(job) = jobs.recv() {
             if flag.load(Ordering::Relaxed) {
                 break;
+            }
+            let joins = last_warm
+                .as_ref()
+                .filter(|(replay, _, at)| job.repeat && Arc::ptr_eq(replay, &job.replay) && at.elapsed() < QUIET_MIN);
+            if let Some(&(_, set, _)) = joins {
+                sums.mark_warm(job.pid);
+                on_warm(&job, set);
+                total.add(&ReplayCounts { repeats: 1, warm: 1, ..ReplayCounts::default() });
+                sums.store(&total);
+                continue;
             }
             let counts = if shadow {
                 let (jobs, repeats) = if job.repeat { (0, 1) } else { (1, 0) };
@@ -461,7 +476,8 @@ pub fn start_replayer_with(
             tracing::debug!(exe = %job.replay.exe, part = ?job.part, ?counts, shadow, "replayed");
             if counts.warm > 0 {
                 sums.mark_warm(job.pid);
-                on_warm(&job);
+                on_warm(&job, job.pid);
+                last_warm = Some((Arc::clone(&job.replay), job.pid, std::time::Instant::now()));
             }
             total.add(&counts);
             sums.store(&total);
@@ -483,8 +499,16 @@ pub const QUIET_MAX: Duration = Duration::from_secs(10);
 /// only cost the launch and the daemon their time. A file that changed
 /// since it was learned is listed by its learned identity, and so stays
 /// reported.
-pub fn quiet_warm(quieter: &predictio_bpf::Quieter, job: &ReplayJob) {
+/// A repeat of a launch quieted before joins that launch's files (`set`,
+/// the other launch's process).
+pub fn quiet_warm(quieter: &predictio_bpf::Quieter, job: &ReplayJob, set: u32) {
     let span = Duration::from_secs_f64((2.0 * job.replay.span_ms / 1e3).max(0.0)).clamp(QUIET_MIN, QUIET_MAX);
+    if set != job.pid {
+        if let Err(err) = quieter.join(job.pid, set, span) {
+            tracing::warn!(%err, "quieting a warm launch's hits");
+        }
+        return;
+    }
     let files = job.files().iter().map(|f| predictio::FileId { dev: f.identity.dev, ino: f.identity.ino });
     match quieter.quiet(job.pid, files, span) {
         Ok(listed) => tracing::debug!(pid = job.pid, listed, ?span, "warm launch: its hits quieted"),
@@ -1007,7 +1031,7 @@ mod tests {
     fn a_shadow_replayer_issues_nothing() {
         let dir = tempfile::tempdir().unwrap();
         let (replay, sink, jobs, rx) = three_file_replay(dir.path());
-        let replayer = start_replayer_with(sink.clone(), rx, true, || {}, |_| {}).unwrap();
+        let replayer = start_replayer_with(sink.clone(), rx, true, || {}, |_, _| {}).unwrap();
         let totals = replayer.totals();
         jobs.send(job(replay.clone(), Some("/bin/sh"))).unwrap();
         jobs.send(job(replay, None)).unwrap();
