@@ -128,7 +128,7 @@ impl RunArgs {
             Ok(socket) => socket,
             Err(_) => return self.exec_full_run(Vec::new()),
         };
-        let started_ns = handoff::monotonic_ns();
+        let started_ns = predictio_bpf::monotonic_now_ns();
         let started = Instant::now();
         let spawned =
             Command::new(&self.command[0]).args(&self.command[1..]).env("PREDICTIO_HINT_SOCK", &socket_path).spawn();

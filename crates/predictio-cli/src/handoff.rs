@@ -72,13 +72,6 @@ pub fn answers(path: &Path) -> bool {
     SocketAddrUnix::new(path).is_ok_and(|address| rustix::net::connect(&socket, &address).is_ok())
 }
 
-/// CLOCK_MONOTONIC now, in nanoseconds: the front tells the whole command
-/// when it started the command, for its report.
-pub fn monotonic_ns() -> u64 {
-    let now = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
-    (now.tv_sec as u64).saturating_mul(1_000_000_000).saturating_add(now.tv_nsec as u64)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -457,7 +457,7 @@ impl Adopted {
             bail!("--adopt {pid}: not a child of this process");
         }
         let socket = inherited_datagram_socket(fd).with_context(|| format!("--hint-fd {fd}"))?;
-        let now = crate::handoff::monotonic_ns();
+        let now = predictio_bpf::monotonic_now_ns();
         let running_for = Duration::from_nanos(started_ns.map_or(0, |then| now.saturating_sub(then)));
         Ok(Self { pid, socket, dir: HandedDir { path: dir.to_owned() }, running_for })
     }
