@@ -434,7 +434,9 @@ pub fn start_replayer(sink: Arc<dyn RequestSink>, jobs: Receiver<ReplayJob>) -> 
 /// with each job found warm and the process whose quieted files it joins
 /// (its own pid, or for a repeat of a launch found warm less than
 /// [`QUIET_MIN`] before, that launch's: the daemon quiets its hits,
-/// [`quiet_warm`]). Such a repeat is taken for warm without looking again.
+/// [`quiet_warm`]). Such a repeat is taken for warm without looking again,
+/// and a later phase (a trigger's job) of a launch found warm less than
+/// [`QUIET_MAX`] before replays nothing.
 /// With `shadow` (`[launch] shadow`) it runs no job: it opens nothing and
 /// hands the executor nothing, and counts each job as shadowed.
 pub fn start_replayer_with(
@@ -457,13 +459,22 @@ pub fn start_replayer_with(
             if flag.load(Ordering::Relaxed) {
                 break;
             }
-            let joins = last_warm
-                .as_ref()
-                .filter(|(replay, _, at)| job.repeat && Arc::ptr_eq(replay, &job.replay) && at.elapsed() < QUIET_MIN);
+            let same = |replay: &Arc<predictio::launch::Replay>| Arc::ptr_eq(replay, &job.replay);
+            let joins =
+                last_warm.as_ref().filter(|(replay, _, at)| job.repeat && same(replay) && at.elapsed() < QUIET_MIN);
             if let Some(&(_, set, _)) = joins {
                 sums.mark_warm(job.pid);
                 on_warm(&job, set);
                 total.add(&ReplayCounts { repeats: 1, warm: 1, ..ReplayCounts::default() });
+                sums.store(&total);
+                continue;
+            }
+            // A later phase of the launch found warm at its exec (its
+            // files were quieted with the launch's): nothing to replay.
+            let later = matches!(job.part, ReplayPart::Trigger(_))
+                && last_warm.as_ref().is_some_and(|(replay, _, at)| same(replay) && at.elapsed() < QUIET_MAX);
+            if later {
+                total.add(&ReplayCounts { jobs: 1, warm: 1, ..ReplayCounts::default() });
                 sums.store(&total);
                 continue;
             }
@@ -478,6 +489,9 @@ pub fn start_replayer_with(
                 sums.mark_warm(job.pid);
                 on_warm(&job, job.pid);
                 last_warm = Some((Arc::clone(&job.replay), job.pid, std::time::Instant::now()));
+            } else if counts.jobs > 0 && last_warm.as_ref().is_some_and(|(replay, _, _)| same(replay)) {
+                // The same program launched cold since: its phases replay.
+                last_warm = None;
             }
             total.add(&counts);
             sums.store(&total);
@@ -494,7 +508,8 @@ pub const QUIET_MIN: Duration = Duration::from_secs(1);
 pub const QUIET_MAX: Duration = Duration::from_secs(10);
 
 /// Quiets the hits of the launch `job` found warm on the files of the job
-/// ([`predictio_bpf::Quieter`]): the launch is neither replayed, learned
+/// (at its exec: of the whole launch, its triggers' too;
+/// [`predictio_bpf::Quieter`]): the launch is neither replayed, learned
 /// nor scored (the learner leaves out a launch found warm), so they would
 /// only cost the launch and the daemon their time. A file that changed
 /// since it was learned is listed by its learned identity, and so stays
@@ -509,7 +524,13 @@ pub fn quiet_warm(quieter: &predictio_bpf::Quieter, job: &ReplayJob, set: u32) {
         }
         return;
     }
-    let files = job.files().iter().map(|f| predictio::FileId { dev: f.identity.dev, ino: f.identity.ino });
+    // Found warm at its exec, the launch's later phases (its triggers'
+    // files) are as good as warm too: all its files are listed.
+    let later = match job.part {
+        ReplayPart::AtExec => job.replay.on_trigger.iter().flat_map(|t| t.1.iter()).collect(),
+        ReplayPart::Trigger(_) => Vec::new(),
+    };
+    let files = job.files().iter().chain(later).map(|f| predictio::FileId { dev: f.identity.dev, ino: f.identity.ino });
     match quieter.quiet(job.pid, files, span) {
         Ok(listed) => tracing::debug!(pid = job.pid, listed, ?span, "warm launch: its hits quieted"),
         Err(err) => tracing::warn!(%err, "quieting a warm launch's hits"),
@@ -1023,6 +1044,72 @@ mod tests {
         check_files(&mut replay);
         assert_eq!(replay.changed, vec![files[1].to_string_lossy().into_owned()]);
         assert_eq!(replay.at_exec.len(), 1);
+    }
+
+    /// A launch found warm at its exec: its repeat within a second joins
+    /// its quiet set without a look, and its later phases (triggers)
+    /// replay nothing; the same program launched cold since replays its
+    /// phases again.
+    #[test]
+    fn a_launch_found_warm_quiets_its_repeats_and_later_phases() {
+        let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+        let files = page_files(dir.path(), 40);
+        let mut replay =
+            plan_replay(&profile_of(&files[0], &files, 1), &WalkLimits::default(), &ReplayPacing::default());
+        let later = replay.at_exec.split_off(30);
+        replay.on_trigger.push((predictio::FileId { dev: 1, ino: 1 }, later));
+        let replay = Arc::new(replay);
+        let at = |pid, part, repeat| ReplayJob {
+            replay: Arc::clone(&replay),
+            part,
+            exec: None,
+            origin: PolicyId(4),
+            pid,
+            repeat,
+        };
+        let sink = Arc::new(Collect::default());
+        let (jobs, rx) = predictio::launch::policy::replay_channel();
+        let quieted = Arc::new(Mutex::new(Vec::new()));
+        let seen = Arc::clone(&quieted);
+        let replayer = start_replayer_with(
+            sink.clone(),
+            rx,
+            false,
+            || {},
+            move |job, set| seen.lock().unwrap().push((job.pid, set)),
+        )
+        .unwrap();
+        let totals = replayer.totals();
+        let wait_for = |n: u64| {
+            let deadline = std::time::Instant::now() + Duration::from_secs(10);
+            while totals.counts().jobs + totals.counts().repeats < n {
+                assert!(std::time::Instant::now() < deadline, "{:?}", totals.counts());
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        };
+        for path in &files {
+            std::fs::read(path).unwrap();
+        }
+        jobs.send(at(10, ReplayPart::AtExec, false)).unwrap();
+        jobs.send(at(11, ReplayPart::AtExec, true)).unwrap();
+        jobs.send(at(10, ReplayPart::Trigger(0), false)).unwrap();
+        wait_for(3);
+        let counts = totals.counts();
+        assert_eq!((counts.jobs, counts.repeats, counts.warm, counts.requests), (2, 1, 3, 0), "{counts:?}");
+        assert_eq!(*quieted.lock().unwrap(), [(10, 10), (11, 10)], "the repeat joins the first launch's set");
+        assert!(sink.requests.lock().unwrap().is_empty());
+        // Launched cold since: its later phase replays.
+        for path in &files {
+            predictio::cache::evict(&FileRef::open(path).unwrap()).unwrap();
+        }
+        jobs.send(at(12, ReplayPart::AtExec, false)).unwrap();
+        jobs.send(at(12, ReplayPart::Trigger(0), false)).unwrap();
+        wait_for(5);
+        assert_eq!(totals.counts().warm, 3);
+        let requested: std::collections::HashSet<u64> =
+            sink.requests.lock().unwrap().iter().map(|r| r.file.id().ino).collect();
+        assert_eq!(requested.len(), 40, "every file of both parts");
+        drop(jobs);
     }
 
     /// Shadow mode: the replayer takes the jobs and counts them, and hands
