@@ -106,12 +106,7 @@ impl RunArgs {
             && !self.no_daemon
             && let Some(hint_socket) = handoff::daemon_hint_socket(&settings)
         {
-            let mut cmd = Command::new(&self.command[0]);
-            cmd.args(&self.command[1..]);
-            if let Some(socket) = hint_socket {
-                cmd.env("PREDICTIO_HINT_SOCK", socket);
-            }
-            let err = cmd.exec();
+            let err = handoff::exec_beside_daemon(&self.command, hint_socket.as_deref());
             return fail(format_args!("starting {}: {err}", self.command[0].display()));
         }
         let store = std::path::Path::new(predictio_daemon::launch::store::DEFAULT_DIR);
@@ -119,11 +114,11 @@ impl RunArgs {
             // Replayed as the command execs: the whole command starts it.
             return self.exec_full_run(Vec::new());
         }
-        let dir = match tempfile::Builder::new().prefix("predictio-run").tempdir() {
+        let dir = match handoff::HintDir::new() {
             Ok(dir) => dir,
             Err(_) => return self.exec_full_run(Vec::new()),
         };
-        let socket_path = dir.path().join(handoff::HINT_SOCKET);
+        let socket_path = dir.socket();
         let socket = match bind(&socket_path) {
             Ok(socket) => socket,
             Err(_) => return self.exec_full_run(Vec::new()),
@@ -150,9 +145,7 @@ impl RunArgs {
         }
         // Still running: the whole command follows it from here.
         handoff::block_run_signals(true);
-        let handed = rustix::io::fcntl_setfd(&socket, rustix::io::FdFlags::empty());
-        let dir = dir.keep();
-        if handed.is_ok() {
+        if rustix::io::fcntl_setfd(&socket, rustix::io::FdFlags::empty()).is_ok() {
             let fd = std::os::fd::AsRawFd::as_raw_fd(&socket);
             let adopt: Vec<OsString> = vec![
                 "--adopt".into(),
@@ -160,17 +153,18 @@ impl RunArgs {
                 "--hint-fd".into(),
                 fd.to_string().into(),
                 "--hint-dir".into(),
-                dir.clone().into(),
+                dir.path.clone().into(),
                 "--started-ns".into(),
                 started_ns.to_string().into(),
             ];
+            // Returns only if it cannot: an exec runs no destructor, so the
+            // directory is the whole command's to remove from here on.
             self.exec_full_run(adopt);
         }
         // The command runs on without us: wait for it as `run` would.
         handoff::block_run_signals(false);
         let status = child.wait();
-        let _ = std::fs::remove_file(dir.join(handoff::HINT_SOCKET));
-        let _ = std::fs::remove_dir(&dir);
+        drop(dir);
         match status {
             Ok(status) => exit_as(&self.command[0], status),
             Err(err) => fail(format_args!("waiting for {}: {err}", self.command[0].display())),

@@ -72,6 +72,46 @@ pub fn answers(path: &Path) -> bool {
     SocketAddrUnix::new(path).is_ok_and(|address| rustix::net::connect(&socket, &address).is_ok())
 }
 
+/// Becomes `command` (the program and its arguments) with `hint_socket`, if
+/// any, in its `PREDICTIO_HINT_SOCK`: `run` beside a daemon
+/// ([`daemon_hint_socket`]). Returns only if the command could not be
+/// started.
+pub fn exec_beside_daemon<S: AsRef<std::ffi::OsStr>>(command: &[S], hint_socket: Option<&Path>) -> std::io::Error {
+    use std::os::unix::process::CommandExt;
+    let mut cmd = std::process::Command::new(&command[0]);
+    cmd.args(&command[1..]);
+    if let Some(socket) = hint_socket {
+        cmd.env("PREDICTIO_HINT_SOCK", socket);
+    }
+    cmd.exec()
+}
+
+/// The private directory of `run`'s hint socket ([`HINT_SOCKET`]), removed
+/// when dropped: the socket and the directory, never anything else in it.
+pub struct HintDir {
+    /// The directory.
+    pub path: PathBuf,
+}
+
+impl HintDir {
+    /// A new private directory (mode 0700) under the temporary directory.
+    pub fn new() -> std::io::Result<Self> {
+        Ok(Self { path: tempfile::Builder::new().prefix("predictio-run").tempdir()?.keep() })
+    }
+
+    /// The socket's path in it.
+    pub fn socket(&self) -> PathBuf {
+        self.path.join(HINT_SOCKET)
+    }
+}
+
+impl Drop for HintDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(self.socket());
+        let _ = std::fs::remove_dir(&self.path);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

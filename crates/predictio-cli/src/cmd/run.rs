@@ -99,13 +99,7 @@ pub fn run(args: Args) -> Result<()> {
     if adopted.is_none()
         && let Some(hint_socket) = beside_daemon(&args, &settings)
     {
-        let mut cmd = Command::new(&args.command[0]);
-        cmd.args(&args.command[1..]);
-        if let Some(socket) = hint_socket {
-            cmd.env("PREDICTIO_HINT_SOCK", socket);
-        }
-        // Only returns if the command could not be started.
-        let err = std::os::unix::process::CommandExt::exec(&mut cmd);
+        let err = crate::handoff::exec_beside_daemon(&args.command, hint_socket.as_deref());
         return Err(err).with_context(|| format!("starting {}", args.command[0]));
     }
     let names: Vec<String> = if args.policies.is_empty() {
@@ -166,14 +160,13 @@ pub fn run(args: Args) -> Result<()> {
     let me = std::process::id();
     let (socket_dir, hints, start, mut child) = match adopted {
         Some(adopted) => {
-            let socket = adopted.dir.path.join(crate::handoff::HINT_SOCKET);
-            let hints = HintSource::adopt_private(&socket, adopted.socket, sender.clone())?;
+            let hints = HintSource::adopt_private(&adopted.dir.socket(), adopted.socket, sender.clone())?;
             let start = Instant::now() - adopted.running_for;
-            (SocketDir::Handed(adopted.dir), hints, start, Running::Adopted { pid: adopted.pid, status: None })
+            (adopted.dir, hints, start, Running::Adopted { pid: adopted.pid, status: None })
         }
         None => {
-            let dir = tempfile::Builder::new().prefix("predictio-run").tempdir().context("temporary directory")?;
-            let socket = dir.path().join(crate::handoff::HINT_SOCKET);
+            let dir = crate::handoff::HintDir::new().context("temporary directory")?;
+            let socket = dir.socket();
             let hints = HintSource::start_private(&socket, sender.clone())?;
             let start = Instant::now();
             let mut cmd = Command::new(&args.command[0]);
@@ -191,7 +184,7 @@ pub fn run(args: Args) -> Result<()> {
                 None => cmd.spawn(),
             };
             let child = spawned.with_context(|| format!("starting {}", args.command[0]))?;
-            (SocketDir::Own(dir), hints, start, Running::Spawned(child))
+            (dir, hints, start, Running::Spawned(child))
         }
     };
     if let Some((key, _, _)) = &replay {
@@ -439,7 +432,7 @@ impl Running {
 struct Adopted {
     pid: u32,
     socket: std::os::unix::net::UnixDatagram,
-    dir: HandedDir,
+    dir: crate::handoff::HintDir,
     /// Since the command started.
     running_for: Duration,
 }
@@ -459,7 +452,7 @@ impl Adopted {
         let socket = inherited_datagram_socket(fd).with_context(|| format!("--hint-fd {fd}"))?;
         let now = predictio_bpf::monotonic_now_ns();
         let running_for = Duration::from_nanos(started_ns.map_or(0, |then| now.saturating_sub(then)));
-        Ok(Self { pid, socket, dir: HandedDir { path: dir.to_owned() }, running_for })
+        Ok(Self { pid, socket, dir: crate::handoff::HintDir { path: dir.to_owned() }, running_for })
     }
 }
 
@@ -488,25 +481,6 @@ fn inherited_datagram_socket(fd: i32) -> Result<std::os::unix::net::UnixDatagram
     }
     rustix::io::fcntl_setfd(&owned, rustix::io::FdFlags::CLOEXEC).context("making it close-on-exec")?;
     Ok(std::os::unix::net::UnixDatagram::from(owned))
-}
-
-/// The directory the front made for the hint socket: only the socket and
-/// the directory itself are removed at the end, never anything else in it.
-struct HandedDir {
-    path: std::path::PathBuf,
-}
-
-impl Drop for HandedDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(self.path.join(crate::handoff::HINT_SOCKET));
-        let _ = std::fs::remove_dir(&self.path);
-    }
-}
-
-/// The hint socket's directory, removed at the end.
-enum SocketDir {
-    Own(#[allow(dead_code)] tempfile::TempDir),
-    Handed(#[allow(dead_code)] HandedDir),
 }
 
 /// Signals `run` passes on to its command, as `env` or `timeout` would:
