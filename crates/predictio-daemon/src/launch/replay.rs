@@ -460,42 +460,42 @@ pub fn start_replayer_with(
                 break;
             }
             let same = |replay: &Arc<predictio::launch::Replay>| Arc::ptr_eq(replay, &job.replay);
-            let joins =
-                last_warm.as_ref().filter(|(replay, _, at)| job.repeat && same(replay) && at.elapsed() < QUIET_MIN);
-            if let Some(&(_, set, _)) = joins {
+            let warm_within =
+                |span| last_warm.as_ref().filter(|(replay, _, at)| same(replay) && at.elapsed() < span).map(|w| w.1);
+            // The counts, the set of quiet files the launch joins if it is
+            // warm, and whether a job ran.
+            let (counts, set, ran) = if let Some(set) = warm_within(QUIET_MIN).filter(|_| job.repeat) {
+                // A repeat of the launch just found warm: as warm.
+                (ReplayCounts { repeats: 1, warm: 1, ..ReplayCounts::default() }, Some(set), false)
+            } else if matches!(job.part, ReplayPart::Trigger(_)) && warm_within(QUIET_MAX).is_some() {
+                // A later phase of the launch found warm at its exec (its
+                // files were quieted with the launch's): nothing to replay.
+                (ReplayCounts { jobs: 1, warm: 1, ..ReplayCounts::default() }, None, false)
+            } else {
+                let counts = if shadow {
+                    let (jobs, repeats) = if job.repeat { (0, 1) } else { (1, 0) };
+                    ReplayCounts { jobs, repeats, shadowed: 1 - repeats, ..ReplayCounts::default() }
+                } else {
+                    run_job(&job, &*sink)
+                };
+                tracing::debug!(exe = %job.replay.exe, part = ?job.part, ?counts, shadow, "replayed");
+                (counts, (counts.warm > 0).then_some(job.pid), true)
+            };
+            if let Some(set) = set {
                 sums.mark_warm(job.pid);
                 on_warm(&job, set);
-                total.add(&ReplayCounts { repeats: 1, warm: 1, ..ReplayCounts::default() });
-                sums.store(&total);
-                continue;
-            }
-            // A later phase of the launch found warm at its exec (its
-            // files were quieted with the launch's): nothing to replay.
-            let later = matches!(job.part, ReplayPart::Trigger(_))
-                && last_warm.as_ref().is_some_and(|(replay, _, at)| same(replay) && at.elapsed() < QUIET_MAX);
-            if later {
-                total.add(&ReplayCounts { jobs: 1, warm: 1, ..ReplayCounts::default() });
-                sums.store(&total);
-                continue;
-            }
-            let counts = if shadow {
-                let (jobs, repeats) = if job.repeat { (0, 1) } else { (1, 0) };
-                ReplayCounts { jobs, repeats, shadowed: 1 - repeats, ..ReplayCounts::default() }
-            } else {
-                run_job(&job, &*sink)
-            };
-            tracing::debug!(exe = %job.replay.exe, part = ?job.part, ?counts, shadow, "replayed");
-            if counts.warm > 0 {
-                sums.mark_warm(job.pid);
-                on_warm(&job, job.pid);
-                last_warm = Some((Arc::clone(&job.replay), job.pid, std::time::Instant::now()));
-            } else if counts.jobs > 0 && last_warm.as_ref().is_some_and(|(replay, _, _)| same(replay)) {
+                if set == job.pid {
+                    last_warm = Some((Arc::clone(&job.replay), job.pid, std::time::Instant::now()));
+                }
+            } else if ran && counts.jobs > 0 && last_warm.as_ref().is_some_and(|(replay, _, _)| same(replay)) {
                 // The same program launched cold since: its phases replay.
                 last_warm = None;
             }
             total.add(&counts);
             sums.store(&total);
-            after_job();
+            if ran {
+                after_job();
+            }
         }
     })?;
     Ok(Replayer { thread: Some(thread), stop, totals })
@@ -514,6 +514,7 @@ pub const QUIET_MAX: Duration = Duration::from_secs(10);
 /// only cost the launch and the daemon their time. A file that changed
 /// since it was learned is listed by its learned identity, and so stays
 /// reported.
+///
 /// A repeat of a launch quieted before joins that launch's files (`set`,
 /// the other launch's process).
 pub fn quiet_warm(quieter: &predictio_bpf::Quieter, job: &ReplayJob, set: u32) {
@@ -526,10 +527,7 @@ pub fn quiet_warm(quieter: &predictio_bpf::Quieter, job: &ReplayJob, set: u32) {
     }
     // Found warm at its exec, the launch's later phases (its triggers'
     // files) are as good as warm too: all its files are listed.
-    let later = match job.part {
-        ReplayPart::AtExec => job.replay.on_trigger.iter().flat_map(|t| t.1.iter()).collect(),
-        ReplayPart::Trigger(_) => Vec::new(),
-    };
+    let later = job.replay.on_trigger.iter().filter(|_| job.part == ReplayPart::AtExec).flat_map(|t| &t.1);
     let files = job.files().iter().chain(later).map(|f| predictio::FileId { dev: f.identity.dev, ino: f.identity.ino });
     match quieter.quiet(job.pid, files, span) {
         Ok(listed) => tracing::debug!(pid = job.pid, listed, ?span, "warm launch: its hits quieted"),

@@ -474,13 +474,15 @@ impl LaunchPolicy {
         let Some(replay) = self.book.get(&key) else { return false };
         if self.last_exec.get(&key).is_some_and(|t| time_ns.saturating_sub(*t) < REPEAT_NS) {
             // Looked at all the same: whoever replays quiets a warm one's
-            // page-cache hits, which nothing would use. Never blocking, and
-            // not a dropped replay if the channel is full.
-            let job =
-                ReplayJob { replay, part: ReplayPart::AtExec, exec: None, origin: ctx.origin(), pid, repeat: true };
-            if let Some(jobs) = &self.jobs {
-                let _ = jobs.try_send(job);
-            }
+            // page-cache hits, which nothing would use.
+            self.send(ReplayJob {
+                replay,
+                part: ReplayPart::AtExec,
+                exec: None,
+                origin: ctx.origin(),
+                pid,
+                repeat: true,
+            });
             return false;
         }
         if self.last_exec.len() >= MAX_PENDING {
@@ -540,9 +542,11 @@ impl LaunchPolicy {
         self.started.insert(start, key.clone());
     }
 
-    /// Hands `job` to whoever replays, never blocking; false (counted) when
-    /// the channel is full or gone.
+    /// Hands `job` to whoever replays, never blocking; false when the
+    /// channel is full or gone (counted, unless the job is a repeat, which
+    /// replays nothing).
     fn send(&mut self, job: ReplayJob) -> bool {
+        let repeat = job.repeat;
         let sent = match &self.jobs {
             Some(jobs) => match jobs.try_send(job) {
                 Ok(()) => true,
@@ -550,7 +554,7 @@ impl LaunchPolicy {
             },
             None => false,
         };
-        if !sent {
+        if !sent && !repeat {
             self.dropped_replays += 1;
         }
         sent
