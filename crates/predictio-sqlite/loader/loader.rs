@@ -19,10 +19,14 @@
 //!   costs), one thread loads the runtime in the background while SQLite
 //!   goes on. A process whose queries are short or whose database is cached
 //!   never loads it.
-//! - **The log.** Until then each database file keeps copies of its first
-//!   pages read ([`LOG_PAGES`], at most [`LOG_BYTES`]): at the file's first
-//!   read after the runtime is loaded they are shown to it in order, so
-//!   that it knows the descent the scan started with.
+//! - **The log.** Until then each database file keeps a list of its first
+//!   pages read ([`LOG_PAGES`]): at the file's first read after the runtime
+//!   is loaded they are shown to it in order, so that it knows the descent
+//!   the scan started with. A page that came from the device, or from a
+//!   WAL, is kept as a copy (at most [`LOG_BYTES`]); one the page cache
+//!   served is only noted, and read again (from the cache, where it was a
+//!   moment ago) when it is shown: a process on a warm cache, which never
+//!   loads the runtime, copies nothing.
 //!
 //! `PREDICTIO_SQLITE_RUNTIME` in the environment at load: `lazy` (the
 //! default, as above), `eager` (load the runtime now, before returning)
@@ -343,6 +347,8 @@ fn waited(elapsed_ns: u64) {
 #[derive(Clone, Copy)]
 struct Logged {
     offset: u64,
+    /// A copy of the page; null for a page read from the page cache, read
+    /// again when it is shown.
     data: *mut u8,
     len: usize,
     elapsed_ns: u64,
@@ -394,28 +400,39 @@ unsafe fn real_vfs(vfs: *mut Vfs) -> *mut Vfs {
     unsafe { (*vfs).app_data.cast() }
 }
 
-/// Copies a page read into `db`'s log, if it has room.
+/// Notes a page read in `db`'s log, if it has room: with a copy of its
+/// bytes if `keep` (a read from the device or from a WAL), else its place
+/// alone.
 ///
 /// # Safety
 ///
 /// `db` is a main database's `ShimFile`, used by one thread at a time (its
 /// connection's); `data` holds `len` readable bytes.
-unsafe fn log_read(db: *mut ShimFile, offset: u64, data: *const u8, len: usize, elapsed_ns: u64) {
+unsafe fn log_read(db: *mut ShimFile, offset: u64, data: *const u8, len: usize, elapsed_ns: u64, keep: bool) {
     // SAFETY: per the caller.
     let db = unsafe { &mut *db };
-    let logged: usize = db.log.iter().take(db.log_len).map(|entry| entry.len).sum();
-    let Some(slot) = db.log.get_mut(db.log_len) else { return };
-    if logged.saturating_add(len) > LOG_BYTES {
+    if db.log_len >= LOG_PAGES {
         return;
     }
-    let copy = sqlite_malloc(len);
-    if copy.is_null() {
-        return;
+    let mut copy = ptr::null_mut();
+    if keep {
+        let kept: usize = db.log.iter().take(db.log_len).filter(|entry| !entry.data.is_null()).map(|entry| entry.len).sum();
+        if kept.saturating_add(len) > LOG_BYTES {
+            return;
+        }
+        copy = sqlite_malloc(len);
+        if copy.is_null() {
+            return;
+        }
+        // SAFETY: `len` bytes each side, distinct allocations.
+        unsafe { ptr::copy_nonoverlapping(data, copy, len) };
     }
-    // SAFETY: `len` bytes each side, distinct allocations.
-    unsafe { ptr::copy_nonoverlapping(data, copy, len) };
-    *slot = Logged { offset, data: copy, len, elapsed_ns };
-    db.log_len += 1;
+    if let Some(slot) = db.log.get_mut(db.log_len) {
+        *slot = Logged { offset, data: copy, len, elapsed_ns };
+        db.log_len += 1;
+    } else {
+        sqlite_free(copy);
+    }
 }
 
 /// Frees `db`'s log.
@@ -450,21 +467,57 @@ unsafe fn attach(db: *mut ShimFile) -> Option<(&'static Hooks, *mut c_void)> {
             return None;
         }
         db.observer = observer;
-        for entry in db.log.iter().take(db.log_len) {
-            // SAFETY: the runtime's observer; a copy of `len` bytes.
-            unsafe {
-                (hooks.before_read)(observer, entry.offset, entry.len);
-                (hooks.after_read)(observer, entry.offset, entry.data, entry.len, entry.elapsed_ns);
-            }
-        }
+        // SAFETY: per the caller.
+        unsafe { show_log(db, hooks, observer) };
         clear_log(db);
     }
     Some((hooks, db.observer))
 }
 
+/// Shows `db`'s log to its new observer, in order: the copies as kept,
+/// the pages only noted read again (from the page cache, which served them
+/// a moment ago) into one buffer; one that cannot be read is passed over.
+///
+/// # Safety
+///
+/// As [`log_read`]; `observer` is the runtime's observer of `db`.
+unsafe fn show_log(db: &mut ShimFile, hooks: &Hooks, observer: *mut c_void) {
+    let mut buf: *mut u8 = ptr::null_mut();
+    let mut buf_len = 0;
+    for i in 0..db.log_len {
+        let Some(&entry) = db.log.get(i) else { break };
+        let mut data = entry.data.cast_const();
+        if data.is_null() {
+            if buf_len < entry.len {
+                sqlite_free(buf);
+                buf = sqlite_malloc(entry.len);
+                buf_len = if buf.is_null() { 0 } else { entry.len };
+            }
+            if buf.is_null() {
+                continue;
+            }
+            let Ok(amt) = c_int::try_from(entry.len) else { continue };
+            // SAFETY: `db` is a main database opened by `shim_open` (its
+            // real file follows it); `buf` holds `entry.len` bytes.
+            let rc = unsafe { real_read(ptr::from_mut(db).cast(), buf.cast(), amt, entry.offset as Int64) };
+            if rc != SQLITE_OK {
+                continue;
+            }
+            data = buf.cast_const();
+        }
+        // SAFETY: the runtime's observer; `len` bytes at `data`.
+        unsafe {
+            (hooks.before_read)(observer, entry.offset, entry.len);
+            (hooks.after_read)(observer, entry.offset, data, entry.len, entry.elapsed_ns);
+        }
+    }
+    sqlite_free(buf);
+}
+
 /// Times `io` (SQLite's read or fetch of `len` bytes at `offset` of `db`,
-/// whose bytes `bytes` gives after a success) and shows it to the runtime,
-/// or logs it and counts its time toward the gate.
+/// whose bytes `bytes` gives after a success; `from_wal`: a page of its
+/// WAL) and shows it to the runtime, or logs it and counts its time toward
+/// the gate.
 ///
 /// # Safety
 ///
@@ -474,6 +527,7 @@ unsafe fn observe(
     db: *mut ShimFile,
     offset: u64,
     len: usize,
+    from_wal: bool,
     io: impl FnOnce() -> c_int,
     bytes: impl FnOnce() -> *const u8,
 ) -> c_int {
@@ -501,7 +555,7 @@ unsafe fn observe(
         None => {
             if STATE.load(Ordering::Relaxed) < LOADED {
                 // SAFETY: per the caller.
-                unsafe { log_read(db, offset, data, len, elapsed) };
+                unsafe { log_read(db, offset, data, len, elapsed, from_wal || elapsed >= SLOW_NS) };
                 waited(elapsed);
             }
         }
@@ -601,13 +655,13 @@ unsafe extern "C" fn io_read(file: *mut File, buf: *mut c_void, amt: c_int, offs
     };
     // SAFETY: a file opened by `shim_open`; SQLite's arguments.
     let read = || unsafe { real_read(file, buf, amt, offset) };
-    let (db, db_offset) = if !path.is_null() && amt > 0 && (offset == 0 || (offset > 0 && amt >= MIN_PAGE)) {
-        (file.cast::<ShimFile>(), offset)
+    let (db, db_offset, from_wal) = if !path.is_null() && amt > 0 && (offset == 0 || (offset > 0 && amt >= MIN_PAGE)) {
+        (file.cast::<ShimFile>(), offset, false)
     // SAFETY: a WAL's database is open as long as the WAL is.
     } else if !wal_of.is_null() && unsafe { !(*wal_of).checkpointing.load(Ordering::Relaxed) } {
         // SAFETY: a file opened by `shim_open`.
         match unsafe { wal_page_offset(file, amt, offset) } {
-            Some(db_offset) => (wal_of, db_offset),
+            Some(db_offset) => (wal_of, db_offset, true),
             None => return read(),
         }
     } else {
@@ -615,7 +669,7 @@ unsafe extern "C" fn io_read(file: *mut File, buf: *mut c_void, amt: c_int, offs
     };
     // SAFETY: the database's file, used by this connection only; on
     // SQLITE_OK the real read filled all `amt` bytes of `buf`.
-    unsafe { observe(db, db_offset as u64, amt as usize, read, || buf.cast_const().cast()) }
+    unsafe { observe(db, db_offset as u64, amt as usize, from_wal, read, || buf.cast_const().cast()) }
 }
 
 /// A page SQLite maps (`mmap_size` above 0) is shown as a read is, timed
@@ -642,7 +696,7 @@ unsafe extern "C" fn io_fetch(file: *mut File, offset: Int64, amt: c_int, out: *
         }
     };
     // SAFETY: the database's own file, used by this connection only.
-    unsafe { observe(file.cast(), offset as u64, amt as usize, fetch, mapped) }
+    unsafe { observe(file.cast(), offset as u64, amt as usize, false, fetch, mapped) }
 }
 
 /// Where in the database the page lies that a read of `amt` bytes at

@@ -5,6 +5,7 @@
 
 use std::fs::File;
 use std::os::fd::AsFd;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -258,10 +259,44 @@ fn a_cold_scan_loads_the_runtime_in_the_background() {
     assert!(size < 64 * 1024, "the loader is {size} bytes: it is read whole by every cold load");
     let dir = tempfile::tempdir_in("/var/tmp").expect("tempdir");
     let db = build_db(dir.path());
+    let stats = lazy_scan(&db, |_| ());
+    assert!(counter(&stats, &["events"]) > 10, "{stats}");
+    assert!(counter(&stats, &["executor", "issued_pages"]) > 0, "{stats}");
+    assert_eq!(counter(&stats, &["executor", "errors"]), 0, "{stats}");
+}
+
+/// A scan of a database whose first pages were cached (another process
+/// had just read them): the loader only notes those reads, copies the
+/// ones that wait, and when the runtime loads reads the noted pages again
+/// for it, which then knows the file and follows the scan as if it had
+/// been shown every read.
+#[test]
+fn a_scan_whose_first_pages_were_cached_is_still_followed() {
+    if !have_sqlite3() {
+        return;
+    }
+    let dir = tempfile::tempdir_in("/var/tmp").expect("tempdir");
+    let db = build_db(dir.path());
+    let stats = lazy_scan(&db, |db| {
+        let mut head = vec![0u8; 16 * 4096];
+        File::open(db).and_then(|f| f.read_exact_at(&mut head, 0)).expect("read the database's first pages");
+    });
+    assert!(counter(&stats, &["events"]) > 10, "{stats}");
+    assert!(counter(&stats, &["executor", "issued_pages"]) > 0, "{stats}");
+    assert_eq!(counter(&stats, &["executor", "errors"]), 0, "{stats}");
+}
+
+/// [`queries`] on `db` cold, with `warm` run between dropping its cache and
+/// the scan, through the extension's default (lazy) loader: checks that the
+/// answers are those without it and that the runtime was loaded, and gives
+/// `predictio_stats()`.
+#[track_caller]
+fn lazy_scan(db: &Path, warm: impl FnOnce(&Path)) -> serde_json::Value {
     let script = queries();
-    let baseline = plain(&db, &script);
+    let baseline = plain(db, &script);
     assert!(baseline.status.success(), "baseline: {}", String::from_utf8_lossy(&baseline.stderr));
-    drop_cache(&db);
+    drop_cache(db);
+    warm(db);
     let full = format!(
         ".load {}\n.open {}\n{script}{}SELECT predictio_stats();\n",
         extension().display(),
@@ -275,11 +310,7 @@ fn a_cold_scan_loads_the_runtime_in_the_background() {
     let (answers, mapped) = body.rsplit_once('\n').expect("answers and the census");
     assert!(format!("{answers}\n").as_bytes() == baseline.stdout, "answers differ with the extension loaded");
     assert!(mapped.starts_with("scanned runtime=") && mapped != "scanned runtime=0", "runtime not loaded: {mapped}");
-    let stats: serde_json::Value =
-        serde_json::from_str(last).unwrap_or_else(|e| panic!("predictio_stats() gave {last:?}: {e}"));
-    assert!(counter(&stats, &["events"]) > 10, "{stats}");
-    assert!(counter(&stats, &["executor", "issued_pages"]) > 0, "{stats}");
-    assert_eq!(counter(&stats, &["executor", "errors"]), 0, "{stats}");
+    serde_json::from_str(last).unwrap_or_else(|e| panic!("predictio_stats() gave {last:?}: {e}"))
 }
 
 /// With `PREDICTIO_SQLITE_RUNTIME=off` the shim only forwards: same
