@@ -416,7 +416,8 @@ unsafe fn log_read(db: *mut ShimFile, offset: u64, data: *const u8, len: usize, 
     }
     let mut copy = ptr::null_mut();
     if keep {
-        let kept: usize = db.log.iter().take(db.log_len).filter(|entry| !entry.data.is_null()).map(|entry| entry.len).sum();
+        let kept: usize =
+            db.log.iter().take(db.log_len).filter(|entry| !entry.data.is_null()).map(|entry| entry.len).sum();
         if kept.saturating_add(len) > LOG_BYTES {
             return;
         }
