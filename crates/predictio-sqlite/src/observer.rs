@@ -143,9 +143,6 @@ static GLOBAL: OnceLock<Result<Prefetcher, String>> = OnceLock::new();
 
 impl Prefetcher {
     /// A runtime of its own (tests; most users want [`Prefetcher::global`]).
-    /// `child_pages` is 1 here: each event's children are first 4 KiB pages
-    /// and a request for a database page larger than 4 KiB covers only its
-    /// first 4 KiB page (see the report in `README`).
     pub fn new(config: ExecutorConfig) -> Result<Self, Error> {
         // The btree policy follows the descents; the hint policy passes on
         // the table leaves of the rowids an index scan reaches next

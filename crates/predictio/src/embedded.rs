@@ -85,7 +85,13 @@ mod tests {
         embedded.hold(file);
         let children: Arc<[u64]> = (10..40).collect();
         for position in 0..6 {
-            embedded.dispatch(&Event::TreeChildEnter { file: id, parent: 1, children: children.clone(), position });
+            embedded.dispatch(&Event::TreeChildEnter {
+                file: id,
+                parent: 1,
+                children: children.clone(),
+                position,
+                child_pages: 1,
+            });
         }
         let stats = embedded.stats();
         assert_eq!(stats.events, 6);

@@ -134,10 +134,14 @@ pub enum Event {
         file: FileId,
         /// The interior page being traversed.
         parent: u64,
-        /// Its children in key order (page indices in the file).
+        /// Its children in key order (page indices in the file: each
+        /// child's first 4 KiB page).
         children: Arc<[u64]>,
         /// Index in `children` of the child being descended into now.
         position: u32,
+        /// 4 KiB pages each child spans: its database page's size over
+        /// 4 KiB (1 for pages of 4 KiB or less).
+        child_pages: u32,
     },
     /// A model file's tensor byte ranges, in the order the loader reads them.
     TensorLayout {
@@ -461,7 +465,8 @@ mod tests {
         assert_eq!(layout.footprint(), std::mem::size_of::<Event>() + 16 + 1600);
         let pages = Event::Pages { file, ranges: Arc::from([PageRange::new(0, 1); 7]) };
         assert_eq!(pages.payload_bytes(), 16 + 7 * 16);
-        let tree = Event::TreeChildEnter { file, parent: 0, children: Arc::from([0u64; 9]), position: 0 };
+        let tree =
+            Event::TreeChildEnter { file, parent: 0, children: Arc::from([0u64; 9]), position: 0, child_pages: 1 };
         assert_eq!(tree.payload_bytes(), 16 + 9 * 8);
         let start = Event::ExecStart { pid: 1, uid: 0, path: "/bin/x".into(), shape: "x".into(), time_ns: 0 };
         assert_eq!(start.payload_bytes(), 16 + 6 + 16 + 1);

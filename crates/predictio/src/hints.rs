@@ -1238,6 +1238,8 @@ fn to_event(frame: &Frame<'_>, file: &FileRef) -> Event {
             parent: *parent_page,
             children: children.iter().collect(),
             position: *position,
+            // The protocol's children are 4 KiB page indices, one each.
+            child_pages: 1,
         },
         Frame::TensorLayout { ranges, .. } => Event::TensorLayout { file, ranges: byte_ranges(ranges) },
         Frame::LayerStart { layer, .. } => Event::LayerStart { file, layer: *layer },

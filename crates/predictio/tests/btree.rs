@@ -168,8 +168,7 @@ fn a_real_scan_drives_the_policy() {
     files.insert(file.clone());
     let layout = header.layout().expect("layout");
     let mut traversal = Traversal::new(file.id(), layout, 16);
-    let mut policy =
-        BtreePolicy::new(BtreeConfig { child_pages: layout.pages_per_db_page(), ..BtreeConfig::default() });
+    let mut policy = BtreePolicy::new(BtreeConfig::default());
     let tree: HashSet<u64> = reads.iter().copied().collect();
     let (mut requested, mut early, mut requests) = (HashSet::new(), 0, 0);
     let mut out = Vec::new();
@@ -487,21 +486,56 @@ fn fuzz_parsers_bounded() {
     eprintln!("{iterations} pages in {:?}: {parsed} parsed, passed over {reasons:?}", started.elapsed());
 }
 
-/// An enter event names pages as first 4 KiB pages and refuses a position
-/// outside the children.
+/// An enter event names pages as first 4 KiB pages, with the 4 KiB pages
+/// each spans, and refuses a position outside the children.
 #[test]
 fn enter_event_maps_pages_and_checks_position() {
     let layout = DbPageLayout::new(Engine::Lmdb, 4096).expect("layout");
     let page = InteriorPage { kind: InteriorKind::LmdbBranch, children: vec![4, 5, 6] };
     let file = predictio::FileId { dev: 3, ino: 4 };
-    let Some(Event::TreeChildEnter { children, parent, position, .. }) = layout.enter_event(file, 2, &page, 1) else {
+    let Some(Event::TreeChildEnter { children, parent, position, child_pages, .. }) =
+        layout.enter_event(file, 2, &page, 1)
+    else {
         panic!("no event");
     };
-    assert_eq!((&children[..], parent, position), (&[4u64, 5, 6][..], 2, 1));
+    assert_eq!((&children[..], parent, position, child_pages), (&[4u64, 5, 6][..], 2, 1, 1));
     assert!(layout.enter_event(file, 2, &page, 3).is_none());
     let big = DbPageLayout::new(Engine::Sqlite, 16384).expect("layout");
-    let Some(Event::TreeChildEnter { children, parent, .. }) = big.enter_event(file, 2, &page, 0) else {
+    let Some(Event::TreeChildEnter { children, parent, child_pages, .. }) = big.enter_event(file, 2, &page, 0) else {
         panic!("no event");
     };
-    assert_eq!((&children[..], parent), (&[12u64, 16, 20][..], 4));
+    assert_eq!((&children[..], parent, child_pages), (&[12u64, 16, 20][..], 4, 4));
+    let small = DbPageLayout::new(Engine::Sqlite, 1024).expect("layout");
+    let Some(Event::TreeChildEnter { child_pages, .. }) = small.enter_event(file, 2, &page, 0) else {
+        panic!("no event");
+    };
+    assert_eq!(child_pages, 1);
+}
+
+/// A scan through a file of 16 KiB pages, followed by a traversal and the
+/// `btree` policy with its defaults, requests each leaf whole (four 4 KiB
+/// pages), not its first 4 KiB.
+#[test]
+fn a_scan_of_large_pages_requests_whole_pages() {
+    let layout = DbPageLayout::new(Engine::Sqlite, 16384).expect("layout");
+    let file = FileRef::open(std::env::current_exe().expect("own exe")).expect("open");
+    let mut files = FileTable::default();
+    files.insert(file.clone());
+    let mut traversal = Traversal::new(file.id(), layout, 16);
+    let mut policy = BtreePolicy::new(BtreeConfig::default());
+    let interior = InteriorPage { kind: InteriorKind::SqliteTable, children: (10..60).collect() };
+    assert!(traversal.on_read(2, Some(interior)).is_none());
+    let mut ranges = Vec::new();
+    for leaf in 10..20 {
+        let mut out = Vec::new();
+        if let Some(event) = traversal.on_read(leaf, None) {
+            policy.on_event(&event, &mut PolicyContext::new(&files, &mut out, PolicyId(1)));
+        }
+        ranges.extend(out.into_iter().flat_map(|r| r.ranges.to_vec()));
+    }
+    assert!(!ranges.is_empty(), "a scan of ten leaves requested nothing");
+    for range in &ranges {
+        assert_eq!(range.len(), 4, "{range:?} is not one whole 16 KiB page");
+        assert_eq!((range.start * 4096) % 16384, 0, "{range:?} does not start a database page");
+    }
 }

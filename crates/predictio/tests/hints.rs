@@ -205,7 +205,7 @@ fn every_frame_kind_round_trips_with_descriptors() {
             Event::Pages { file: id, ranges: Arc::from([PageRange::new(0, 4), PageRange::new(10, 12)]) },
             Event::ReadPlan { file: id, segments: byte_ranges.clone() },
             Event::StreamRead { file: id, offset: 8192, len: 4096 },
-            Event::TreeChildEnter { file: id, parent: 3, children: Arc::from(children), position: 1 },
+            Event::TreeChildEnter { file: id, parent: 3, children: Arc::from(children), position: 1, child_pages: 1 },
             Event::TensorLayout { file: id, ranges: byte_ranges },
             Event::LayerStart { file: id, layer: 12 },
         ]

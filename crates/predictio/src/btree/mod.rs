@@ -22,11 +22,11 @@
 //!
 //! [`DbPageLayout`] maps database page numbers to file offsets: SQLite
 //! numbers pages from 1 (page N at byte `(N - 1) × page_size`), LMDB from 0
-//! (page N at `N × page_size`). `TreeChildEnter` carries no page size, so
-//! adapters put the index of the first 4 KiB page of each database page in
-//! it; a database page larger than 4 KiB spans
-//! [`DbPageLayout::pages_per_db_page`] pages, which is what the policy's
-//! `child_pages` must be set to.
+//! (page N at `N × page_size`). `TreeChildEnter` names pages in 4 KiB
+//! pages: adapters put the index of the first 4 KiB page of each database
+//! page in it, and in its `child_pages` how many a database page spans
+//! ([`DbPageLayout::pages_per_db_page`]; 2 for SQLite's 8 KiB pages), so
+//! that each child is requested whole.
 
 pub mod lmdb;
 pub mod observe;
@@ -220,10 +220,10 @@ impl DbPageLayout {
         self.page_range(page).map(|range| range.start)
     }
 
-    /// 4 KiB pages one database page spans (at least 1): the `btree`
-    /// policy's `child_pages` for this layout.
-    pub fn pages_per_db_page(&self) -> u64 {
-        (u64::from(self.page_size) / PAGE_SIZE).max(1)
+    /// 4 KiB pages one database page spans (at least 1): the
+    /// `child_pages` of this layout's `TreeChildEnter` events.
+    pub fn pages_per_db_page(&self) -> u32 {
+        u32::try_from(u64::from(self.page_size) / PAGE_SIZE).unwrap_or(u32::MAX).max(1)
     }
 
     /// The `TreeChildEnter` event for a descent from database page `parent`
@@ -235,7 +235,13 @@ impl DbPageLayout {
             return None;
         }
         let children = page.children.iter().map(|&child| self.first_page(child)).collect::<Option<Arc<[u64]>>>()?;
-        Some(Event::TreeChildEnter { file, parent: self.first_page(parent)?, children, position })
+        Some(Event::TreeChildEnter {
+            file,
+            parent: self.first_page(parent)?,
+            children,
+            position,
+            child_pages: self.pages_per_db_page(),
+        })
     }
 }
 
@@ -345,7 +351,13 @@ impl Traversal {
                 self.parents.push_back(used);
             }
             let (parent, children) = self.parents.back()?.event.as_ref()?;
-            Some(Event::TreeChildEnter { file: self.file, parent: *parent, children: children.clone(), position })
+            Some(Event::TreeChildEnter {
+                file: self.file,
+                parent: *parent,
+                children: children.clone(),
+                position,
+                child_pages: self.layout.pages_per_db_page(),
+            })
         });
         if let Some(interior) = parsed {
             self.remember(page, interior);

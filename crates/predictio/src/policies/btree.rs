@@ -90,8 +90,8 @@
 //! number to the index of the first 4 KiB page it occupies
 //! ([`DbPageLayout::first_page`](crate::btree::DbPageLayout::first_page)).
 //! A database page larger than
-//! 4 KiB spans [`BtreeConfig::child_pages`] pages (1 by default, right for the
-//! 4 KiB pages SQLite and LMDB use by default).
+//! 4 KiB spans several: the event's `child_pages` says how many, and each
+//! child is requested whole.
 //!
 //! # Bounds
 //!
@@ -126,9 +126,6 @@ pub struct BtreeConfig {
     pub growth_factor: u32,
     /// Most children requested ahead of the traversal (64).
     pub max_window: u32,
-    /// 4 KiB pages per child (a database page larger than 4 KiB spans
-    /// several). 1 by default.
-    pub child_pages: u64,
     /// Pages in the recent set that suppresses duplicate requests (4,096).
     pub recent_capacity: usize,
     /// Files tracked at once (64).
@@ -172,7 +169,6 @@ impl Default for BtreeConfig {
             confirm_after: 1,
             growth_factor: 2,
             max_window: 64,
-            child_pages: 1,
             recent_capacity: 4096,
             max_files: 64,
             max_parents_per_file: 16,
@@ -392,7 +388,6 @@ impl BtreePolicy {
     pub fn new(config: BtreeConfig) -> Self {
         let config = BtreeConfig {
             growth_factor: config.growth_factor.max(1),
-            child_pages: config.child_pages.max(1),
             max_files: config.max_files.max(1),
             max_parents_per_file: config.max_parents_per_file.max(1),
             ..config
@@ -450,7 +445,16 @@ impl BtreePolicy {
         state
     }
 
-    fn handle(&mut self, file: FileId, parent: u64, children: &[u64], position: u32, ctx: &mut PolicyContext<'_>) {
+    fn handle(
+        &mut self,
+        file: FileId,
+        parent: u64,
+        children: &[u64],
+        position: u32,
+        child_pages: u32,
+        ctx: &mut PolicyContext<'_>,
+    ) {
+        let span = u64::from(child_pages.max(1));
         self.stats.events += 1;
         if ctx.file(file).is_none() {
             self.stats.unknown_file += 1;
@@ -580,7 +584,7 @@ impl BtreePolicy {
         let from = issued_from.min(want_end);
         let mut ranges = Vec::new();
         for &child in &children[from as usize..want_end as usize] {
-            self.push_child(file, child, &mut ranges);
+            self.push_child(file, child, span, &mut ranges);
         }
         let issued_until = want_end.max(issued_from.min(len));
 
@@ -596,7 +600,7 @@ impl BtreePolicy {
                 .and_then(|s| s.parents.iter().find(|g| g.parent == gp && g.entered == parent))
                 .and_then(|g| g.next_sibling)
         {
-            self.push_child(file, sibling, &mut ranges);
+            self.push_child(file, sibling, span, &mut ranges);
         }
 
         // A parent above the lowest level, entered again: its children are
@@ -610,7 +614,7 @@ impl BtreePolicy {
             let budget = self.files.get(&file).map_or(0, |s| config.upper_pages.saturating_sub(s.upper_requested));
             if len <= budget {
                 for &child in children {
-                    self.push_child(file, child, &mut ranges);
+                    self.push_child(file, child, span, &mut ranges);
                 }
                 fetched_whole = true;
                 self.stats.upper_levels += 1;
@@ -658,10 +662,11 @@ impl BtreePolicy {
         }
     }
 
-    /// Adds `child` to `ranges` unless it was requested lately.
-    fn push_child(&mut self, file: FileId, child: u64, ranges: &mut Vec<PageRange>) {
+    /// Adds `child` (`span` 4 KiB pages) to `ranges` unless it was
+    /// requested lately.
+    fn push_child(&mut self, file: FileId, child: u64, span: u64, ranges: &mut Vec<PageRange>) {
         if self.recent.insert((file, child)) {
-            ranges.push(PageRange::new(child, child.saturating_add(self.config.child_pages)));
+            ranges.push(PageRange::new(child, child.saturating_add(span)));
         } else {
             self.stats.suppressed_duplicates += 1;
         }
@@ -678,8 +683,8 @@ impl Policy for BtreePolicy {
     }
 
     fn on_event(&mut self, event: &Event, ctx: &mut PolicyContext<'_>) {
-        if let Event::TreeChildEnter { file, parent, children, position } = event {
-            self.handle(*file, *parent, children, *position, ctx);
+        if let Event::TreeChildEnter { file, parent, children, position, child_pages } = event {
+            self.handle(*file, *parent, children, *position, *child_pages, ctx);
         }
     }
 }
@@ -745,12 +750,18 @@ mod tests {
                         parent: self.root,
                         children: root_children.clone(),
                         position: k as u32,
+                        child_pages: 1,
                     };
                     events.push((enter, None));
                 }
                 let (interior, children) = &self.interiors[k];
-                let enter =
-                    Event::TreeChildEnter { file, parent: *interior, children: children.clone(), position: j as u32 };
+                let enter = Event::TreeChildEnter {
+                    file,
+                    parent: *interior,
+                    children: children.clone(),
+                    position: j as u32,
+                    child_pages: 1,
+                };
                 events.push((enter, Some(children[j])));
             }
             events
@@ -1030,12 +1041,28 @@ mod tests {
     fn malformed_and_unknown_events_are_counted() {
         let mut h = Harness::new(BtreeConfig::default());
         let file = h.id();
-        assert!(h.send(&Event::TreeChildEnter { file, parent: 1, children: Arc::from([]), position: 0 }).is_empty());
         assert!(
-            h.send(&Event::TreeChildEnter { file, parent: 1, children: Arc::from([2, 3]), position: 2 }).is_empty()
+            h.send(&Event::TreeChildEnter { file, parent: 1, children: Arc::from([]), position: 0, child_pages: 1 })
+                .is_empty()
+        );
+        assert!(
+            h.send(&Event::TreeChildEnter {
+                file,
+                parent: 1,
+                children: Arc::from([2, 3]),
+                position: 2,
+                child_pages: 1
+            })
+            .is_empty()
         );
         let stranger = FileId { dev: 77, ino: 77 };
-        let event = Event::TreeChildEnter { file: stranger, parent: 1, children: Arc::from([2, 3]), position: 0 };
+        let event = Event::TreeChildEnter {
+            file: stranger,
+            parent: 1,
+            children: Arc::from([2, 3]),
+            position: 0,
+            child_pages: 1,
+        };
         assert!(h.send(&event).is_empty());
         let stats = h.policy.stats();
         assert_eq!((stats.events, stats.malformed, stats.unknown_file), (3, 2, 1));
@@ -1044,7 +1071,7 @@ mod tests {
         // Extreme page numbers do not overflow.
         let children: Arc<[u64]> = Arc::from([u64::MAX - 1, u64::MAX]);
         for position in [0, 1, 0, 1] {
-            h.send(&Event::TreeChildEnter { file, parent: 9, children: children.clone(), position });
+            h.send(&Event::TreeChildEnter { file, parent: 9, children: children.clone(), position, child_pages: 1 });
         }
     }
 
@@ -1073,6 +1100,7 @@ mod tests {
                 parent: (rng.next() % 40),
                 children,
                 position: rng.below(len) as u32,
+                child_pages: 1 + rng.below(16) as u32,
             };
             policy.on_event(&event, &mut PolicyContext::new(&files, &mut out, PolicyId(1)));
             let (tracked_files, parents, recent) = policy.footprint();
@@ -1188,11 +1216,18 @@ mod tests {
 
     #[test]
     fn child_pages_span_large_database_pages() {
-        let mut h = Harness::new(BtreeConfig { child_pages: 4, confirm_after: 0, ..BtreeConfig::default() });
+        let mut h = Harness::new(BtreeConfig { confirm_after: 0, ..BtreeConfig::default() });
         let file = h.id();
         let children: Arc<[u64]> = Arc::from([0, 4, 8, 12, 16]);
-        h.send(&Event::TreeChildEnter { file, parent: 100, children: children.clone(), position: 0 });
-        let requests = h.send(&Event::TreeChildEnter { file, parent: 100, children, position: 1 });
+        let enter = |position| Event::TreeChildEnter {
+            file,
+            parent: 100,
+            children: children.clone(),
+            position,
+            child_pages: 4,
+        };
+        h.send(&enter(0));
+        let requests = h.send(&enter(1));
         assert_eq!(requests[0].ranges, vec![PageRange::new(8, 12), PageRange::new(12, 16)]);
     }
 
