@@ -24,6 +24,7 @@ pub const SQLITE_SHM_UNLOCK: c_int = 1;
 pub const SQLITE_SHM_LOCK: c_int = 2;
 pub const SQLITE_SHM_EXCLUSIVE: c_int = 8;
 pub const SQLITE_UTF8: c_int = 1;
+pub const SQLITE_LOCK_NONE: c_int = 0;
 
 /// `sqlite3_file`: the methods pointer every VFS file starts with.
 #[repr(C)]
@@ -109,7 +110,7 @@ pub mod api {
 pub const HOOKS_SYMBOL: &CStr = c"predictio_sqlite_runtime_hooks";
 
 /// The version of [`Hooks`] both sides must agree on.
-pub const HOOKS_VERSION: u32 = 1;
+pub const HOOKS_VERSION: u32 = 2;
 
 /// What the runtime library offers the loader. An observer is an opaque
 /// pointer from `open`, used by one SQLite file at a time and given back
@@ -126,6 +127,10 @@ pub struct Hooks {
     /// SQLite read `len` bytes at `offset` into `bytes`, in `elapsed_ns`.
     pub after_read:
         unsafe extern "C" fn(observer: *mut c_void, offset: u64, bytes: *const u8, len: usize, elapsed_ns: u64),
+    /// The connection released its last lock on the file (`xUnlock` to
+    /// `SQLITE_LOCK_NONE`): its transaction is over, and no statement's
+    /// cursor goes on past it.
+    pub unlocked: unsafe extern "C" fn(observer: *mut c_void),
     /// The file is closed: the observer is dropped.
     pub close: unsafe extern "C" fn(observer: *mut c_void),
     /// Writes the runtime's counters as JSON to `out` (at most `cap`

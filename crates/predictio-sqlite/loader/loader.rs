@@ -43,8 +43,8 @@ use core::ptr;
 use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU8, AtomicU64, Ordering};
 
 use abi::{
-    File, Hooks, Int64, IoMethods, SQLITE_CANTOPEN, SQLITE_ERROR, SQLITE_IOERR, SQLITE_NOTFOUND, SQLITE_OK,
-    SQLITE_OK_LOAD_PERMANENTLY, SQLITE_OPEN_MAIN_DB, SQLITE_OPEN_WAL, SQLITE_SHM_EXCLUSIVE, SQLITE_SHM_LOCK,
+    File, Hooks, Int64, IoMethods, SQLITE_CANTOPEN, SQLITE_ERROR, SQLITE_IOERR, SQLITE_LOCK_NONE, SQLITE_NOTFOUND,
+    SQLITE_OK, SQLITE_OK_LOAD_PERMANENTLY, SQLITE_OPEN_MAIN_DB, SQLITE_OPEN_WAL, SQLITE_SHM_EXCLUSIVE, SQLITE_SHM_LOCK,
     SQLITE_SHM_UNLOCK, SQLITE_UTF8, Vfs, api,
 };
 
@@ -586,7 +586,7 @@ forward_io!(io_truncate, truncate, (size: Int64) -> c_int, SQLITE_IOERR);
 forward_io!(io_sync, sync, (flags: c_int) -> c_int, SQLITE_IOERR);
 forward_io!(io_file_size, file_size, (size: *mut Int64) -> c_int, SQLITE_IOERR);
 forward_io!(io_lock, lock, (level: c_int) -> c_int, SQLITE_IOERR);
-forward_io!(io_unlock, unlock, (level: c_int) -> c_int, SQLITE_IOERR);
+forward_io!(real_unlock, unlock, (level: c_int) -> c_int, SQLITE_IOERR);
 forward_io!(io_check_reserved_lock, check_reserved_lock, (out: *mut c_int) -> c_int, SQLITE_IOERR);
 forward_io!(io_file_control, file_control, (op: c_int, arg: *mut c_void) -> c_int, SQLITE_NOTFOUND);
 forward_io!(io_sector_size, sector_size, () -> c_int, 4096);
@@ -599,6 +599,25 @@ forward_io!(real_read, read, (buf: *mut c_void, amt: c_int, offset: Int64) -> c_
 forward_io!(real_fetch, fetch, (offset: Int64, amt: c_int, out: *mut *mut c_void) -> c_int, SQLITE_IOERR);
 forward_io!(real_shm_lock, shm_lock, (offset: c_int, n: c_int, flags: c_int) -> c_int, SQLITE_IOERR);
 forward_io!(real_close, close, () -> c_int, SQLITE_OK);
+
+/// A main database's connection that lets go of its last lock has ended its
+/// transaction: the runtime is told (a scan does not go on past it).
+unsafe extern "C" fn io_unlock(file: *mut File, level: c_int) -> c_int {
+    // SAFETY: a file opened by `shim_open`; SQLite's arguments.
+    let rc = unsafe { real_unlock(file, level) };
+    if level == SQLITE_LOCK_NONE {
+        // SAFETY: our part of the file; its observer (if any) is the
+        // runtime's, used by this connection only.
+        let observer = unsafe { (*file.cast::<ShimFile>()).observer };
+        if !observer.is_null()
+            && let Some(hooks) = hooks()
+        {
+            // SAFETY: an attached observer.
+            unsafe { (hooks.unlocked)(observer) };
+        }
+    }
+    rc
+}
 
 /// The WAL-index lock a checkpoint holds exclusively (`WAL_CKPT_LOCK`).
 const WAL_CKPT_LOCK: c_int = 1;

@@ -27,7 +27,7 @@ fn guard<T>(fallback: T, f: impl FnOnce() -> T) -> T {
 #[unsafe(no_mangle)]
 #[allow(non_upper_case_globals)]
 pub static predictio_sqlite_runtime_hooks: Hooks =
-    Hooks { version: HOOKS_VERSION, open, before_read, after_read, close, stats };
+    Hooks { version: HOOKS_VERSION, open, before_read, after_read, unlocked, close, stats };
 
 /// A lazy observer of the database at `path`, or null (a path that is not
 /// UTF-8, or a panic).
@@ -71,6 +71,11 @@ unsafe extern "C" fn after_read(observer_ptr: *mut c_void, offset: u64, bytes: *
         // SAFETY: an observer from `open`, not yet closed.
         unsafe { observer(observer_ptr) }.after_read(offset, bytes, Duration::from_nanos(elapsed_ns));
     });
+}
+
+unsafe extern "C" fn unlocked(observer_ptr: *mut c_void) {
+    // SAFETY: the loader passes an observer from `open`, not yet closed.
+    guard((), || unsafe { observer(observer_ptr) }.unlocked());
 }
 
 unsafe extern "C" fn close(observer_ptr: *mut c_void) {

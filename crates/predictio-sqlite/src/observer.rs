@@ -629,6 +629,16 @@ impl DbObserver {
         self.announced = None;
     }
 
+    /// Reports that the connection's transaction on the file is over (it
+    /// let go of its lock): a scan through an index followed, or an index
+    /// leaf read since which no table leaf was, ends with it, so that the
+    /// lookups of the next statement are not taken for its.
+    pub fn on_unlocked(&mut self) {
+        if let Some(known) = self.known.as_mut() {
+            known.rowids.end_of_transaction();
+        }
+    }
+
     /// Reports that SQLite read `bytes` at `offset` and got all of them.
     pub fn on_read(&mut self, offset: u64, bytes: &[u8]) {
         let announced = self.announced.take();
@@ -771,6 +781,12 @@ impl SharedObserver {
         }
         observer.on_timed_read(offset, bytes, elapsed);
         self.aside.store(!observer.watching(), Ordering::Relaxed);
+    }
+
+    /// The connection's transaction on the file is over
+    /// ([`DbObserver::on_unlocked`]).
+    pub fn unlocked(&self) {
+        self.lock().on_unlocked();
     }
 
     /// Whether reads are being observed now (see [`DbObserver::watching`]).

@@ -91,6 +91,10 @@ pub const MAX_PARENTS: usize = 1 << 20;
 /// Interior pages kept unlinked at most, before the first scan through an index.
 pub const MAX_UNLINKED: usize = MAX_PARENTS / 64;
 
+/// Bytes of table interior pages kept unparsed at most, before the first
+/// scan through an index (past them, pages are parsed as they come).
+pub const MAX_UNPARSED_BYTES: usize = 2 << 20;
+
 /// Maps keyed by database page number with a multiplicative hash: page
 /// numbers are not chosen by an adversary who gains by colliding them (a
 /// crafted file costs at most its own lookups some speed), and SipHash made
@@ -243,6 +247,15 @@ pub struct RowidLookahead {
     unlinked: Vec<(u32, Box<[u32]>)>,
     /// Children in [`Self::unlinked`], held to [`MAX_PARENTS`] with the links.
     unlinked_children: usize,
+    /// Table interior pages seen before any scan through an index, as
+    /// read (at most [`MAX_UNPARSED_BYTES`]): parsed, kept in
+    /// [`Self::tables`] and linked when the first scan starts. Point reads
+    /// through an index bring in a new table interior page with most
+    /// lookups for a while, and parsing each one's few hundred cells cost
+    /// more than the rest of following them.
+    unparsed: Vec<(u32, Box<[u8]>)>,
+    /// Bytes in [`Self::unparsed`].
+    unparsed_bytes: usize,
     /// A scan through an index was seen (or may be starting, for an
     /// observer that reports reads by page number): links are made as
     /// pages come.
@@ -278,6 +291,8 @@ impl RowidLookahead {
             parents: PageMap::default(),
             unlinked: Vec::new(),
             unlinked_children: 0,
+            unparsed: Vec::new(),
+            unparsed_bytes: 0,
             linking: false,
             tables_of: HashMap::new(),
             depth: HashMap::new(),
@@ -313,11 +328,8 @@ impl RowidLookahead {
                     self.waiting.swap_remove(i);
                     self.taken_in = true;
                 }
-                if let Ok(interior) = sqlite::parse_table_interior(bytes, page_no, &self.geometry) {
-                    self.link(page_no, &interior.children);
-                    if self.tables.len() < MAX_TABLE_PAGES || self.tables.contains_key(&page_no) {
-                        self.tables.insert(page_no, interior);
-                    }
+                if self.linking || !self.keep_unparsed(page_no, bytes) {
+                    self.take_table_interior(page_no, bytes);
                 }
                 Lookahead::default()
             }
@@ -335,6 +347,19 @@ impl RowidLookahead {
             Some(sqlite::LEAF_TABLE) => self.on_table_leaf(page_no),
             _ => Lookahead::default(),
         }
+    }
+
+    /// Takes the end of the reader's transaction (SQLite's connection let
+    /// go of its lock on the file): the scan followed, if any, and the index
+    /// leaf not parsed yet are over, so that the lookups of the next
+    /// statement (point reads through an index whose leaf SQLite had
+    /// cached, each reading one table leaf) are not taken for a scan's.
+    /// What was learnt of the trees is kept.
+    pub fn end_of_transaction(&mut self) {
+        self.deferred = None;
+        self.leaf = None;
+        self.confirmed = 0;
+        self.window = 0;
     }
 
     /// Takes a read of database page `page_no` whose bytes are not at hand
@@ -432,9 +457,39 @@ impl RowidLookahead {
         (at, levels)
     }
 
-    /// Links the interior pages kept unlinked, and from now on each as it
-    /// comes: a scan through an index is to be followed (its leaves' and
-    /// table leaves' places in their trees are needed).
+    /// Parses table interior page `page_no` (its `bytes`), keeps it (up to
+    /// [`MAX_TABLE_PAGES`]) and links its children.
+    fn take_table_interior(&mut self, page_no: u32, bytes: &[u8]) {
+        if let Ok(interior) = sqlite::parse_table_interior(bytes, page_no, &self.geometry) {
+            self.link(page_no, &interior.children);
+            if self.tables.len() < MAX_TABLE_PAGES || self.tables.contains_key(&page_no) {
+                self.tables.insert(page_no, interior);
+            }
+        }
+    }
+
+    /// Keeps table interior page `page_no` as read, to be parsed when the
+    /// first scan starts ([`Self::start_linking`]); false when there is no
+    /// room left (the caller parses it now).
+    fn keep_unparsed(&mut self, page_no: u32, bytes: &[u8]) -> bool {
+        if let Some((_, kept)) = self.unparsed.iter_mut().find(|(p, _)| *p == page_no)
+            && kept.len() == bytes.len()
+        {
+            kept.copy_from_slice(bytes);
+            return true;
+        }
+        if self.unparsed_bytes.saturating_add(bytes.len()) > MAX_UNPARSED_BYTES {
+            return false;
+        }
+        self.unparsed_bytes += bytes.len();
+        self.unparsed.push((page_no, bytes.into()));
+        true
+    }
+
+    /// Links the interior pages kept unlinked and parses those kept
+    /// unparsed, and from now on each as it comes: a scan through an index
+    /// is to be followed (its leaves' and table leaves' places in their
+    /// trees, and the table's keys, are needed).
     fn start_linking(&mut self) {
         if self.linking {
             return;
@@ -443,6 +498,10 @@ impl RowidLookahead {
         self.unlinked_children = 0;
         for (parent, children) in std::mem::take(&mut self.unlinked) {
             self.link(parent, &children);
+        }
+        self.unparsed_bytes = 0;
+        for (page_no, bytes) in std::mem::take(&mut self.unparsed) {
+            self.take_table_interior(page_no, &bytes);
         }
     }
 
@@ -1045,13 +1104,36 @@ mod tests {
         assert_eq!((look.stats().index_leaves, look.stats().followed), (1, 2));
     }
 
+    /// Point reads through an index, each its own transaction: one reads
+    /// its index leaf and a table leaf, the next finds its index leaf in
+    /// SQLite's cache and reads only a table leaf. The end of the first
+    /// transaction says the second lookup is not the first's scan going
+    /// on: nothing is parsed or linked.
+    #[test]
+    fn the_end_of_a_transaction_ends_what_it_read() {
+        let mut look = RowidLookahead::new(geometry(), two());
+        look.on_page(2, &table_interior(2, &[(10, 100), (11, 200)], 12));
+        look.on_page(20, &index_leaf(&[150, 250]));
+        look.on_page(11, &table_leaf());
+        look.end_of_transaction();
+        look.on_page(10, &table_leaf());
+        assert_eq!(look.stats().index_leaves, 0, "no index leaf parsed");
+        assert!(look.parents.is_empty() && look.tables.is_empty(), "nothing linked or parsed");
+        // Without the end in between, the second lookup is taken for a scan's.
+        look.on_page(20, &index_leaf(&[150, 250]));
+        look.on_page(11, &table_leaf());
+        look.on_page(10, &table_leaf());
+        assert_eq!(look.stats().index_leaves, 1);
+    }
+
     #[test]
     fn pages_are_linked_from_the_first_scan_through_an_index_on() {
         let mut look = RowidLookahead::new(geometry(), two());
         look.on_page(2, &table_interior(2, &[(10, 100), (11, 200)], 12));
         look.on_page(10, &table_leaf());
         assert!(look.parents.is_empty(), "a table read by rowid links nothing");
-        assert_eq!(look.unlinked_children, 3);
+        assert!(look.tables.is_empty(), "nor parses its interior pages");
+        assert_eq!(look.unparsed.len(), 1);
         // A point read through an index: an index leaf, one table leaf.
         look.on_page(20, &index_leaf(&[150, 250]));
         look.on_page(11, &table_leaf());
@@ -1061,7 +1143,9 @@ mod tests {
         look.on_page(11, &table_leaf());
         look.on_page(12, &table_leaf());
         assert_eq!(look.parents.len(), 3, "the first scan links what was seen");
+        assert!(look.tables.contains_key(&2), "and parses it");
         assert!(look.unlinked.is_empty() && look.unlinked_children == 0);
+        assert!(look.unparsed.is_empty() && look.unparsed_bytes == 0);
         look.on_page(3, &table_interior(3, &[(30, 100)], 31));
         assert_eq!(look.parents.get(&31), Some(&3), "and later pages as they come");
     }
@@ -1085,9 +1169,15 @@ mod tests {
         for page in 2..(MAX_TABLE_PAGES as u32 + 100) {
             look.on_page(page, &table_interior(page, &[(page + 100_000, 5)], page + 200_000));
         }
-        assert_eq!(look.tables.len(), MAX_TABLE_PAGES);
+        assert_eq!(look.unparsed.len(), MAX_UNPARSED_BYTES / PAGE, "kept as read up to their bound");
+        assert_eq!(look.unparsed.iter().map(|(_, b)| b.len()).sum::<usize>(), look.unparsed_bytes);
+        assert_eq!(look.tables.len(), MAX_TABLE_PAGES + 98 - look.unparsed.len(), "the rest parsed as they came");
         assert!(look.parents.len() + look.unlinked_children <= MAX_PARENTS);
         assert_eq!(look.unlinked.iter().map(|(_, c)| c.len()).sum::<usize>(), look.unlinked_children);
+        look.start_linking();
+        assert_eq!(look.tables.len(), MAX_TABLE_PAGES, "parsed when a scan starts, up to their bound");
+        assert!(look.unparsed.is_empty());
+        assert!(look.parents.len() <= MAX_PARENTS);
     }
 
     #[test]
