@@ -5,6 +5,9 @@
 #       creates the YCSB-style table: keys user%010d, VALUE_BYTES random
 #       bytes each, inserted in a shuffled order (one transaction) so that
 #       the table's leaves are scattered over the file.
+#   build-16k DB ROWS VALUE_BYTES SEED
+#       the same table with 16 KiB pages (each leaf spans four 4 KiB pages
+#       of the page cache).
 #   build-index DB ROWS VALUE_BYTES SEED
 #       creates the ordinary rowid table with a secondary index:
 #       t(id INTEGER PRIMARY KEY, k TEXT, v BLOB), CREATE INDEX t_k ON t(k),
@@ -14,7 +17,8 @@
 #   fresh SCHEMA DB LIMIT ID [EXTENSION]
 #       one query in this new process, timed from before the extension's
 #       load (when given) to the last row: load, open, schema, query.
-#       SCHEMA is rowid (the YCSB table) or index (the table above).
+#       SCHEMA is rowid (the YCSB table; rowid-16k, the same of 16 KiB
+#       pages) or index (the table above).
 #   query SCHEMA DB LIMIT IDS [EXTENSION]
 #       opens DB (after loading EXTENSION, when given, so its VFS shim wraps
 #       the file), then times, with time.perf_counter and nothing else in the
@@ -63,13 +67,13 @@ def create(path, page_size, schema, table, rows):
     print(json.dumps({"rows": count}))
 
 
-def build(path, rows, value_bytes, seed):
+def build(path, rows, value_bytes, seed, page_size=4096):
     rng = random.Random(seed)
     ids = list(range(rows))
     rng.shuffle(ids)
     create(
         path,
-        4096,
+        page_size,
         ["CREATE TABLE usertable (id INTEGER PRIMARY KEY, key TEXT NOT NULL, value BLOB NOT NULL)"],
         "usertable",
         ((i, "user%010d" % i, rng.randbytes(value_bytes)) for i in ids),
@@ -163,6 +167,8 @@ def query(schema, path, limit, ids, extension):
 def main(argv):
     if len(argv) >= 5 and argv[1] == "build":
         build(argv[2], int(argv[3]), int(argv[4]), int(argv[5]) if len(argv) > 5 else 1)
+    elif len(argv) >= 5 and argv[1] == "build-16k":
+        build(argv[2], int(argv[3]), int(argv[4]), int(argv[5]) if len(argv) > 5 else 1, 16384)
     elif len(argv) >= 5 and argv[1] == "build-index":
         build_index(argv[2], int(argv[3]), int(argv[4]), int(argv[5]) if len(argv) > 5 else 1)
     elif len(argv) >= 6 and argv[1] == "fresh":
@@ -172,8 +178,8 @@ def main(argv):
         query(argv[2], argv[3], int(argv[4]), ids, argv[6] if len(argv) > 6 else None)
     else:
         sys.exit(
-            "usage: sqlite_scan.py build|build-index DB ROWS VALUE_BYTES [SEED] | query rowid|index DB LIMIT IDS [EXTENSION]"
-            " | fresh rowid|index DB LIMIT ID [EXTENSION]"
+            "usage: sqlite_scan.py build|build-16k|build-index DB ROWS VALUE_BYTES [SEED]"
+            " | query rowid|rowid-16k|index DB LIMIT IDS [EXTENSION] | fresh rowid|rowid-16k|index DB LIMIT ID [EXTENSION]"
         )
 
 

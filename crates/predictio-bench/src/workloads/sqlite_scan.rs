@@ -38,9 +38,12 @@
 //!   parses the interior pages SQLite reads and drives the `btree` policy
 //!   in-process.
 //! - **nochange** (`nochange_s`): the unmodified program under
-//!   `predictio run --policy btree` (this binary): eBPF observes its reads,
-//!   the pipeline recognises the SQLite file and parses the interior pages
-//!   it sees read from the page cache ([`predictio::btree::observe`]).
+//!   `predictio run` with its default policies, as a user runs it (this
+//!   binary): eBPF observes its reads, the pipeline recognises the SQLite
+//!   file and parses the pages it sees read from the page cache
+//!   ([`predictio::btree::observe`]): descents go to the `btree` policy,
+//!   the table leaves of an index scan's rowids ahead to the `hints`
+//!   policy.
 //!
 //! Per case: each pair's ratio (baseline / side), the closure of each side
 //! (the share of the cold-to-warm gap closed, from the medians), answers
@@ -96,6 +99,9 @@ enum Schema {
     /// in random order: each row of a key-range scan is a rowid lookup at
     /// a random place in the table.
     Index,
+    /// The YCSB table with 16 KiB pages: each leaf is four 4 KiB pages of
+    /// the page cache, all of which a prefetch must bring in.
+    Large,
 }
 
 impl Schema {
@@ -103,6 +109,7 @@ impl Schema {
         match self {
             Schema::Rowid => "rowid",
             Schema::Index => "index",
+            Schema::Large => "rowid-16k",
         }
     }
 }
@@ -122,7 +129,7 @@ const fn case(name: &'static str, schema: Schema, limit: u64, queries: usize, fr
     CaseSpec { name, schema, limit, queries, fresh }
 }
 
-const CASES: [CaseSpec; 17] = [
+const CASES: [CaseSpec; 19] = [
     case("scan-10", Schema::Rowid, 10, 200, false),
     case("scan-100", Schema::Rowid, 100, 60, false),
     case("scan-1000", Schema::Rowid, 1000, 10, false),
@@ -132,6 +139,8 @@ const CASES: [CaseSpec; 17] = [
     case("index-1000", Schema::Index, 1000, 3, false),
     case("index-10000", Schema::Index, 10000, 1, false),
     case("index-point", Schema::Index, 1, 300, false),
+    case("large-100", Schema::Large, 100, 60, false),
+    case("large-1000", Schema::Large, 1000, 10, false),
     case("fresh-scan-10", Schema::Rowid, 10, 1, true),
     case("fresh-scan-1000", Schema::Rowid, 1000, 1, true),
     case("fresh-point", Schema::Rowid, 1, 1, true),
@@ -166,6 +175,7 @@ struct Setup {
     /// The database of each [`Schema`] a case uses.
     rowid_db: Option<PathBuf>,
     index_db: Option<PathBuf>,
+    large_db: Option<PathBuf>,
     extension: PathBuf,
     predictio: PathBuf,
 }
@@ -175,6 +185,7 @@ impl Setup {
         match schema {
             Schema::Rowid => self.rowid_db.as_deref(),
             Schema::Index => self.index_db.as_deref(),
+            Schema::Large => self.large_db.as_deref(),
         }
         .ok_or_else(|| BenchError::Options(format!("no {} table was built", schema.name())))
     }
@@ -226,6 +237,7 @@ fn database(h: &Harness, setup_python: &Path, script: &Path, schema: Schema, row
     let stem = match schema {
         Schema::Rowid => "sqlite-scan",
         Schema::Index => "sqlite-index",
+        Schema::Large => "sqlite-scan-16k",
     };
     let db = dir.join(format!("{stem}-{rows}.db"));
     let marker = dir.join(format!("{stem}-{rows}.ok"));
@@ -244,6 +256,7 @@ fn database(h: &Harness, setup_python: &Path, script: &Path, schema: Schema, row
         .arg(match schema {
             Schema::Rowid => "build",
             Schema::Index => "build-index",
+            Schema::Large => "build-16k",
         })
         .args([tmp.to_string_lossy().into_owned(), rows.to_string(), VALUE_BYTES.to_string(), BUILD_SEED.to_string()])
         .output()
@@ -292,7 +305,7 @@ fn pass(setup: &Setup, spec: &CaseSpec, side: Side, ids: &[u64]) -> Result<Pass,
             cmd.arg(&setup.python)
         }
         Side::NoChange => {
-            cmd.arg(&setup.predictio).args(["run", "--json", "--policy", "btree", "--"]).arg(&setup.python)
+            cmd.arg(&setup.predictio).args(["run", "--json", "--"]).arg(&setup.python)
         }
     };
     let out = cmd.args(&query).output().doing(|| format!("running the {} pass", side.name()))?;
@@ -448,11 +461,13 @@ pub fn run(options: &BenchOptions) -> Result<Report, BenchError> {
     let uses = |schema| cases.iter().any(|c| c.schema == schema);
     let rowid_db = if uses(Schema::Rowid) { Some(database(&h, &python, &script, Schema::Rowid, rows)?) } else { None };
     let index_db = if uses(Schema::Index) { Some(database(&h, &python, &script, Schema::Index, rows)?) } else { None };
+    let large_db = if uses(Schema::Large) { Some(database(&h, &python, &script, Schema::Large, rows)?) } else { None };
     let setup = Setup {
         python,
         script,
         rowid_db,
         index_db,
+        large_db,
         extension: extension(&options.dir)?,
         predictio: crate::harness::predictio_binary()?,
     };
@@ -462,7 +477,7 @@ pub fn run(options: &BenchOptions) -> Result<Report, BenchError> {
     }
     h.finish();
     let size = |db: &Option<PathBuf>| db.as_ref().and_then(|db| std::fs::metadata(db).ok()).map(|m| m.len());
-    let (rowid_bytes, index_bytes) = (size(&setup.rowid_db), size(&setup.index_db));
+    let (rowid_bytes, index_bytes, large_bytes) = (size(&setup.rowid_db), size(&setup.index_db), size(&setup.large_db));
     let mut notes = Vec::new();
     notes.push(crate::harness::PRIMED_NOTE.to_string());
     for c in &out {
@@ -537,6 +552,11 @@ pub fn run(options: &BenchOptions) -> Result<Report, BenchError> {
                     "schema": "CREATE TABLE usertable (id INTEGER PRIMARY KEY, key TEXT NOT NULL, value BLOB NOT NULL); key = user%010d of id",
                     "query": "SELECT key, value FROM usertable WHERE id >= ? ORDER BY id LIMIT N (point: WHERE id = ?)",
                 },
+                "rowid-16k": {
+                    "db_bytes": large_bytes, "page_size": 16384,
+                    "schema": "the rowid table's, with 16 KiB pages",
+                    "query": "the rowid table's",
+                },
                 "index": {
                     "db_bytes": index_bytes, "page_size": 8192,
                     "schema": "CREATE TABLE t (id INTEGER PRIMARY KEY, k TEXT, v BLOB); CREATE INDEX t_k ON t(k); rows inserted in a random order of k",
@@ -544,7 +564,7 @@ pub fn run(options: &BenchOptions) -> Result<Report, BenchError> {
                 },
             },
             "program": setup.python.display().to_string(),
-            "sides": ["baseline", "adapter (treatment: load_extension libpredictio_sqlite.so)", "nochange (predictio run --policy btree -- python3 ...)"],
+            "sides": ["baseline", "adapter (treatment: load_extension libpredictio_sqlite.so)", "nochange (predictio run -- python3 ..., default policies)"],
             "cases": CASES.iter().map(|c| serde_json::json!({"name": c.name, "schema": c.schema.name(), "limit": c.limit, "queries": c.queries, "fresh": c.fresh})).collect::<Vec<_>>(),
         }),
         cold_method: h.cold.describe().into(),
