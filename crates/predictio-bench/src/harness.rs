@@ -198,6 +198,34 @@ impl Harness {
 }
 
 /// The `predictio` binary the workloads run (`daemon`, `run`, `record`):
+/// Waits (up to 5 s) until no `predictio run` process is left: the helper
+/// a finished `run` forks to detach its tracepoints takes about a second,
+/// and while it does the kernel holds its tracing lock, so that the next
+/// `run` cannot attach its own and observes nothing at first. Returns how
+/// long it waited. Every pass of a side that runs `predictio run` is
+/// preceded by this, so that each starts as a `run` started a while after
+/// the last one does.
+pub fn await_run_helpers() -> Duration {
+    const CAP: Duration = Duration::from_secs(5);
+    let start = std::time::Instant::now();
+    while start.elapsed() < CAP && run_helper_alive() {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    start.elapsed()
+}
+
+/// Whether a process `predictio* run …` is alive (a helper of a finished
+/// `run`, when no `run` of ours is under way).
+fn run_helper_alive() -> bool {
+    let Ok(entries) = std::fs::read_dir("/proc") else { return false };
+    entries.flatten().filter(|e| e.file_name().to_string_lossy().bytes().all(|b| b.is_ascii_digit())).any(|e| {
+        let Ok(cmdline) = std::fs::read(e.path().join("cmdline")) else { return false };
+        let mut args = cmdline.split(|&b| b == 0);
+        let exe = args.next().and_then(|a| Path::new(std::str::from_utf8(a).ok()?).file_name()?.to_str());
+        exe.is_some_and(|exe| exe.starts_with("predictio")) && args.next() == Some(b"run")
+    })
+}
+
 /// `$PREDICTIO_BIN` if set, else the `predictio` beside this binary (cargo
 /// builds both into one target directory; a package installs both into one
 /// directory).

@@ -230,6 +230,11 @@ pub fn run(args: Args) -> Result<()> {
             && let Some(thread) = loading.take()
         {
             let (loaded, why) = thread.join().unwrap_or_else(|_| (None, Some("the observer's loader panicked".into())));
+            tracing::info!(
+                after_ms = start.elapsed().as_millis() as u64,
+                loaded = loaded.is_some(),
+                "eBPF observation loaded"
+            );
             note = why;
             observer = loaded;
             // The command runs already: an observer that cannot follow it
