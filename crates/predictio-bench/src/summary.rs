@@ -500,10 +500,10 @@ fn rows_of(workload: Workload, file: &ResultFile, notes: &mut Vec<String>) -> Re
             }
         }
         Workload::SqliteScan => {
-            for name in ["scan-100", "scan-1000", "scan-10000", "point", "index-1000", "fresh-index-10"] {
+            for name in ["scan-100", "scan-1000", "scan-10000", "point", "index-1000", "large-1000", "fresh-index-10"] {
                 let case = file.case(name)?;
                 rows.push(case.ab_row(workload, " (`.load`)")?);
-                if name == "scan-1000" {
+                if name == "scan-1000" || name == "index-1000" {
                     rows.push(case.ab_row_with(
                         workload,
                         format!("{name}, no change (`run`)"),
