@@ -199,6 +199,10 @@ pub struct RowidStats {
 /// for. A table whose level is larger is left to the paths.
 pub const MAX_LEVEL_BYTES: u64 = 1 << 20;
 
+/// Scans through an index whose lengths (lookups followed) are remembered,
+/// to bound how far ahead the next one asks.
+pub const SCAN_HISTORY: usize = 8;
+
 /// Table leaf reads after an unparsed index leaf that make it a scan's
 /// (see [`Deferred`]).
 const DEFER_LOOKUPS: usize = 2;
@@ -278,6 +282,13 @@ pub struct RowidLookahead {
     /// In-order lookups seen in the current scan.
     confirmed: u32,
     window: usize,
+    /// Rows the current scan has looked up (cells of its index leaves it
+    /// passed, those SQLite found cached included).
+    scan_rows: usize,
+    /// Rows the last [`SCAN_HISTORY`] scans looked up, most recent last: a
+    /// scan asks no further ahead than the longest of them reached (a
+    /// program's `LIMIT 100` pages each read 100 rows), until it is longer.
+    lengths: std::collections::VecDeque<usize>,
     stats: RowidStats,
 }
 
@@ -303,6 +314,8 @@ impl RowidLookahead {
             level_asked: Vec::new(),
             confirmed: 0,
             window: 0,
+            scan_rows: 0,
+            lengths: std::collections::VecDeque::new(),
             stats: RowidStats::default(),
         }
     }
@@ -358,8 +371,34 @@ impl RowidLookahead {
     pub fn end_of_transaction(&mut self) {
         self.deferred = None;
         self.leaf = None;
+        self.end_scan();
+    }
+
+    /// Ends the scan followed, if any: its length is remembered (when it was
+    /// one, confirmed) and the next starts from nothing.
+    fn end_scan(&mut self) {
+        if self.confirmed >= self.config.confirm && self.scan_rows > 0 {
+            if self.lengths.len() >= SCAN_HISTORY {
+                self.lengths.pop_front();
+            }
+            self.lengths.push_back(self.scan_rows);
+        }
         self.confirmed = 0;
         self.window = 0;
+        self.scan_rows = 0;
+    }
+
+    /// How many rowids past the scan's current row it may ask for: as many
+    /// as the longest recent scan read beyond it (with an eighth to spare),
+    /// or any number once it is longer than they were or none is known.
+    fn rows_left(&self) -> usize {
+        match self.lengths.iter().max() {
+            Some(&longest) => {
+                let cap = longest + longest / 8 + SKIP;
+                if self.scan_rows < cap { cap - self.scan_rows } else { usize::MAX }
+            }
+            None => usize::MAX,
+        }
     }
 
     /// Takes a read of database page `page_no` whose bytes are not at hand
@@ -511,8 +550,7 @@ impl RowidLookahead {
             // a scan starting; the table leaves read next say which.
             self.deferred = Some(Deferred { page_no, bytes: bytes.into(), table_leaves: Vec::new() });
             self.leaf = None;
-            self.confirmed = 0;
-            self.window = 0;
+            self.end_scan();
             return Lookahead::default();
         }
         self.deferred = None;
@@ -539,8 +577,7 @@ impl RowidLookahead {
         let asked = vec![false; rowids.len()];
         self.leaf = Some(IndexLeaf { index_top, rowids, position: None, asked_to: 0, asked, pending: false });
         if !continues {
-            self.confirmed = 0;
-            self.window = 0;
+            self.end_scan();
             return Lookahead::default();
         }
         self.ask_ahead(None)
@@ -604,8 +641,7 @@ impl RowidLookahead {
             }
             // Otherwise not this index leaf's lookup: another cursor, or a
             // table scan. The scan is not followed until it is seen again.
-            self.confirmed = 0;
-            self.window = 0;
+            self.end_scan();
             return Lookahead::default();
         };
         self.stats.followed += 1;
@@ -613,11 +649,13 @@ impl RowidLookahead {
         // whose leaf SQLite had in its own cache are not read); a lookup
         // further on in the leaf is a point read, or a new scan starting
         // there.
-        if position <= from + SKIP {
+        if position <= from + SKIP && self.confirmed > 0 {
             self.confirmed = self.confirmed.saturating_add(1);
+            self.scan_rows += position + 1 - from;
         } else {
+            self.end_scan();
             self.confirmed = 1;
-            self.window = 0;
+            self.scan_rows = 1;
         }
         if let Some(leaf) = self.leaf.as_mut() {
             leaf.position = Some(position);
@@ -660,7 +698,7 @@ impl RowidLookahead {
             // The scan used half of what this leaf asked for: it goes on.
             self.window = (self.window * 2).min(self.config.max_window.max(self.config.first_window));
         }
-        let to = (next + self.window).min(len);
+        let to = (next + self.window.min(self.rows_left())).min(len);
         let mut pending = false;
         for i in next..to {
             if leaf.asked.get(i).copied().unwrap_or(true) {
@@ -936,6 +974,36 @@ mod tests {
         // asked at once.
         let next = look.on_page(42, &index_leaf(&[1001, 2]));
         assert_eq!(next.leaves, vec![20, 10]);
+    }
+
+    /// Scans of the same length, each its own statement: once one is known,
+    /// the next asks no further ahead than that length (and an eighth); a
+    /// longer scan asks on once it has passed it.
+    #[test]
+    fn a_scan_asks_no_further_than_recent_scans_read() {
+        let mut look = ready(true);
+        // 40 rowids in index order, each in another table leaf than the one
+        // before (leaves 10..=19 hold rowids up to 1000, 20..=29 the rest).
+        let rowid = |i: usize| if i % 20 < 10 { 50 + 100 * (i % 20) as i64 } else { 1050 + 100 * (i % 20 - 10) as i64 };
+        let leaf = |i: usize| if i % 20 < 10 { 10 + (i % 20) as u32 } else { 20 + (i % 20 - 10) as u32 };
+        let rowids: Vec<i64> = (0..40).map(rowid).collect();
+        let mut scan = |look: &mut RowidLookahead, rows: usize| {
+            look.on_page(41, &index_leaf(&rowids));
+            for i in 0..rows {
+                look.on_page(leaf(i), &table_leaf());
+            }
+            let asked = look.leaf.as_ref().map_or(0, |l| l.asked_to);
+            look.end_of_transaction();
+            asked
+        };
+        let unbounded = scan(&mut look, 10);
+        assert!(unbounded >= 20, "the first scan's window ran to cell {unbounded}");
+        assert_eq!(look.lengths.back(), Some(&10));
+        let bounded = scan(&mut look, 10);
+        assert!(bounded <= 10 + 1 + SKIP, "a scan like the last asked up to cell {bounded}");
+        let longer = scan(&mut look, 30);
+        assert_eq!(longer, 40, "a longer scan asks on past the length of the last");
+        assert_eq!(look.lengths.back(), Some(&30));
     }
 
     /// Between two index leaves the scan looks up the entry of the parent
