@@ -987,7 +987,7 @@ mod tests {
         let rowid = |i: usize| if i % 20 < 10 { 50 + 100 * (i % 20) as i64 } else { 1050 + 100 * (i % 20 - 10) as i64 };
         let leaf = |i: usize| if i % 20 < 10 { 10 + (i % 20) as u32 } else { 20 + (i % 20 - 10) as u32 };
         let rowids: Vec<i64> = (0..40).map(rowid).collect();
-        let mut scan = |look: &mut RowidLookahead, rows: usize| {
+        let scan = |look: &mut RowidLookahead, rows: usize| {
             look.on_page(41, &index_leaf(&rowids));
             for i in 0..rows {
                 look.on_page(leaf(i), &table_leaf());
