@@ -197,14 +197,13 @@ impl Harness {
     }
 }
 
-/// The `predictio` binary the workloads run (`daemon`, `run`, `record`):
 /// Waits (up to 5 s) until no `predictio run` process is left: the helper
 /// a finished `run` forks to detach its tracepoints takes about a second,
 /// and while it does the kernel holds its tracing lock, so that the next
-/// `run` cannot attach its own and observes nothing at first. Returns how
-/// long it waited. Every pass of a side that runs `predictio run` is
-/// preceded by this, so that each starts as a `run` started a while after
-/// the last one does.
+/// `run` cannot attach its own and observes nothing at first (and the
+/// helper's work falls in whatever pass runs meanwhile). Returns how long
+/// it waited. Workloads with a `predictio run` side call it before every
+/// pass, so that each starts with no helper of an earlier one at work.
 pub fn await_run_helpers() -> Duration {
     const CAP: Duration = Duration::from_secs(5);
     let start = std::time::Instant::now();
@@ -226,6 +225,7 @@ fn run_helper_alive() -> bool {
     })
 }
 
+/// The `predictio` binary the workloads run (`daemon`, `run`, `record`):
 /// `$PREDICTIO_BIN` if set, else the `predictio` beside this binary (cargo
 /// builds both into one target directory; a package installs both into one
 /// directory).

@@ -22,6 +22,7 @@ pub const SQLITE_OPEN_MAIN_DB: c_int = 0x0000_0100;
 pub const SQLITE_OPEN_WAL: c_int = 0x0008_0000;
 pub const SQLITE_SHM_UNLOCK: c_int = 1;
 pub const SQLITE_SHM_LOCK: c_int = 2;
+pub const SQLITE_SHM_SHARED: c_int = 4;
 pub const SQLITE_SHM_EXCLUSIVE: c_int = 8;
 pub const SQLITE_UTF8: c_int = 1;
 pub const SQLITE_LOCK_NONE: c_int = 0;

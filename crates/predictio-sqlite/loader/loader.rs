@@ -25,8 +25,12 @@
 //!   the scan started with. A page that came from the device, or from a
 //!   WAL, is kept as a copy (at most [`LOG_BYTES`]); one the page cache
 //!   served is only noted, and read again (from the cache, where it was a
-//!   moment ago) when it is shown: a process on a warm cache, which never
-//!   loads the runtime, copies nothing.
+//!   moment ago, if it was noted within [`NOTED_FRESH_NS`]) when it is
+//!   shown: a process on a warm cache, which never loads the runtime,
+//!   copies nothing.
+//! - **Transactions.** The end of each (`xUnlock` to `NONE`; on a WAL
+//!   database, its WAL read lock let go) is told to the runtime: an index
+//!   scan does not go on past it.
 //!
 //! `PREDICTIO_SQLITE_RUNTIME` in the environment at load: `lazy` (the
 //! default, as above), `eager` (load the runtime now, before returning)
@@ -45,7 +49,7 @@ use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU8, AtomicU64, Ordering};
 use abi::{
     File, Hooks, Int64, IoMethods, SQLITE_CANTOPEN, SQLITE_ERROR, SQLITE_IOERR, SQLITE_LOCK_NONE, SQLITE_NOTFOUND,
     SQLITE_OK, SQLITE_OK_LOAD_PERMANENTLY, SQLITE_OPEN_MAIN_DB, SQLITE_OPEN_WAL, SQLITE_SHM_EXCLUSIVE, SQLITE_SHM_LOCK,
-    SQLITE_SHM_UNLOCK, SQLITE_UTF8, Vfs, api,
+    SQLITE_SHM_SHARED, SQLITE_SHM_UNLOCK, SQLITE_UTF8, Vfs, api,
 };
 
 #[panic_handler]
@@ -352,9 +356,17 @@ struct Logged {
     data: *mut u8,
     len: usize,
     elapsed_ns: u64,
+    /// When it was read (`CLOCK_MONOTONIC`, ns).
+    at_ns: u64,
 }
 
-const NOT_LOGGED: Logged = Logged { offset: 0, data: ptr::null_mut(), len: 0, elapsed_ns: 0 };
+const NOT_LOGGED: Logged = Logged { offset: 0, data: ptr::null_mut(), len: 0, elapsed_ns: 0, at_ns: 0 };
+
+/// A page noted without a copy is read again when it is shown only if it
+/// was read this recently (ns): it is in the page cache still, most surely;
+/// an older one may have been evicted, and reading it again would make the
+/// read that shows the log wait for the device.
+const NOTED_FRESH_NS: u64 = 1_000_000_000;
 
 #[repr(C)]
 struct ShimFile {
@@ -373,6 +385,8 @@ struct ShimFile {
     /// checkpoint lock (its WAL reads then are not lookups).
     checkpointing: AtomicBool,
     log_len: usize,
+    /// No more pages are noted (a WAL page did not fit).
+    log_closed: bool,
     log: [Logged; LOG_PAGES],
 }
 
@@ -401,35 +415,40 @@ unsafe fn real_vfs(vfs: *mut Vfs) -> *mut Vfs {
 }
 
 /// Notes a page read in `db`'s log, if it has room: with a copy of its
-/// bytes if `keep` (a read from the device or from a WAL), else its place
-/// alone.
+/// bytes if it came from the device (`elapsed_ns`) or from a WAL, else its
+/// place alone (the file's page, cached now, is read again when the log is
+/// shown). A page from the device past [`LOG_BYTES`] of copies is noted
+/// too; one from a WAL that does not fit ends the log (the file holds
+/// another version of it).
 ///
 /// # Safety
 ///
 /// `db` is a main database's `ShimFile`, used by one thread at a time (its
 /// connection's); `data` holds `len` readable bytes.
-unsafe fn log_read(db: *mut ShimFile, offset: u64, data: *const u8, len: usize, elapsed_ns: u64, keep: bool) {
+unsafe fn log_read(db: *mut ShimFile, offset: u64, data: *const u8, len: usize, elapsed_ns: u64, from_wal: bool) {
     // SAFETY: per the caller.
     let db = unsafe { &mut *db };
-    if db.log_len >= LOG_PAGES {
+    if db.log_len >= LOG_PAGES || db.log_closed {
         return;
     }
     let mut copy = ptr::null_mut();
-    if keep {
+    if from_wal || elapsed_ns >= SLOW_NS {
         let kept: usize =
             db.log.iter().take(db.log_len).filter(|entry| !entry.data.is_null()).map(|entry| entry.len).sum();
-        if kept.saturating_add(len) > LOG_BYTES {
+        if kept.saturating_add(len) <= LOG_BYTES {
+            copy = sqlite_malloc(len);
+            if !copy.is_null() {
+                // SAFETY: `len` bytes each side, distinct allocations.
+                unsafe { ptr::copy_nonoverlapping(data, copy, len) };
+            }
+        }
+        if copy.is_null() && from_wal {
+            db.log_closed = true;
             return;
         }
-        copy = sqlite_malloc(len);
-        if copy.is_null() {
-            return;
-        }
-        // SAFETY: `len` bytes each side, distinct allocations.
-        unsafe { ptr::copy_nonoverlapping(data, copy, len) };
     }
     if let Some(slot) = db.log.get_mut(db.log_len) {
-        *slot = Logged { offset, data: copy, len, elapsed_ns };
+        *slot = Logged { offset, data: copy, len, elapsed_ns, at_ns: now_ns() };
         db.log_len += 1;
     } else {
         sqlite_free(copy);
@@ -454,41 +473,55 @@ fn clear_log(db: &mut ShimFile) {
 /// As [`log_read`].
 unsafe fn attach(db: *mut ShimFile) -> Option<(&'static Hooks, *mut c_void)> {
     // SAFETY: per the caller.
-    let db = unsafe { &mut *db };
-    if db.refused {
+    let (refused, observer, path) = unsafe { ((*db).refused, (*db).observer, (*db).path) };
+    if refused {
         return None;
     }
     let hooks = hooks()?;
-    if db.observer.is_null() {
-        // SAFETY: SQLite's name of the open database, NUL-terminated.
-        let observer = unsafe { (hooks.open)(db.path) };
-        if observer.is_null() {
-            db.refused = true;
-            clear_log(db);
-            return None;
-        }
-        db.observer = observer;
-        // SAFETY: per the caller.
-        unsafe { show_log(db, hooks, observer) };
-        clear_log(db);
+    if !observer.is_null() {
+        return Some((hooks, observer));
     }
-    Some((hooks, db.observer))
+    // SAFETY: SQLite's name of the open database, NUL-terminated.
+    let observer = unsafe { (hooks.open)(path) };
+    if observer.is_null() {
+        // SAFETY: per the caller.
+        let shim = unsafe { &mut *db };
+        shim.refused = true;
+        clear_log(shim);
+        return None;
+    }
+    // SAFETY: per the caller.
+    unsafe { (*db).observer = observer };
+    // SAFETY: per the caller; the observer is the runtime's for this file.
+    unsafe { show_log(db, hooks, observer) };
+    // SAFETY: per the caller.
+    clear_log(unsafe { &mut *db });
+    Some((hooks, observer))
 }
 
 /// Shows `db`'s log to its new observer, in order: the copies as kept,
 /// the pages only noted read again (from the page cache, which served them
-/// a moment ago) into one buffer; one that cannot be read is passed over.
+/// lately: [`NOTED_FRESH_NS`]) into one buffer; one that cannot be read, or
+/// was noted too long ago, is passed over.
 ///
 /// # Safety
 ///
 /// As [`log_read`]; `observer` is the runtime's observer of `db`.
-unsafe fn show_log(db: &mut ShimFile, hooks: &Hooks, observer: *mut c_void) {
+unsafe fn show_log(db: *mut ShimFile, hooks: &Hooks, observer: *mut c_void) {
     let mut buf: *mut u8 = ptr::null_mut();
     let mut buf_len = 0;
-    for i in 0..db.log_len {
-        let Some(&entry) = db.log.get(i) else { break };
+    let now = now_ns();
+    // SAFETY: per the caller (read through the pointer, which also reaches
+    // the real file after it).
+    let log_len = unsafe { (*db).log_len };
+    for i in 0..log_len {
+        // SAFETY: as above; the log is not changed while it is shown.
+        let Some(entry) = (unsafe { (*db).log.get(i).copied() }) else { break };
         let mut data = entry.data.cast_const();
         if data.is_null() {
+            if now.saturating_sub(entry.at_ns) > NOTED_FRESH_NS {
+                continue;
+            }
             if buf_len < entry.len {
                 sqlite_free(buf);
                 buf = sqlite_malloc(entry.len);
@@ -500,7 +533,7 @@ unsafe fn show_log(db: &mut ShimFile, hooks: &Hooks, observer: *mut c_void) {
             let Ok(amt) = c_int::try_from(entry.len) else { continue };
             // SAFETY: `db` is a main database opened by `shim_open` (its
             // real file follows it); `buf` holds `entry.len` bytes.
-            let rc = unsafe { real_read(ptr::from_mut(db).cast(), buf.cast(), amt, entry.offset as Int64) };
+            let rc = unsafe { real_read(db.cast(), buf.cast(), amt, entry.offset as Int64) };
             if rc != SQLITE_OK {
                 continue;
             }
@@ -556,7 +589,7 @@ unsafe fn observe(
         None => {
             if STATE.load(Ordering::Relaxed) < LOADED {
                 // SAFETY: per the caller.
-                unsafe { log_read(db, offset, data, len, elapsed, from_wal || elapsed >= SLOW_NS) };
+                unsafe { log_read(db, offset, data, len, elapsed, from_wal) };
                 waited(elapsed);
             }
         }
@@ -606,18 +639,33 @@ unsafe extern "C" fn io_unlock(file: *mut File, level: c_int) -> c_int {
     // SAFETY: a file opened by `shim_open`; SQLite's arguments.
     let rc = unsafe { real_unlock(file, level) };
     if level == SQLITE_LOCK_NONE {
-        // SAFETY: our part of the file; its observer (if any) is the
-        // runtime's, used by this connection only.
-        let observer = unsafe { (*file.cast::<ShimFile>()).observer };
-        if !observer.is_null()
-            && let Some(hooks) = hooks()
-        {
-            // SAFETY: an attached observer.
-            unsafe { (hooks.unlocked)(observer) };
-        }
+        // SAFETY: as above, used by this connection.
+        unsafe { transaction_ended(file) };
     }
     rc
 }
+
+/// Tells the runtime that the transaction on `file` (a main database) is
+/// over, if it observes the file.
+///
+/// # Safety
+///
+/// `file` was opened by `shim_open` and is used by the calling connection.
+unsafe fn transaction_ended(file: *mut File) {
+    // SAFETY: our part of the file; its observer (if any) is the runtime's,
+    // used by this connection only.
+    let observer = unsafe { (*file.cast::<ShimFile>()).observer };
+    if !observer.is_null()
+        && let Some(hooks) = hooks()
+    {
+        // SAFETY: an attached observer.
+        unsafe { (hooks.unlocked)(observer) };
+    }
+}
+
+/// The WAL-index read locks (`WAL_READ_LOCK(0..5)`), one held shared for
+/// each read transaction on a WAL database.
+const WAL_READ_LOCKS: core::ops::Range<c_int> = 3..8;
 
 /// The WAL-index lock a checkpoint holds exclusively (`WAL_CKPT_LOCK`).
 const WAL_CKPT_LOCK: c_int = 1;
@@ -628,6 +676,12 @@ unsafe extern "C" fn io_shm_lock(file: *mut File, offset: c_int, n: c_int, flags
     // A checkpoint (or a recovery) holds the checkpoint lock exclusively
     // while it copies WAL frames to the database: its WAL reads are not
     // lookups.
+    // A WAL database keeps its lock on the file while open: the end of a
+    // read transaction is its WAL read lock let go.
+    if flags == SQLITE_SHM_UNLOCK | SQLITE_SHM_SHARED && (WAL_READ_LOCKS).contains(&offset) {
+        // SAFETY: a file opened by `shim_open`, used by this connection.
+        unsafe { transaction_ended(file) };
+    }
     if offset <= WAL_CKPT_LOCK && WAL_CKPT_LOCK < offset.saturating_add(n) && flags & SQLITE_SHM_EXCLUSIVE != 0 {
         // SAFETY: our part of the file.
         let checkpointing = unsafe { &(*file.cast::<ShimFile>()).checkpointing };
@@ -806,6 +860,7 @@ unsafe extern "C" fn shim_open(
             wal_of: ptr::null_mut(),
             checkpointing: AtomicBool::new(false),
             log_len: 0,
+            log_closed: false,
             log: [NOT_LOGGED; LOG_PAGES],
         });
         let real_vfs = real_vfs(vfs);

@@ -634,6 +634,7 @@ impl DbObserver {
     /// leaf read since which no table leaf was, ends with it, so that the
     /// lookups of the next statement are not taken for its.
     pub fn on_unlocked(&mut self) {
+        self.last_index_leaf = None;
         if let Some(known) = self.known.as_mut() {
             known.rowids.end_of_transaction();
         }

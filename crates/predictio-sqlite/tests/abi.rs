@@ -62,6 +62,7 @@ fn the_constants_are_sqlites() {
     assert_eq!(abi::SQLITE_OPEN_WAL, ffi::SQLITE_OPEN_WAL);
     assert_eq!(abi::SQLITE_SHM_UNLOCK, ffi::SQLITE_SHM_UNLOCK);
     assert_eq!(abi::SQLITE_LOCK_NONE, ffi::SQLITE_LOCK_NONE);
+    assert_eq!(abi::SQLITE_SHM_SHARED, ffi::SQLITE_SHM_SHARED);
     assert_eq!(abi::SQLITE_SHM_LOCK, ffi::SQLITE_SHM_LOCK);
     assert_eq!(abi::SQLITE_SHM_EXCLUSIVE, ffi::SQLITE_SHM_EXCLUSIVE);
     assert_eq!(abi::SQLITE_UTF8, ffi::SQLITE_UTF8);

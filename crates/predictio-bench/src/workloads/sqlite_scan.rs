@@ -358,9 +358,7 @@ fn measure(h: &Harness, setup: &Setup, spec: &CaseSpec, rows: u64, pairs: usize)
         for k in 0..SIDES.len() {
             // Rotate so that no side always runs first.
             let s = (k + pair) % SIDES.len();
-            if SIDES[s] == Side::NoChange {
-                helper_wait = helper_wait.max(crate::harness::await_run_helpers());
-            }
+            helper_wait = helper_wait.max(crate::harness::await_run_helpers());
             resident_before.push(h.make_cold(&[db])?);
             settle();
             let p = pass(setup, spec, SIDES[s], &ids)?;
@@ -533,9 +531,9 @@ pub fn run(options: &BenchOptions) -> Result<Report, BenchError> {
             .into(),
     );
     notes.push(
-        "each nochange pass starts once no `predictio run` of an earlier pass is left (nochange_helper_wait_s: the \
-         longest wait): a finished `run` detaches its tracepoints in a helper for about a second, during which the \
-         kernel's tracing lock keeps the next `run` from attaching its own, so that it observes nothing until then"
+        "each pass starts once no `predictio run` of an earlier pass is left (nochange_helper_wait_s: the longest \
+         wait): a finished `run` detaches its tracepoints in a helper for about a second, during which the kernel's \
+         tracing lock keeps the next `run` from attaching its own, so that it observes nothing until then"
             .into(),
     );
     notes.push(

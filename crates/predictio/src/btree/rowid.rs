@@ -695,7 +695,9 @@ impl RowidLookahead {
             return;
         }
         if leaf.asked_to > 0 && !leaf.pending {
-            // The scan used half of what this leaf asked for: it goes on.
+            // The scan used half of what this leaf asked for: it goes on
+            // (the window grows even where recent scans bound what it asks
+            // for: the queue stays deep up to the bound).
             self.window = (self.window * 2).min(self.config.max_window.max(self.config.first_window));
         }
         let to = (next + self.window.min(self.rows_left())).min(len);

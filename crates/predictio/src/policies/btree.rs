@@ -611,14 +611,18 @@ impl BtreePolicy {
         let pays = config.upper_payback == 0
             || u64::from(enters).saturating_mul(u64::from(config.upper_payback)) >= u64::from(len);
         if upper && !fetched_whole && enters >= 2 && pays {
+            // The budget is in 4 KiB pages: a level of large database
+            // pages spends `span` of it per child.
+            let cost = u64::from(len).saturating_mul(span);
             let budget = self.files.get(&file).map_or(0, |s| config.upper_pages.saturating_sub(s.upper_requested));
-            if len <= budget {
+            if cost <= u64::from(budget) {
                 for &child in children {
                     self.push_child(file, child, span, &mut ranges);
                 }
                 fetched_whole = true;
                 self.stats.upper_levels += 1;
-                self.file_state(file).upper_requested += len;
+                let state = self.file_state(file);
+                state.upper_requested = state.upper_requested.saturating_add(u32::try_from(cost).unwrap_or(u32::MAX));
             }
         }
 
@@ -955,6 +959,26 @@ mod tests {
             assert!(off.run(&tree.scan(off.id(), leaf, 1)).0.is_empty());
         }
         assert_eq!(off.policy.stats().upper_levels, 0);
+    }
+
+    /// A whole level of 16 KiB pages costs four 4 KiB pages a child of the
+    /// file's budget.
+    #[test]
+    fn whole_level_budgets_count_the_pages_children_span() {
+        let tree = Tree::new(50, 100, 14);
+        for (budget, fetched) in [(199, false), (200, true)] {
+            let mut h = Harness::new(BtreeConfig { upper_pages: budget, upper_payback: 0, ..BtreeConfig::default() });
+            let mut pages = 0;
+            for leaf in [10, 2000, 4000] {
+                for (event, _) in tree.scan(h.id(), leaf, 1) {
+                    let Event::TreeChildEnter { file, parent, children, position, .. } = event else { continue };
+                    let wide = Event::TreeChildEnter { file, parent, children, position, child_pages: 4 };
+                    pages += h.send(&wide).iter().flat_map(|r| r.ranges.iter()).map(|r| r.len()).sum::<u64>();
+                }
+            }
+            assert_eq!(h.policy.stats().upper_levels == 1, fetched, "a budget of {budget} pages");
+            assert_eq!(pages >= 200, fetched, "{pages} pages requested with a budget of {budget}");
+        }
     }
 
     #[test]
