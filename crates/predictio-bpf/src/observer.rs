@@ -204,8 +204,7 @@ impl Observer {
                 })?;
             }
         }
-        let mut settings: Array<MapData, u32> = Array::try_from(take_map(&mut ebpf, "settings")?)
-            .map_err(|source| BpfError::Map { map: "settings", step: "open", source })?;
+        let mut settings: Array<MapData, u32> = take_map(&mut ebpf, "settings")?;
         let bits = if config.follow_all { PIO_SETTING_FOLLOW_ALL } else { 0 } | lookup_bits;
         settings.set(PIO_SETTINGS_KEY, bits, 0).map_err(|source| BpfError::Map {
             map: "settings",
@@ -250,32 +249,12 @@ impl Observer {
             }
         }
 
-        let ring = RingBuf::try_from(take_map(&mut ebpf, "events")?).map_err(|source| BpfError::Map {
-            map: "events",
-            step: "open",
-            source,
-        })?;
-        let followed = HashMap::try_from(take_map(&mut ebpf, "followed")?).map_err(|source| BpfError::Map {
-            map: "followed",
-            step: "open",
-            source,
-        })?;
-        let pids = HashMap::try_from(take_map(&mut ebpf, "quiet_pids")?).map_err(|source| BpfError::Map {
-            map: "quiet_pids",
-            step: "open",
-            source,
-        })?;
-        let files = HashMap::try_from(take_map(&mut ebpf, "quiet_files")?).map_err(|source| BpfError::Map {
-            map: "quiet_files",
-            step: "open",
-            source,
-        })?;
+        let ring = take_map(&mut ebpf, "events")?;
+        let followed = take_map(&mut ebpf, "followed")?;
+        let pids = take_map(&mut ebpf, "quiet_pids")?;
+        let files = take_map(&mut ebpf, "quiet_files")?;
         let quieter = Quieter { maps: std::sync::Arc::new(std::sync::Mutex::new(QuietMaps { pids, files })) };
-        let lost = PerCpuArray::try_from(take_map(&mut ebpf, "lost")?).map_err(|source| BpfError::Map {
-            map: "lost",
-            step: "open",
-            source,
-        })?;
+        let lost = take_map(&mut ebpf, "lost")?;
         Ok(Observer {
             ring,
             followed,
@@ -499,8 +478,14 @@ fn validate(config: &ObserverConfig) -> Result<(), BpfError> {
     Ok(())
 }
 
-fn take_map(ebpf: &mut Ebpf, name: &'static str) -> Result<aya::maps::Map, BpfError> {
-    ebpf.take_map(name).ok_or_else(|| BpfError::Config(format!("object lacks map {name}")))
+/// Takes map `name` out of the object as a `T` (a ring buffer, a hash map,
+/// an array).
+fn take_map<T>(ebpf: &mut Ebpf, name: &'static str) -> Result<T, BpfError>
+where
+    T: TryFrom<aya::maps::Map, Error = aya::maps::MapError>,
+{
+    let map = ebpf.take_map(name).ok_or_else(|| BpfError::Config(format!("object lacks map {name}")))?;
+    T::try_from(map).map_err(|source| BpfError::Map { map: name, step: "open", source })
 }
 
 fn map_mut<'a>(ebpf: &'a mut Ebpf, name: &'static str) -> Result<&'a mut aya::maps::Map, BpfError> {

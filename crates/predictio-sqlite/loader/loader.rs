@@ -673,15 +673,15 @@ const WAL_CKPT_LOCK: c_int = 1;
 unsafe extern "C" fn io_shm_lock(file: *mut File, offset: c_int, n: c_int, flags: c_int) -> c_int {
     // SAFETY: a file opened by `shim_open`; SQLite's arguments.
     let rc = unsafe { real_shm_lock(file, offset, n, flags) };
-    // A checkpoint (or a recovery) holds the checkpoint lock exclusively
-    // while it copies WAL frames to the database: its WAL reads are not
-    // lookups.
     // A WAL database keeps its lock on the file while open: the end of a
     // read transaction is its WAL read lock let go.
-    if flags == SQLITE_SHM_UNLOCK | SQLITE_SHM_SHARED && (WAL_READ_LOCKS).contains(&offset) {
+    if flags == SQLITE_SHM_UNLOCK | SQLITE_SHM_SHARED && WAL_READ_LOCKS.contains(&offset) {
         // SAFETY: a file opened by `shim_open`, used by this connection.
         unsafe { transaction_ended(file) };
     }
+    // A checkpoint (or a recovery) holds the checkpoint lock exclusively
+    // while it copies WAL frames to the database: its WAL reads are not
+    // lookups.
     if offset <= WAL_CKPT_LOCK && WAL_CKPT_LOCK < offset.saturating_add(n) && flags & SQLITE_SHM_EXCLUSIVE != 0 {
         // SAFETY: our part of the file.
         let checkpointing = unsafe { &(*file.cast::<ShimFile>()).checkpointing };
