@@ -614,29 +614,33 @@ fn learn(
         });
     }
     let trivial = !config.learn_floor().admits_window(&done.recorder);
+    let missed = done.recorder.missed_pages();
     if trivial && keys::may_hold(&config.store, &exe.path, &done.shape) == Some(false) {
         // Most launches a machine runs are trivial and have no profile: the
         // key index says so without opening the database (reading and
         // parsing its allocator state cost ~2 ms a launch).
         return Ok(false);
     }
+    // A launch worth learning is named before the store is opened: its
+    // files are named by inode once it has exited, and the dentries of
+    // those it closed may be reclaimed at any moment.
+    let (seen, window_ms) = (done.recorder.files().count(), done.recorder.window_ms());
+    // A replayed launch seen through misses alone (no page-access
+    // tracepoints) only adds files: the replayed pages it used went unseen.
+    let partial = booked && done.recorder.misses_only();
+    let mut recorder = Some(done.recorder);
+    let mut name_run = || recorder.take().map(|r| r.finish(|id, pid| namer.name(id, pid)));
+    let early = if trivial { None } else { name_run() };
     let store = open_store(config)?;
     let learned = store.learned(&exe, &done.shape)?;
     if learned.is_none() && trivial {
         // Checked before its files are named: most launches a machine
         // runs are trivial, and naming is most of the learner's work.
-        tracing::debug!(
-            exe = %exe.path,
-            missed = done.recorder.missed_pages(),
-            ms = done.recorder.window_ms(),
-            "trivial launch: not learned"
-        );
+        tracing::debug!(exe = %exe.path, missed, ms = window_ms, "trivial launch: not learned");
         return Ok(false);
     }
-    // A replayed launch seen through misses alone (no page-access
-    // tracepoints) only adds files: the replayed pages it used went unseen.
-    let partial = booked && done.recorder.misses_only();
-    let run = done.recorder.finish(|id, pid| namer.name(id, pid));
+    let Some(run) = early.or_else(name_run) else { return Ok(false) };
+    tracing::debug!(exe = %exe.path, pid = done.pid, seen, named = run.files.len(), window_ms, "launch window named");
     if run.files.is_empty() {
         return Ok(false);
     }

@@ -4,9 +4,12 @@
 //! First through the process that touched the file (`/proc/PID/fd`,
 //! `/proc/PID/map_files`, while it is alive), then by opening the inode
 //! itself (`open_by_handle_at`, root only, ext4-style handles) and reading
-//! the path of the dentry the kernel still has cached for it. Every name is
-//! checked: the path must stat to the same `(dev, ino)`. Does I/O; used by
-//! the recorder's owners, never by a policy.
+//! the path of the dentry the kernel still has cached for it, and last by
+//! the path it was named by before (a launch is named after it exited, and
+//! the dentries of the files it closed may be reclaimed by then: a second
+//! launch of a program names what its first could). Every name is checked:
+//! the path must stat to the same `(dev, ino)`. Does I/O; used by the
+//! recorder's owners, never by a policy.
 
 use std::collections::HashMap;
 use std::os::unix::fs::MetadataExt;
@@ -14,10 +17,16 @@ use std::os::unix::fs::MetadataExt;
 use super::profile::FileIdentity;
 use crate::file::FileId;
 
-/// Names files (see the module docs). Caches mount descriptors per device.
+/// Paths a [`Namer`] remembers at most; when full it forgets them all
+/// (about 100 bytes each).
+const MAX_KNOWN: usize = 8192;
+
+/// Names files (see the module docs). Caches mount descriptors per device
+/// and the paths it found, by file.
 #[derive(Debug, Default)]
 pub struct Namer {
     mounts: HashMap<u64, Option<std::fs::File>>,
+    known: HashMap<FileId, Box<str>>,
 }
 
 impl Namer {
@@ -28,7 +37,15 @@ impl Namer {
 
     /// The identity of `file`, touched by `pid`, if a checked path is found.
     pub fn name(&mut self, file: FileId, pid: u32) -> Option<FileIdentity> {
-        self.through_process(file, pid).or_else(|| self.through_inode(file))
+        let found = self.through_process(file, pid).or_else(|| self.through_inode(file));
+        let Some(found) = found else {
+            return self.known.get(&file).and_then(|path| checked(path, file));
+        };
+        if self.known.len() >= MAX_KNOWN && !self.known.contains_key(&file) {
+            self.known.clear();
+        }
+        self.known.insert(file, found.path.as_str().into());
+        Some(found)
     }
 
     fn through_process(&self, file: FileId, pid: u32) -> Option<FileIdentity> {
@@ -127,5 +144,34 @@ mod tests {
         }
         assert_eq!(found.expect("named by inode").path, path.canonicalize().unwrap().display().to_string());
         assert!(Namer::new().name(FileId { dev: meta.dev(), ino: u64::from(u32::MAX) }, 0).is_none());
+    }
+
+    /// Regression: a launch is named after it exited, by inode; with the
+    /// dentries of the files it had closed reclaimed by then, most of its
+    /// files went unnamed (gdb's first launch: 26 of 134), and a profile
+    /// learned from such launches held only its shared libraries. A file
+    /// named once is named by that path again, checked.
+    #[test]
+    fn a_file_named_once_is_named_again_by_its_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("mod.py");
+        std::fs::write(&path, b"x").unwrap();
+        let meta = std::fs::metadata(&path).unwrap();
+        let id = FileId { dev: meta.dev(), ino: meta.ino() };
+        let mut namer = Namer::new();
+        {
+            let _held = std::fs::File::open(&path).unwrap();
+            namer.name(id, std::process::id()).expect("named while open");
+        }
+        // As if neither the process nor the inode route could name it now.
+        let mut gone = id;
+        gone.ino = u64::MAX;
+        assert!(namer.name(gone, 0).is_none(), "never named: nothing to fall back on");
+        namer.mounts.insert(id.dev, None);
+        let again = namer.name(id, 0).expect("named by the path it had");
+        assert_eq!(again.path, path.canonicalize().unwrap().display().to_string());
+        // The path is checked: a file that is gone is not named.
+        std::fs::remove_file(&path).unwrap();
+        assert!(namer.name(id, 0).is_none(), "its path no longer stats to it");
     }
 }
