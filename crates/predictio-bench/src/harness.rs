@@ -282,6 +282,10 @@ bench_vars! {
     /// Set and not `0`: launch's replays replay no lookups (the A/B of the
     /// lookup replay).
     LaunchNoLookups = "PREDICTIO_BENCH_LAUNCH_NO_LOOKUPS",
+    /// TOML lines added to the `[launch]` section of launch-daemon's
+    /// daemon configuration (a variant of the default, e.g. `lookups =
+    /// true`).
+    DaemonLaunch = "PREDICTIO_BENCH_DAEMON_LAUNCH",
     /// `name[,name…]`: sqlite-scan runs only the cases named.
     SqliteOnly = "PREDICTIO_BENCH_SQLITE_ONLY",
     /// The SQLite extension sqlite-scan loads (default: the one built next

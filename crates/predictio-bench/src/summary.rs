@@ -447,8 +447,10 @@ fn rows_of(workload: Workload, file: &ResultFile, notes: &mut Vec<String>) -> Re
                     }
                     let reduction = case.num("reduction_pct")?;
                     let mut row = case.ab_row(workload, &format!(", {}", change(reduction, 0)))?;
+                    let exact = case.num("exact_ratio_median").ok().map(|r| format!("exact {}, ", times_x(r)));
                     row.peer = Some(format!(
-                        "whole-file {}, preload {}",
+                        "{}whole-file {}, preload {}",
+                        exact.unwrap_or_default(),
                         times_x(case.num("whole_file_ratio_median")?),
                         times_x(case.num("preload_ratio_median")?)
                     ));
@@ -463,6 +465,10 @@ fn rows_of(workload: Workload, file: &ResultFile, notes: &mut Vec<String>) -> Re
                     if at.is_empty() {
                         rows.push(row);
                     }
+                }
+                if programs == 0 && !at.is_empty() {
+                    // The second setting is optional (`--read-ahead-kb`).
+                    continue;
                 }
                 if programs == 0 {
                     return Err(SummaryError::MissingCase {

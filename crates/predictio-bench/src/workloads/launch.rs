@@ -8,10 +8,15 @@
 //!    (this very binary; readahead off while it runs, so the profile holds
 //!    the pages the launch read rather than the fault-around blocks around
 //!    its faults), which learns its launch into the bench's own store.
+//!    Then the daemon as installed (`predictio daemon`, default
+//!    configuration, its own store: [`super::launch_daemon`]) is started and
+//!    the program launched 3 times cold: it learns them itself.
 //! 2. **Measured passes**, interleaved and rotated each pair, cold before
 //!    every pass (drop_caches, the resident fraction of the profile's files
-//!    checked): **baseline** (the program alone); **predictio** (the
-//!    `launch` policy gets the program's exec start — the daemon with
+//!    checked): **baseline** (the program alone); **daemon** (the primary
+//!    side: the daemon started fresh before its pass, as at boot, and
+//!    stopped after it); **exact** (the profile `record --exact` learned,
+//!    replayed in the bench's own process: the `launch` policy gets the program's exec start — the daemon with
 //!    `[launch] lookups`, whose profiles' lookups are replayed here too,
 //!    sees `execve` entered — just before the spawn, paired with the exec
 //!    it leads to as the daemon pairs them at the first launch it sees,
@@ -24,7 +29,7 @@
 //!    the same as the first baseline pass's.
 //! 3. **Warm** (the limit): the program run once to warm the cache, then the
 //!    median of [`WARM_RUNS`] more.
-//! 4. **Waste** (not timed): one more cold predictio pass under eBPF
+//! 4. **Waste** (not timed): one more cold exact pass under eBPF
 //!    observation; pages the replay asked for that the launch never touched
 //!    are wasted bytes; the same for the whole-file peer.
 //!
@@ -48,6 +53,7 @@ use predictio::{Event, Executor, FileId, FileRef, Request, Runtime, Urgency};
 use predictio_daemon::launch::replay::{Replayer, check_files, plan_replay, start_replayer};
 use predictio_daemon::launch::store::Store;
 
+use super::launch_daemon::Setup as DaemonSetup;
 use super::launch_preload::{Learned, PREDICT_WAIT, Preload, TRAIN_BUDGET};
 use crate::BenchOptions;
 use crate::harness::{
@@ -58,6 +64,9 @@ use crate::report::{Case, Report, median};
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Side {
     Baseline,
+    /// The daemon as installed, from its own learning (the primary side).
+    Daemon,
+    /// A profile from `record --exact`, replayed at the exec start.
     Predictio,
     WholeFile,
     Preload,
@@ -67,7 +76,8 @@ impl Side {
     fn name(self) -> &'static str {
         match self {
             Side::Baseline => "baseline",
-            Side::Predictio => "predictio",
+            Side::Daemon => "daemon",
+            Side::Predictio => "exact",
             Side::WholeFile => "whole_file",
             Side::Preload => "preload",
         }
@@ -568,9 +578,11 @@ fn train(h: &Harness, store_dir: &Path, argv: &[String], runs: usize) -> Result<
     Ok(total)
 }
 
+#[allow(clippy::too_many_arguments)]
 fn measure(
     h: &Harness,
     store_dir: &Path,
+    daemon: &DaemonSetup,
     prog: &Program,
     pairs: usize,
     train_runs: usize,
@@ -580,6 +592,8 @@ fn measure(
     let argv = &prog.argv;
     h.say(format!("{}: training ({train_runs} recorded runs)", prog.name));
     let training_s = train(h, store_dir, argv, train_runs)?;
+    h.say(format!("{}: the daemon learns {train_runs} cold launches", prog.name));
+    let (daemon_runs, daemon_files) = daemon.train(h, argv)?;
     // `record` keys the profile as the kernel will run the command (a
     // script by its interpreter), as here.
     let launch = predictio::launch::command::launch_of(argv).map_err(|e| BenchError::Options(e.to_string()))?;
@@ -606,6 +620,21 @@ fn measure(
     for pair in 0..pairs {
         for k in 0..sides.len() {
             let s = (k + pair) % sides.len();
+            if sides[s] == Side::Daemon {
+                // Nothing of the bench's replay is held open: the daemon
+                // opens what it replays itself.
+                held = None;
+                let (run, bytes, cold) = daemon.pass(h, argv)?;
+                resident_before = resident_before.max(cold);
+                match &reference {
+                    None => reference = Some((run.stdout.clone(), run.status)),
+                    Some((out, status)) => identical &= *out == run.stdout && *status == run.status,
+                }
+                secs[s].push(run.seconds);
+                issued[s].push(bytes);
+                h.step(format!("{} pair {}/{pairs}: {}", prog.name, pair + 1, sides[s].name()));
+                continue;
+            }
             let p = match sides[s] {
                 Side::Predictio => {
                     // As the daemon: the replay opens its files at the
@@ -622,7 +651,7 @@ fn measure(
                     resident_before = resident_before.max(make_cold(h, p)?);
                     Some(p)
                 }
-                Side::Baseline | Side::Preload => {
+                Side::Baseline | Side::Preload | Side::Daemon => {
                     // Nothing of the workload is held open (checking the
                     // replay's pages here would open, and cache, their inodes).
                     held = None;
@@ -682,29 +711,45 @@ fn measure(
     let whole_wasted = p.whole_pages.saturating_sub(touched_in_files);
     let all_touched: u64 = touched.values().map(|t| t.len() as u64).sum();
 
-    let mut case = Case::ab(prog.name, secs[0].clone(), secs[1].clone());
+    let at = |side: Side| sides.iter().position(|s| *s == side).unwrap_or(0);
+    let (d, x, w) = (at(Side::Daemon), at(Side::Predictio), at(Side::WholeFile));
+    let mut case = Case::ab(prog.name, secs[0].clone(), secs[d].clone());
     case.warm_s = Some(warm_s);
     case.limit_s = Some(warm_s.max(replay_pages as f64 * 4096.0 / h.bandwidth().max(1.0)));
     case.resident_before = resident_before;
     case.answers_identical = identical
         && reference.as_ref().is_some_and(|r| warm_runs.iter().all(|warm| r.1 == warm.status && r.0 == warm.stdout));
-    case.issued_bytes = median_u64(issued[1].iter().copied()) as u64;
+    case.issued_bytes = median_u64(issued[d].iter().copied()) as u64;
     case.wasted_bytes = replay_wasted * 4096;
     let e = &mut case.extra;
     e.insert("command".into(), argv.join(" ").into());
-    e.insert("whole_file_s".into(), secs[2].clone().into());
+    e.insert("whole_file_s".into(), secs[w].clone().into());
+    e.insert("exact_s".into(), secs[x].clone().into());
     let ratio =
         |a: &[f64], b: &[f64]| -> f64 { median(&a.iter().zip(b).map(|(x, y)| x / y.max(1e-12)).collect::<Vec<_>>()) };
-    e.insert("whole_file_ratio_median".into(), ratio(&secs[0], &secs[2]).into());
-    e.insert("predictio_vs_whole_file_ratio_median".into(), ratio(&secs[2], &secs[1]).into());
-    e.insert("baseline_median_s".into(), median(&secs[0]).into());
-    e.insert("predictio_median_s".into(), median(&secs[1]).into());
-    e.insert("whole_file_median_s".into(), median(&secs[2]).into());
-    e.insert("reduction_pct".into(), (100.0 * (1.0 - median(&secs[1]) / median(&secs[0]).max(1e-12))).into());
+    let base = median(&secs[0]);
+    let cut = |t: f64| 100.0 * (1.0 - t / base.max(1e-12));
+    let closure = |t: f64| if base > warm_s { (base - t) / (base - warm_s) } else { 0.0 };
+    e.insert("whole_file_ratio_median".into(), ratio(&secs[0], &secs[w]).into());
+    e.insert("daemon_vs_whole_file_ratio_median".into(), ratio(&secs[w], &secs[d]).into());
+    e.insert("exact_ratio_median".into(), ratio(&secs[0], &secs[x]).into());
+    e.insert("daemon_vs_exact_ratio_median".into(), ratio(&secs[x], &secs[d]).into());
+    e.insert("baseline_median_s".into(), base.into());
+    e.insert("daemon_median_s".into(), median(&secs[d]).into());
+    e.insert("exact_median_s".into(), median(&secs[x]).into());
+    e.insert("whole_file_median_s".into(), median(&secs[w]).into());
+    e.insert("reduction_pct".into(), cut(median(&secs[d])).into());
+    e.insert("exact_reduction_pct".into(), cut(median(&secs[x])).into());
+    e.insert("closure".into(), closure(median(&secs[d])).into());
+    e.insert("exact_closure".into(), closure(median(&secs[x])).into());
+    e.insert("exact_issued_bytes".into(), (median_u64(issued[x].iter().copied()) as u64).into());
+    e.insert("daemon_profile_runs".into(), daemon_runs.into());
+    e.insert("daemon_profile_files".into(), daemon_files.into());
     e.insert("fill_alone_s".into(), fill_s.into());
     // Another process kept the device busy: a fill timed to its last
     // `fadvise`, not to its last read.
     e.insert("fill_device_busy".into(), fill_busy.into());
+    // The exact replay's fill: what a replay of the exact profile can reach.
     let bound = warm_s.max(fill_s);
     e.insert("replay_bound_s".into(), bound.into());
     e.insert("bound_reduction_pct".into(), (100.0 * (1.0 - bound / median(&secs[0]).max(1e-12))).into());
@@ -725,7 +770,7 @@ fn measure(
         e.insert("preload_s".into(), secs[i].clone().into());
         e.insert("preload_median_s".into(), median(&secs[i]).into());
         e.insert("preload_ratio_median".into(), ratio(&secs[0], &secs[i]).into());
-        e.insert("predictio_vs_preload_ratio_median".into(), ratio(&secs[i], &secs[1]).into());
+        e.insert("daemon_vs_preload_ratio_median".into(), ratio(&secs[i], &secs[d]).into());
         e.insert("preload_read_bytes".into(), (median_u64(issued[i].iter().copied()) as u64).into());
         let name = Path::new(&argv[0]).file_name().map_or_else(String::new, |n| n.to_string_lossy().into_owned());
         e.insert("preload_learned_exe".into(), learned.knows(&name).into());
@@ -742,7 +787,7 @@ pub fn run(options: &BenchOptions) -> Result<Report, BenchError> {
     std::fs::create_dir_all(&options.dir).doing(|| format!("creating {}", options.dir.display()))?;
     let (progs, mut notes) = programs(&options.dir, options.quick)?;
     let preload = Preload::setup(&options.dir)?;
-    let mut sides = vec![Side::Baseline, Side::Predictio, Side::WholeFile];
+    let mut sides = vec![Side::Baseline, Side::Daemon, Side::Predictio, Side::WholeFile];
     if preload.is_some() {
         sides.push(Side::Preload);
     }
@@ -781,11 +826,14 @@ pub fn run(options: &BenchOptions) -> Result<Report, BenchError> {
         // is its own (an exact recording turns readahead off anyway).
         let store_dir = if ra == machine_ra { store_dir.clone() } else { store_dir.join(format!("ra{ra}")) };
         let _ = std::fs::remove_dir_all(&store_dir);
+        // The daemon too: a fresh home (store, sockets) per setting.
+        let home = if ra == machine_ra { "launch".to_owned() } else { format!("launch-ra{ra}") };
+        let daemon = DaemonSetup::new(&options.dir, &home, &options.assume_missing)?;
         let set = with_read_ahead(&options.dir, ra, || {
             let mut out = Vec::new();
             for prog in &progs {
                 let peer = preload.as_ref().zip(trained.as_ref());
-                let mut case = measure(&h, &store_dir, prog, pairs, train_runs, &sides, peer)?;
+                let mut case = measure(&h, &store_dir, &daemon, prog, pairs, train_runs, &sides, peer)?;
                 if ra != machine_ra {
                     case.name = format!("{} @ra{ra}", case.name);
                 }
@@ -814,11 +862,11 @@ pub fn run(options: &BenchOptions) -> Result<Report, BenchError> {
         notes.extend(case_notes(c));
     }
     notes.push(
-        "the replay runs as in the daemon: nothing of the workload is held through drop_caches, and the \
+        "the exact replay runs as in the daemon: nothing of the workload is held through drop_caches, and the \
          replayer opens the profile's files (and the directories on their paths) at the exec, so those inodes, \
-         dentries and directory blocks are read cold in every predictio pass; the whole-file peer holds the files \
+         dentries and directory blocks are read cold in every exact pass (and in every daemon pass); the whole-file peer holds the files \
          open across its passes (it has no exec-time opening of its own), so its inodes stay cached; baseline and \
-         preload passes hold nothing (their resident-before check, like the predictio side's, is drop_caches \
+         preload passes hold nothing (their resident-before check, like the exact and daemon sides', is drop_caches \
          alone: opening the files to check them would cache their inodes)"
             .into(),
     );
@@ -835,9 +883,10 @@ pub fn run(options: &BenchOptions) -> Result<Report, BenchError> {
             "pairs": pairs, "training_runs": train_runs, "read_ahead_kb": settings_ra, "sides": sides.iter().map(|s| s.name()).collect::<Vec<_>>(),
             "executor": format!("fadvise backend, default limits but max_unsettled_pages {}", ExecutorConfig::replaying().limits.max_unsettled_pages), "walk": format!("{:?}", WalkLimits::default()),
             "window": "exec until the tree exits or 500 ms without a page-cache miss, cap 10 s",
-            "training": "predictio record --exact (cold, readahead off while the program runs: the pages it read, the paths it looked up)",
-            "lookups": if no_lookups() { "not replayed (PREDICTIO_BENCH_LAUNCH_NO_LOOKUPS)" } else { "replayed" },
-            "replay_at": "the exec start (execve entered, before the spawn), as the daemon with [launch] lookups",
+            "daemon": "predictio daemon, default configuration, own sockets and store, trained by 3 cold launches of each program with it running, started fresh before each of its passes",
+            "training": "exact: predictio record --exact (cold, readahead off while the program runs: the pages it read, the paths it looked up)",
+            "lookups": if no_lookups() { "exact: not replayed (PREDICTIO_BENCH_LAUNCH_NO_LOOKUPS)" } else { "exact: replayed" },
+            "replay_at": "exact: the exec start (execve entered, before the spawn), as the daemon with [launch] lookups",
         }),
         cold_method: h.cold.describe().into(),
         cases,
@@ -853,12 +902,30 @@ fn set_notes(set: &[&Case], label: &str) -> Vec<String> {
         set.iter().filter_map(|c| c.extra.get("reduction_pct").and_then(|v| v.as_f64())).collect();
     let mean = reductions.iter().sum::<f64>() / reductions.len().max(1) as f64;
     let worst = reductions.iter().copied().fold(f64::INFINITY, f64::min);
+    let mean_of = |key: &str| {
+        let v: Vec<f64> = set.iter().filter_map(|c| c.extra.get(key).and_then(|v| v.as_f64())).collect();
+        v.iter().sum::<f64>() / v.len().max(1) as f64
+    };
     notes.push(format!(
-        "{label}: mean launch time reduction {mean:.1} % over {} programs (bar: >= 50 %: {}); smallest {worst:.1} % (bar: every program >= 25 %: {}); none slower: {}",
+        "{label}: the daemon as installed: mean launch time reduction {mean:.1} % over {} programs (bar: >= 50 %: {}); \
+         smallest {worst:.1} % (bar: every program >= 25 %: {}); none slower: {}; mean closure {:.0} % (goal >= 80 %)",
         reductions.len(),
         if mean >= 50.0 { "met" } else { "not met" },
         if worst >= 25.0 { "met" } else { "not met" },
         if worst > 0.0 { "yes" } else { "no" },
+        100.0 * mean_of("closure"),
+    ));
+    let within: Vec<&str> = set
+        .iter()
+        .filter(|c| c.extra.get("daemon_vs_exact_ratio_median").and_then(|v| v.as_f64()).is_some_and(|r| r < 0.9))
+        .map(|c| c.name.as_str())
+        .collect();
+    notes.push(format!(
+        "{label}: exact profiles (record --exact, replayed at the exec start in the bench): mean reduction {:.1} %, \
+         mean closure {:.0} %; the daemon within 10 % of exact on every program: {}",
+        mean_of("exact_reduction_pct"),
+        100.0 * mean_of("exact_closure"),
+        if within.is_empty() { "yes".to_owned() } else { format!("no ({})", within.join(", ")) },
     ));
     let bounds: Vec<f64> =
         set.iter().filter_map(|c| c.extra.get("bound_reduction_pct").and_then(|v| v.as_f64())).collect();
@@ -878,8 +945,8 @@ fn case_notes(c: &Case) -> Vec<String> {
     let mut notes = Vec::new();
     let get = |k: &str| c.extra.get(k).and_then(|v| v.as_f64()).unwrap_or(f64::NAN);
     notes.push(format!(
-        "{}: replay fill alone {:.0} ms{}, warm {:.0} ms: reachable about {:.0} ms ({:.0} % below baseline); \
-         predictio {:.0} ms ({:+.0} ms)",
+        "{}: the exact replay's fill alone {:.0} ms{}, warm {:.0} ms: reachable about {:.0} ms ({:.0} % below \
+         baseline); exact {:.0} ms ({:+.0} ms)",
         c.name,
         get("fill_alone_s") * 1e3,
         if c.extra.get("fill_device_busy").and_then(|v| v.as_bool()) == Some(true) {
@@ -890,21 +957,30 @@ fn case_notes(c: &Case) -> Vec<String> {
         c.warm_s.unwrap_or(f64::NAN) * 1e3,
         get("replay_bound_s") * 1e3,
         get("bound_reduction_pct"),
-        get("predictio_median_s") * 1e3,
-        (get("predictio_median_s") - get("replay_bound_s")) * 1e3,
+        get("exact_median_s") * 1e3,
+        (get("exact_median_s") - get("replay_bound_s")) * 1e3,
     ));
     notes.push(format!(
-        "{}: baseline {:.0} ms, predictio {:.0} ms ({:.2}x, {:.0} %), whole-file {:.0} ms ({:.2}x), warm {:.0} ms; \
-         replay {:.1} MiB of which {:.1} MiB wasted; whole-file {:.1} MiB of which {:.1} MiB wasted; learned from {} runs \
-         ({:.0} ms of windows, {:.1} s of training wall time)",
+        "{}: baseline {:.0} ms, daemon {:.0} ms ({:.2}x, {:.0} %, closure {:.0} %), exact {:.0} ms ({:.2}x, {:.0} %, \
+         closure {:.0} %; the daemon {:.2}x of exact), whole-file {:.0} ms ({:.2}x), warm {:.0} ms; daemon issued \
+         {:.1} MiB; exact replay {:.1} MiB of which {:.1} MiB wasted; whole-file {:.1} MiB of which {:.1} MiB wasted; \
+         exact learned from {} runs ({:.0} ms of windows, {:.1} s of training wall time), the daemon's profile {} \
+         runs, {} files",
         c.name,
         get("baseline_median_s") * 1e3,
-        get("predictio_median_s") * 1e3,
+        get("daemon_median_s") * 1e3,
         c.ratio_median,
         get("reduction_pct"),
+        get("closure") * 100.0,
+        get("exact_median_s") * 1e3,
+        get("exact_ratio_median"),
+        get("exact_reduction_pct"),
+        get("exact_closure") * 100.0,
+        get("daemon_vs_exact_ratio_median"),
         get("whole_file_median_s") * 1e3,
         get("whole_file_ratio_median"),
         c.warm_s.unwrap_or(f64::NAN) * 1e3,
+        c.issued_bytes as f64 / 1048576.0,
         get("replay_bytes") / 1048576.0,
         c.wasted_bytes as f64 / 1048576.0,
         get("whole_file_bytes") / 1048576.0,
@@ -912,19 +988,21 @@ fn case_notes(c: &Case) -> Vec<String> {
         get("training_runs"),
         get("learned_window_ms"),
         get("training_wall_s"),
+        get("daemon_profile_runs"),
+        get("daemon_profile_files"),
     ));
     let base = get("baseline_median_s");
     let warm_cut = 100.0 * (1.0 - c.warm_s.unwrap_or(f64::NAN) / base.max(1e-12));
     if warm_cut < 50.0 {
         notes.push(format!(
             "{}: even a warm cache is only {warm_cut:.0} % faster than this cold baseline (warm {:.0} ms vs {:.0} ms): \
-             the rest of the launch is CPU, so no prefetcher can reach -50 %{}; predictio removed {:.0} % of the \
+             the rest of the launch is CPU, so no prefetcher can reach -50 %{}; the daemon removed {:.0} % of the \
              cold-minus-warm gap",
             c.name,
             c.warm_s.unwrap_or(f64::NAN) * 1e3,
             base * 1e3,
             if warm_cut < 25.0 { " (nor -25 %)" } else { "" },
-            100.0 * (base - get("predictio_median_s")) / (base - c.warm_s.unwrap_or(0.0)).max(1e-12),
+            100.0 * (base - get("daemon_median_s")) / (base - c.warm_s.unwrap_or(0.0)).max(1e-12),
         ));
     }
     if c.resident_before > 0.2 {
@@ -937,12 +1015,12 @@ fn case_notes(c: &Case) -> Vec<String> {
     }
     if c.extra.get("preload_median_s").is_some_and(|v| v.is_number()) {
         notes.push(format!(
-            "{}: preload {:.0} ms ({:.2}x of baseline; predictio {:.2}x faster than preload); preload read {:.1} MiB \
+            "{}: preload {:.0} ms ({:.2}x of baseline; the daemon {:.2}x faster than preload); preload read {:.1} MiB \
              in its pass; its state {} this program's executable",
             c.name,
             get("preload_median_s") * 1e3,
             get("preload_ratio_median"),
-            get("predictio_vs_preload_ratio_median"),
+            get("daemon_vs_preload_ratio_median"),
             get("preload_read_bytes") / 1048576.0,
             if c.extra.get("preload_learned_exe").and_then(|v| v.as_bool()) == Some(true) {
                 "holds"
@@ -950,15 +1028,15 @@ fn case_notes(c: &Case) -> Vec<String> {
                 "does not hold"
             },
         ));
-        if get("predictio_vs_preload_ratio_median") < 1.0 {
-            notes.push(format!("{}: preload beat predictio", c.name));
+        if get("daemon_vs_preload_ratio_median") < 1.0 {
+            notes.push(format!("{}: preload beat the daemon", c.name));
         }
     }
-    if get("predictio_vs_whole_file_ratio_median") < 1.0 {
+    if get("daemon_vs_whole_file_ratio_median") < 1.0 {
         notes.push(format!(
-            "{}: whole-file prefetch beat predictio ({:.2}x of predictio's time)",
+            "{}: whole-file prefetch beat the daemon ({:.2}x of the daemon's time)",
             c.name,
-            1.0 / get("predictio_vs_whole_file_ratio_median")
+            1.0 / get("daemon_vs_whole_file_ratio_median")
         ));
     }
     notes

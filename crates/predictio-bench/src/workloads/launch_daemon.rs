@@ -26,7 +26,7 @@ use std::time::Duration;
 use super::daemon_cost::{Daemon, daemon_config, daemon_home};
 use super::launch::{Pass, Program, programs, spawn_and_wait};
 use crate::BenchOptions;
-use crate::harness::{BenchError, Harness, IoContext, settle};
+use crate::harness::{BenchError, BenchVar, Harness, IoContext, settle};
 use crate::report::{Case, Report, median};
 
 /// Cold launches the daemon learns from before the measured pairs.
@@ -35,30 +35,32 @@ const TRAIN_RUNS: usize = 3;
 const WARM_RUNS: usize = 5;
 
 /// The daemon's files and configuration.
-struct Setup {
+pub(crate) struct Setup {
     me: PathBuf,
     home: PathBuf,
     config: PathBuf,
 }
 
 impl Setup {
-    fn new(dir: &Path, assume_missing: &[String]) -> Result<Setup, BenchError> {
+    /// The daemon of workload `bench`, its home under `dir`.
+    pub(crate) fn new(dir: &Path, bench: &str, assume_missing: &[String]) -> Result<Setup, BenchError> {
         let me = crate::harness::predictio_binary()?;
-        let home = daemon_home(dir, "launch-daemon")?;
+        let home = daemon_home(dir, bench)?;
         let missing: Vec<String> = assume_missing.iter().map(|m| format!("{m:?}")).collect();
-        let observe = format!("[observe]\nassume_missing = [{}]\n", missing.join(", "));
-        let config = daemon_config(&home, "launch-daemon", "predictio.toml", &[], &observe)?;
+        let launch = BenchVar::DaemonLaunch.get_string().map_or_else(String::new, |l| format!("{l}\n"));
+        let observe = format!("{launch}[observe]\nassume_missing = [{}]\n", missing.join(", "));
+        let config = daemon_config(&home, bench, "predictio.toml", &[], &observe)?;
         Ok(Setup { me, home, config })
     }
 
     /// Starts the daemon, its log in `log` (under the bench's directory).
-    fn start(&self, log: &str) -> Result<Daemon, BenchError> {
+    pub(crate) fn start(&self, log: &str) -> Result<Daemon, BenchError> {
         Daemon::start(&self.me, &self.config, &self.home.join("control.sock"), &self.home.join(log))
     }
 
     /// Bytes the running daemon's executor issued so far (0 if `stat`
     /// cannot tell).
-    fn issued_bytes(&self) -> u64 {
+    pub(crate) fn issued_bytes(&self) -> u64 {
         let out = std::process::Command::new(&self.me)
             .args(["stat", "--json", "--control"])
             .arg(self.home.join("control.sock"))
@@ -70,7 +72,7 @@ impl Setup {
     }
 
     /// Runs and files of the stored profile of `argv`'s launch.
-    fn learned(&self, argv: &[String]) -> (u64, u64) {
+    pub(crate) fn learned(&self, argv: &[String]) -> (u64, u64) {
         let Ok(launch) = predictio::launch::command::launch_of(argv) else { return (0, 0) };
         let out = std::process::Command::new(&self.me)
             .args(["profile", "list", "--json", "--store"])
@@ -83,21 +85,45 @@ impl Setup {
             .and_then(|l| l.iter().find(|e| e["exe"].as_str() == Some(launch.exe.path.as_str())).cloned());
         entry.map_or((0, 0), |e| (e["runs"].as_u64().unwrap_or(0), e["files"].as_u64().unwrap_or(0)))
     }
+
+    /// Training: the daemon started, `argv` launched [`TRAIN_RUNS`] times
+    /// from a cold cache, the daemon stopped. Returns the runs and files of
+    /// the profile it stored.
+    pub(crate) fn train(&self, h: &Harness, argv: &[String]) -> Result<(u64, u64), BenchError> {
+        let daemon = self.start("training.log")?;
+        for _ in 0..TRAIN_RUNS {
+            h.make_cold(&[])?;
+            settle();
+            spawn_and_wait(argv)?;
+        }
+        // The learner names and stores a launch after the program exits.
+        std::thread::sleep(Duration::from_secs(1));
+        daemon.stop()?;
+        Ok(self.learned(argv))
+    }
+
+    /// One timed pass with the daemon: started fresh (as at boot), the
+    /// cache made cold, `argv` launched and timed, the daemon stopped.
+    /// Returns the pass, the bytes its executor issued and the cold
+    /// check's resident fraction.
+    pub(crate) fn pass(&self, h: &Harness, argv: &[String]) -> Result<(Pass, u64, f64), BenchError> {
+        let daemon = self.start("daemon.log")?;
+        let before = self.issued_bytes();
+        let resident = h.make_cold(&[])?;
+        settle();
+        let run = spawn_and_wait(argv)?;
+        // The replay's reads finish within the launch or soon after.
+        std::thread::sleep(Duration::from_millis(200));
+        let issued = self.issued_bytes().saturating_sub(before);
+        daemon.stop()?;
+        Ok((run, issued, resident))
+    }
 }
 
 fn measure(h: &Harness, setup: &Setup, prog: &Program, pairs: usize) -> Result<Case, BenchError> {
     let argv = &prog.argv;
     h.say(format!("{}: the daemon learns {TRAIN_RUNS} cold launches", prog.name));
-    let daemon = setup.start("training.log")?;
-    for _ in 0..TRAIN_RUNS {
-        h.make_cold(&[])?;
-        settle();
-        spawn_and_wait(argv)?;
-    }
-    // The learner names and stores a launch after the program exits.
-    std::thread::sleep(Duration::from_secs(1));
-    daemon.stop()?;
-    let (runs, files) = setup.learned(argv);
+    let (runs, files) = setup.train(h, argv)?;
 
     let mut secs: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
     let mut issued = Vec::new();
@@ -107,20 +133,19 @@ fn measure(h: &Harness, setup: &Setup, prog: &Program, pairs: usize) -> Result<C
     for pair in 0..pairs {
         for k in 0..2 {
             let side = (k + pair) % 2;
-            let daemon = if side == 1 { Some(setup.start("daemon.log")?) } else { None };
-            let before = daemon.as_ref().map_or(0, |_| setup.issued_bytes());
-            resident = resident.max(h.make_cold(&[])?);
-            settle();
-            let run: Pass = spawn_and_wait(argv)?;
+            let run: Pass = if side == 1 {
+                let (run, bytes, cold) = setup.pass(h, argv)?;
+                issued.push(bytes as f64);
+                resident = resident.max(cold);
+                run
+            } else {
+                resident = resident.max(h.make_cold(&[])?);
+                settle();
+                spawn_and_wait(argv)?
+            };
             match &reference {
                 None => reference = Some((run.stdout.clone(), run.status)),
                 Some((out, status)) => identical &= *out == run.stdout && *status == run.status,
-            }
-            if let Some(d) = daemon {
-                // The replay's reads finish within the launch or soon after.
-                std::thread::sleep(Duration::from_millis(200));
-                issued.push(setup.issued_bytes().saturating_sub(before) as f64);
-                d.stop()?;
             }
             secs[side].push(run.seconds);
             h.step(format!(
@@ -177,7 +202,7 @@ pub fn run(options: &BenchOptions) -> Result<Report, BenchError> {
             )));
         }
     }
-    let setup = Setup::new(&options.dir, &options.assume_missing)?;
+    let setup = Setup::new(&options.dir, "launch-daemon", &options.assume_missing)?;
     let h = Harness::new(options, (progs.len() * pairs * 2) as u64)?;
     let mut cases = Vec::new();
     for prog in &progs {
