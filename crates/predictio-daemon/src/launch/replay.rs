@@ -233,14 +233,25 @@ fn open_checked(identity: &FileIdentity, counts: &mut ReplayCounts) -> Option<Fi
     }
 }
 
+/// Threads a replay job opens its files and directories on, beside the one
+/// that submits. On a cold cache each open is a chain of synchronous reads
+/// (directory blocks, inodes) that the device would serve many at once:
+/// opened one after another, a Clang launch's 41 directories and 80 files
+/// took the replayer 47 ms of the launch's 135. One opener beside the
+/// submitter: clang 131 ms, Chromium 644; four: 120 and 626; eight: 121
+/// and 622 (5 interleaved cold pairs, the same profiles).
+const OPENERS: usize = 4;
+
 /// Runs one replay job: for [`ReplayPart::AtExec`] first the metadata
-/// request (the exec's path, then the lookups by directory, then the
-/// directories to list: each directory opened without following a
-/// symbolic link, at most [`MAX_DIRS`]); then one request per wave of its
-/// files in [`wave_order`], each file opened when its first wave comes up
-/// and checked against its identity, at most [`MAX_REPLAY_FILES`] files.
-/// Holds no descriptor when it returns: the executor holds what its queued
-/// requests need, and lets them go when they are done.
+/// request of the exec's path, then that of its lookups by directory and
+/// the directories to list (each directory opened without following a
+/// symbolic link, at most [`MAX_DIRS`]) once they are open; and one request
+/// per wave of its files in [`wave_order`], each file checked against its
+/// identity, at most [`MAX_REPLAY_FILES`] files. The directories and the
+/// files are opened on [`OPENERS`] threads, the files in the order of their
+/// first waves, while this thread submits each wave as soon as its file is
+/// open. Holds no descriptor when it returns: the executor holds what its
+/// queued requests need, and lets them go when they are done.
 pub fn run_job(job: &ReplayJob, sink: &dyn RequestSink) -> ReplayCounts {
     if job.repeat {
         let warm = u64::from(looks_warm(job.files()));
@@ -252,49 +263,136 @@ pub fn run_job(job: &ReplayJob, sink: &dyn RequestSink) -> ReplayCounts {
         counts.warm = 1;
         return counts;
     }
-    if job.part == ReplayPart::AtExec {
-        let (lookups, dirs) = open_dirs(replay, &mut counts);
-        let execs: Vec<Arc<str>> = job.exec.iter().cloned().collect();
-        if !(execs.is_empty() && lookups.is_empty() && dirs.is_empty())
-            && sink.submit_meta(MetaRequest { execs, lookups, dirs, origin: job.origin }).is_err()
-        {
+    let at_exec = job.part == ReplayPart::AtExec;
+    if at_exec && let Some(exec) = &job.exec {
+        let request =
+            MetaRequest { execs: vec![Arc::clone(exec)], lookups: Vec::new(), dirs: Vec::new(), origin: job.origin };
+        if sink.submit_meta(request).is_err() {
             counts.refused += 1;
         }
     }
     let files = job.files();
     let order = wave_order(files, replay.wave_pages, replay.span_ms);
-    let mut last = vec![0; files.len()];
+    // Per file, its last wave; the files in the order of their first.
+    let mut last: Vec<Option<usize>> = vec![None; files.len()];
+    let mut firsts = Vec::new();
     for (k, (f, _)) in order.iter().enumerate() {
-        last[*f] = k;
-    }
-    // Per file: not tried yet, or what its open gave.
-    let mut held: Vec<Option<Option<FileRef>>> = vec![None; files.len()];
-    let mut tried = 0;
-    for (k, (f, wave)) in order.into_iter().enumerate() {
-        let slot = held[f].get_or_insert_with(|| {
-            if tried >= MAX_REPLAY_FILES {
-                counts.capped += 1;
-                return None;
-            }
-            tried += 1;
-            open_checked(&files[f].identity, &mut counts)
-        });
-        if let Some(file) = slot.as_ref() {
-            let request = Request::new(file.clone(), wave.to_vec(), job.origin)
-                .with_urgency(Urgency::Imminent)
-                .paced(replay.window_pages)
-                .for_process(job.pid);
-            counts.requests += 1;
-            if sink.submit(request).is_err() {
-                counts.refused += 1;
-            }
-        }
-        if last[f] == k {
-            // Its last wave is submitted: the queued requests hold it now.
-            *slot = None;
+        if last[*f].replace(k).is_none() {
+            firsts.push(*f);
         }
     }
+    counts.capped += firsts.len().saturating_sub(MAX_REPLAY_FILES) as u64;
+    firsts.truncate(MAX_REPLAY_FILES);
+    let opened = Opened::new(files.len(), &firsts);
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let dirs: std::sync::Mutex<Option<(Vec<MetaLookup>, Vec<MetaDir>, ReplayCounts)>> = std::sync::Mutex::new(None);
+    let submit_dirs = |counts: &mut ReplayCounts| {
+        let Some((lookups, dirs, opened)) = dirs.lock().unwrap_or_else(|e| e.into_inner()).take() else { return };
+        counts.dirs += opened.dirs;
+        if !(lookups.is_empty() && dirs.is_empty())
+            && sink.submit_meta(MetaRequest { execs: Vec::new(), lookups, dirs, origin: job.origin }).is_err()
+        {
+            counts.refused += 1;
+        }
+    };
+    std::thread::scope(|scope| {
+        if at_exec {
+            scope.spawn(|| {
+                let mut c = ReplayCounts::default();
+                let (lookups, opened) = open_dirs(replay, &mut c);
+                *dirs.lock().unwrap_or_else(|e| e.into_inner()) = Some((lookups, opened, c));
+            });
+        }
+        for _ in 0..OPENERS.min(firsts.len()) {
+            scope.spawn(|| {
+                while let Some(&f) = firsts.get(next.fetch_add(1, Ordering::Relaxed)) {
+                    let mut c = ReplayCounts::default();
+                    let file = open_checked(&files[f].identity, &mut c);
+                    opened.put(f, file, &c);
+                }
+            });
+        }
+        for (k, (f, wave)) in order.into_iter().enumerate() {
+            submit_dirs(&mut counts);
+            if let Some(file) = opened.wait(f) {
+                let request = Request::new(file, wave.to_vec(), job.origin)
+                    .with_urgency(Urgency::Imminent)
+                    .paced(replay.window_pages)
+                    .for_process(job.pid);
+                counts.requests += 1;
+                if sink.submit(request).is_err() {
+                    counts.refused += 1;
+                }
+            }
+            if last[f] == Some(k) {
+                // Its last wave is submitted: the queued requests hold it now.
+                opened.release(f);
+            }
+        }
+    });
+    submit_dirs(&mut counts);
+    let c = opened.counts();
+    (counts.opened, counts.changed, counts.missing) = (c.opened, c.changed, c.missing);
     counts
+}
+
+/// The files of a [`run_job`] as its openers open them.
+struct Opened {
+    state: std::sync::Mutex<(Vec<Slot>, ReplayCounts)>,
+    changed: std::sync::Condvar,
+}
+
+enum Slot {
+    /// Not to be opened (past [`MAX_REPLAY_FILES`]), or let go.
+    None,
+    /// To be opened.
+    Waiting,
+    /// What its open gave.
+    Open(Option<FileRef>),
+}
+
+impl Opened {
+    fn new(files: usize, wanted: &[usize]) -> Self {
+        let mut slots: Vec<Slot> = (0..files).map(|_| Slot::None).collect();
+        for &f in wanted {
+            slots[f] = Slot::Waiting;
+        }
+        Self { state: std::sync::Mutex::new((slots, ReplayCounts::default())), changed: std::sync::Condvar::new() }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, (Vec<Slot>, ReplayCounts)> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn put(&self, f: usize, file: Option<FileRef>, counts: &ReplayCounts) {
+        let mut state = self.lock();
+        state.0[f] = Slot::Open(file);
+        state.1.opened += counts.opened;
+        state.1.changed += counts.changed;
+        state.1.missing += counts.missing;
+        drop(state);
+        self.changed.notify_all();
+    }
+
+    /// File `f` once its opener is done with it (`None`: not opened).
+    fn wait(&self, f: usize) -> Option<FileRef> {
+        let mut state = self.lock();
+        while matches!(state.0[f], Slot::Waiting) {
+            state = self.changed.wait(state).unwrap_or_else(|e| e.into_inner());
+        }
+        match &state.0[f] {
+            Slot::Open(file) => file.clone(),
+            _ => None,
+        }
+    }
+
+    fn release(&self, f: usize) {
+        self.lock().0[f] = Slot::None;
+    }
+
+    fn counts(&self) -> ReplayCounts {
+        self.lock().1
+    }
 }
 
 /// The replay's lookups and directories, opened (see [`run_job`]).
@@ -472,13 +570,15 @@ pub fn start_replayer_with(
                 // files were quieted with the launch's): nothing to replay.
                 (ReplayCounts { jobs: 1, warm: 1, ..ReplayCounts::default() }, None, false)
             } else {
+                let started = std::time::Instant::now();
                 let counts = if shadow {
                     let (jobs, repeats) = if job.repeat { (0, 1) } else { (1, 0) };
                     ReplayCounts { jobs, repeats, shadowed: 1 - repeats, ..ReplayCounts::default() }
                 } else {
                     run_job(&job, &*sink)
                 };
-                tracing::debug!(exe = %job.replay.exe, part = ?job.part, ?counts, shadow, "replayed");
+                let took_ms = started.elapsed().as_secs_f64() * 1e3;
+                tracing::debug!(exe = %job.replay.exe, part = ?job.part, ?counts, shadow, took_ms, "replayed");
                 (counts, (counts.warm > 0).then_some(job.pid), true)
             };
             if let Some(set) = set {
@@ -957,16 +1057,23 @@ mod tests {
         assert_eq!(replay.at_exec.len(), 300);
         assert_eq!(open_fds(dir.path()), 0, "a planned replay holds no descriptor");
         let sink = Collect::default();
+        let want: Vec<predictio::FileId> = wave_order(&replay.at_exec, replay.wave_pages, replay.span_ms)
+            .iter()
+            .map(|(f, _)| replay.at_exec[*f].identity.id())
+            .collect();
         let counts = run_job(&job(replay, Some("/bin/sh")), &sink);
         assert_eq!((counts.opened, counts.changed, counts.missing, counts.requests), (300, 0, 0, 300));
         let requests = std::mem::take(&mut *sink.requests.lock().unwrap());
+        let got: Vec<predictio::FileId> = requests.iter().map(|r| r.file.id()).collect();
+        assert_eq!(got, want, "opened on several threads, submitted in wave order");
         assert_eq!(requests.iter().map(|r| r.origin).collect::<HashSet<_>>(), HashSet::from([PolicyId(4)]));
         assert!(requests.iter().all(|r| r.urgency == Urgency::Imminent));
         assert!(requests.iter().all(|r| r.target_pid == Some(4242)), "for the launching process's cgroup");
         let meta = std::mem::take(&mut *sink.meta.lock().unwrap());
-        assert_eq!(meta.len(), 1, "the exec and the directories: one metadata request, first");
+        assert_eq!(meta.len(), 2, "the exec first, on its own; then the directories, once opened");
         assert_eq!(meta[0].execs, vec![Arc::<str>::from("/bin/sh")]);
-        assert!(!meta[0].dirs.is_empty());
+        assert!(meta[0].dirs.is_empty() && meta[0].lookups.is_empty());
+        assert!(meta[1].execs.is_empty() && !meta[1].dirs.is_empty());
         assert_eq!(open_fds(dir.path()), 300, "only the queued requests hold descriptors");
         drop((requests, meta));
         assert_eq!(open_fds(dir.path()), 0, "and once they are done, nothing is left open");
