@@ -285,7 +285,7 @@ pub fn run_job(job: &ReplayJob, sink: &dyn RequestSink) -> ReplayCounts {
     firsts.truncate(MAX_REPLAY_FILES);
     let opened = Opened::new(files.len(), &firsts);
     let next = std::sync::atomic::AtomicUsize::new(0);
-    let dirs: std::sync::Mutex<Option<(Vec<MetaLookup>, Vec<MetaDir>, ReplayCounts)>> = std::sync::Mutex::new(None);
+    let dirs: std::sync::Mutex<Option<OpenedDirs>> = std::sync::Mutex::new(None);
     let submit_dirs = |counts: &mut ReplayCounts| {
         let Some((lookups, dirs, opened)) = dirs.lock().unwrap_or_else(|e| e.into_inner()).take() else { return };
         counts.dirs += opened.dirs;
@@ -335,6 +335,9 @@ pub fn run_job(job: &ReplayJob, sink: &dyn RequestSink) -> ReplayCounts {
     (counts.opened, counts.changed, counts.missing) = (c.opened, c.changed, c.missing);
     counts
 }
+
+/// A [`run_job`]'s lookups and directories, opened, with its counts.
+type OpenedDirs = (Vec<MetaLookup>, Vec<MetaDir>, ReplayCounts);
 
 /// The files of a [`run_job`] as its openers open them.
 struct Opened {
