@@ -620,50 +620,44 @@ fn measure(
     for pair in 0..pairs {
         for k in 0..sides.len() {
             let s = (k + pair) % sides.len();
-            if sides[s] == Side::Daemon {
+            let (run, bytes) = if sides[s] == Side::Daemon {
                 // Nothing of the bench's replay is held open: the daemon
                 // opens what it replays itself.
                 held = None;
                 let (run, bytes, cold) = daemon.pass(h, argv)?;
                 resident_before = resident_before.max(cold);
-                match &reference {
-                    None => reference = Some((run.stdout.clone(), run.status)),
-                    Some((out, status)) => identical &= *out == run.stdout && *status == run.status,
-                }
-                secs[s].push(run.seconds);
-                issued[s].push(bytes);
-                h.step(format!("{} pair {}/{pairs}: {}", prog.name, pair + 1, sides[s].name()));
-                continue;
-            }
-            let p = match sides[s] {
-                Side::Predictio => {
-                    // As the daemon: the replay opens its files at the
-                    // exec, so nothing is held through drop_caches (and
-                    // the resident-before check is drop_caches alone).
-                    let p = hold(&mut held, &profile, key.id(), argv)?;
-                    p.close_files();
-                    h.make_cold(&[])?;
-                    Some(p)
-                }
-                Side::WholeFile => {
-                    let p = hold(&mut held, &profile, key.id(), argv)?;
-                    p.open_files()?;
-                    resident_before = resident_before.max(make_cold(h, p)?);
-                    Some(p)
-                }
-                Side::Baseline | Side::Preload | Side::Daemon => {
-                    // Nothing of the workload is held open (checking the
-                    // replay's pages here would open, and cache, their inodes).
-                    held = None;
-                    h.make_cold(&[])?;
-                    None
-                }
+                (run, bytes)
+            } else {
+                let p = match sides[s] {
+                    Side::Predictio => {
+                        // As the daemon: the replay opens its files at the
+                        // exec, so nothing is held through drop_caches (and
+                        // the resident-before check is drop_caches alone).
+                        let p = hold(&mut held, &profile, key.id(), argv)?;
+                        p.close_files();
+                        h.make_cold(&[])?;
+                        Some(p)
+                    }
+                    Side::WholeFile => {
+                        let p = hold(&mut held, &profile, key.id(), argv)?;
+                        p.open_files()?;
+                        resident_before = resident_before.max(make_cold(h, p)?);
+                        Some(p)
+                    }
+                    Side::Baseline | Side::Preload | Side::Daemon => {
+                        // Nothing of the workload is held open (checking the
+                        // replay's pages here would open, and cache, their inodes).
+                        held = None;
+                        h.make_cold(&[])?;
+                        None
+                    }
+                };
+                settle();
+                // Exec times far enough apart that the policy's repeat guard
+                // never suppresses a measured replay.
+                clock += 10_000_000_000;
+                pass(p, argv, sides[s], clock, preload.map(|x| x.0))?
             };
-            settle();
-            // Exec times far enough apart that the policy's repeat guard never
-            // suppresses a measured replay.
-            clock += 10_000_000_000;
-            let (run, bytes) = pass(p, argv, sides[s], clock, preload.map(|x| x.0))?;
             match &reference {
                 None => reference = Some((run.stdout.clone(), run.status)),
                 Some((out, status)) => identical &= *out == run.stdout && *status == run.status,
