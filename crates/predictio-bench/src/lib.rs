@@ -54,7 +54,8 @@ pub enum Workload {
     ModelLoad,
     /// Seed 000 §4.2: cold range scans of a fragmented SQLite table; baseline, adapter, no-change daemon mode.
     SqliteScan,
-    /// Seeds 000 §4.1 and 001: cold starts of real programs; baseline, launch replay, whole-file prefetch.
+    /// Seeds 000 §4.1 and 001: cold starts of real programs; baseline, the
+    /// daemon as installed, exact-profile replay, whole-file prefetch, preload.
     Launch,
     /// Cold starts of real programs with the daemon as installed (default configuration, its own learning).
     LaunchDaemon,

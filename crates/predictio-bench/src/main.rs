@@ -27,8 +27,11 @@ use predictio_bench::{BenchOptions, Workload};
 /// (random reads and jumpy scans: stream and learned stay out), llm-load
 /// (llama.cpp loading generated GGUF models; needs scripts/llama.sh),
 /// model-load (Python safetensors and GGUF loaders and DuckDB over Parquet
-/// beside the daemon; needs scripts/bench-deps.sh), launch (cold starts of real programs: replay vs whole-file prefetch),
-/// daemon-cost (the running daemon: idle CPU, launches beside it).
+/// beside the daemon; needs scripts/bench-deps.sh), launch (cold starts of
+/// real programs: the daemon as installed, profiles from record --exact,
+/// whole-file prefetch, preload), launch-daemon (the daemon alone, also as
+/// on older kernels), daemon-cost (the running daemon: idle CPU, launches
+/// beside it).
 ///
 /// `predictio-bench summary [--check README.md]` prints the README's table
 /// of headline numbers from docs/results (or checks a README's copy of it).

@@ -328,7 +328,13 @@ fn run_starts_its_command_before_its_runtime() {
     assert!(stderr.contains("predictio run: sh finished in"), "the runtime's report: {stderr}");
     let residency = ok(&Command::new(bin()).args(["residency", "--json", f]).output().expect("residency"));
     let residency: serde_json::Value = serde_json::from_str(&residency).expect("residency --json");
-    assert_eq!(residency[0]["resident"], 512, "both hinted MiB: {residency}");
+    // Both hinted MiB were read in. A prefetched page nobody touched is the
+    // kernel's first to let go (it sits on the inactive list): one let go
+    // before the check is counted evicted by `cachestat` (once, in CI, 3 of
+    // the 512).
+    let count = |key: &str| residency[0][key].as_u64().unwrap_or(0);
+    let (resident, evicted) = (count("resident"), count("evicted"));
+    assert!(resident <= 512 && resident + evicted >= 512, "both hinted MiB: {residency}");
     // SIGTERM to run reaches the command; run reports it killed.
     let child = Command::new(bin())
         .env("TMPDIR", &tmp)
