@@ -16,7 +16,8 @@
 //!    checked): **baseline** (the program alone); **daemon** (the primary
 //!    side: the daemon started fresh before its pass, as at boot, and
 //!    stopped after it); **exact** (the profile `record --exact` learned,
-//!    replayed in the bench's own process: the `launch` policy gets the program's exec start — the daemon with
+//!    replayed in the bench's own process: the `launch` policy gets the
+//!    program's exec start — the daemon with
 //!    `[launch] lookups`, whose profiles' lookups are replayed here too,
 //!    sees `execve` entered — just before the spawn, paired with the exec
 //!    it leads to as the daemon pairs them at the first launch it sees,
@@ -53,7 +54,7 @@ use predictio::{Event, Executor, FileId, FileRef, Request, Runtime, Urgency};
 use predictio_daemon::launch::replay::{Replayer, check_files, plan_replay, start_replayer};
 use predictio_daemon::launch::store::Store;
 
-use super::launch_daemon::Setup as DaemonSetup;
+use super::launch_daemon::{Setup as DaemonSetup, closure};
 use super::launch_preload::{Learned, PREDICT_WAIT, Preload, TRAIN_BUDGET};
 use crate::BenchOptions;
 use crate::harness::{
@@ -302,7 +303,7 @@ struct Prepared {
     replay_pages: HashMap<FileId, Vec<PageRange>>,
     whole_pages: u64,
     /// The replayed files, open (for the whole-file peer and the residency
-    /// check) or closed ([`Prepared::close_files`]: the predictio side, as
+    /// check) or closed ([`Prepared::close_files`]: the exact side, as
     /// the daemon's replayer opens them at the exec and holds none before).
     files: Vec<FileRef>,
     /// Their paths, to open them again.
@@ -510,7 +511,7 @@ fn pass(
     Ok((run, issued(&p) - before))
 }
 
-/// Pages the launch touched (one observed cold predictio pass), by file.
+/// Pages the launch touched (one observed cold exact pass), by file.
 fn touched_pages(p: &mut Prepared, argv: &[String], h: &Harness) -> Result<HashMap<FileId, HashSet<u64>>, BenchError> {
     use predictio_bpf::{Observer, ObserverConfig};
     make_cold(h, p)?;
@@ -606,7 +607,7 @@ fn measure(
     let profile = profile.ok_or_else(|| BenchError::Options(format!("no profile learned for {}", argv.join(" "))))?;
     // The profile's descriptors, held, keep its inodes and dentries cached
     // across drop_caches. Only the whole-file side holds them through its
-    // passes; the predictio side closes them first, as the daemon's
+    // passes; the exact side closes them first, as the daemon's
     // replayer opens them at the exec and holds none in between; baseline
     // and preload passes drop the whole preparation.
     let mut held: Option<Prepared> = None;
@@ -644,9 +645,10 @@ fn measure(
                         resident_before = resident_before.max(make_cold(h, p)?);
                         Some(p)
                     }
-                    Side::Baseline | Side::Preload | Side::Daemon => {
-                        // Nothing of the workload is held open (checking the
-                        // replay's pages here would open, and cache, their inodes).
+                    _ => {
+                        // Baseline and preload: nothing of the workload is
+                        // held open (checking the replay's pages here would
+                        // open, and cache, their inodes).
                         held = None;
                         h.make_cold(&[])?;
                         None
@@ -723,7 +725,7 @@ fn measure(
         |a: &[f64], b: &[f64]| -> f64 { median(&a.iter().zip(b).map(|(x, y)| x / y.max(1e-12)).collect::<Vec<_>>()) };
     let base = median(&secs[0]);
     let cut = |t: f64| 100.0 * (1.0 - t / base.max(1e-12));
-    let closure = |t: f64| if base > warm_s { (base - t) / (base - warm_s) } else { 0.0 };
+    let closed = |t: f64| closure(base, t, warm_s);
     e.insert("whole_file_ratio_median".into(), ratio(&secs[0], &secs[w]).into());
     e.insert("daemon_vs_whole_file_ratio_median".into(), ratio(&secs[w], &secs[d]).into());
     e.insert("exact_ratio_median".into(), ratio(&secs[0], &secs[x]).into());
@@ -734,8 +736,8 @@ fn measure(
     e.insert("whole_file_median_s".into(), median(&secs[w]).into());
     e.insert("reduction_pct".into(), cut(median(&secs[d])).into());
     e.insert("exact_reduction_pct".into(), cut(median(&secs[x])).into());
-    e.insert("closure".into(), closure(median(&secs[d])).into());
-    e.insert("exact_closure".into(), closure(median(&secs[x])).into());
+    e.insert("closure".into(), closed(median(&secs[d])).into());
+    e.insert("exact_closure".into(), closed(median(&secs[x])).into());
     e.insert("exact_issued_bytes".into(), (median_u64(issued[x].iter().copied()) as u64).into());
     e.insert("daemon_profile_runs".into(), daemon_runs.into());
     e.insert("daemon_profile_files".into(), daemon_files.into());
@@ -746,7 +748,7 @@ fn measure(
     // The exact replay's fill: what a replay of the exact profile can reach.
     let bound = warm_s.max(fill_s);
     e.insert("replay_bound_s".into(), bound.into());
-    e.insert("bound_reduction_pct".into(), (100.0 * (1.0 - bound / median(&secs[0]).max(1e-12))).into());
+    e.insert("bound_reduction_pct".into(), cut(bound).into());
     e.insert("whole_file_issued_bytes".into(), (median_u64(issued[2].iter().copied()) as u64).into());
     e.insert("whole_file_bytes".into(), (p.whole_pages * 4096).into());
     e.insert("whole_file_wasted_bytes".into(), (whole_wasted * 4096).into());

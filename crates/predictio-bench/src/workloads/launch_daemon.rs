@@ -183,7 +183,7 @@ fn measure(h: &Harness, setup: &Setup, prog: &Program, pairs: usize) -> Result<C
 
 /// The share of the cold-to-warm gap closed: (baseline − treatment) /
 /// (baseline − warm); 0 where there is no gap.
-fn closure(baseline: f64, treatment: f64, warm: f64) -> f64 {
+pub(crate) fn closure(baseline: f64, treatment: f64, warm: f64) -> f64 {
     let gap = baseline - warm;
     if gap > 0.0 { (baseline - treatment) / gap } else { 0.0 }
 }

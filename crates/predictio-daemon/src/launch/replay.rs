@@ -287,8 +287,10 @@ pub fn run_job(job: &ReplayJob, sink: &dyn RequestSink) -> ReplayCounts {
     let next = std::sync::atomic::AtomicUsize::new(0);
     let dirs: std::sync::Mutex<Option<OpenedDirs>> = std::sync::Mutex::new(None);
     let submit_dirs = |counts: &mut ReplayCounts| {
-        let Some((lookups, dirs, opened)) = dirs.lock().unwrap_or_else(|e| e.into_inner()).take() else { return };
-        counts.dirs += opened.dirs;
+        let Some((lookups, dirs, dir_counts)) = dirs.lock().unwrap_or_else(|e| e.into_inner()).take() else {
+            return;
+        };
+        counts.dirs += dir_counts.dirs;
         if !(lookups.is_empty() && dirs.is_empty())
             && sink.submit_meta(MetaRequest { execs: Vec::new(), lookups, dirs, origin: job.origin }).is_err()
         {
