@@ -305,15 +305,23 @@ pub fn run_job(job: &ReplayJob, sink: &dyn RequestSink) -> ReplayCounts {
                 *dirs.lock().unwrap_or_else(|e| e.into_inner()) = Some((lookups, opened, c));
             });
         }
-        for _ in 0..OPENERS.min(firsts.len()) {
-            scope.spawn(|| {
-                while let Some(&f) = firsts.get(next.fetch_add(1, Ordering::Relaxed)) {
-                    let mut c = ReplayCounts::default();
-                    let file = open_checked(&files[f].identity, &mut c);
-                    opened.put(f, file, &c);
-                }
-            });
-        }
+        let openers: Vec<_> = (0..OPENERS.min(firsts.len()))
+            .map(|_| {
+                let (opener, firsts, next) = (opened.opener(), &firsts, &next);
+                let opened = &opened;
+                scope.spawn(move || {
+                    // The whole hold moves in (not only the field set below):
+                    // it is let go when this thread ends.
+                    let mut opener = opener;
+                    while let Some(&f) = firsts.get(next.fetch_add(1, Ordering::Relaxed)) {
+                        opener.current = Some(f);
+                        let mut c = ReplayCounts::default();
+                        let file = open_checked(&files[f].identity, &mut c);
+                        opened.put(f, file, &c);
+                    }
+                })
+            })
+            .collect();
         for (k, (f, wave)) in order.into_iter().enumerate() {
             submit_dirs(&mut counts);
             if let Some(file) = opened.wait(f) {
@@ -331,6 +339,13 @@ pub fn run_job(job: &ReplayJob, sink: &dyn RequestSink) -> ReplayCounts {
                 opened.release(f);
             }
         }
+        for opener in openers {
+            // Joined here, a panicking opener does not take the replayer
+            // down with it: its files were given up (see `Opener`).
+            if opener.join().is_err() {
+                tracing::warn!(exe = %replay.exe, "a replay's opener panicked: its files were left out");
+            }
+        }
     });
     submit_dirs(&mut counts);
     let c = opened.counts();
@@ -343,8 +358,44 @@ type OpenedDirs = (Vec<MetaLookup>, Vec<MetaDir>, ReplayCounts);
 
 /// The files of a [`run_job`] as its openers open them.
 struct Opened {
-    state: std::sync::Mutex<(Vec<Slot>, ReplayCounts)>,
+    state: std::sync::Mutex<OpenedState>,
     changed: std::sync::Condvar,
+}
+
+struct OpenedState {
+    slots: Vec<Slot>,
+    counts: ReplayCounts,
+    /// Openers not yet gone ([`Opened::opener`]).
+    openers: usize,
+}
+
+/// One opener thread's hold on an [`Opened`]: when it goes, normally or
+/// by a panic, the file it was opening (if not put yet) is given up, and
+/// once the last opener has gone, every file still waiting is too, so that
+/// [`Opened::wait`] never waits for a file no one will open.
+struct Opener<'a> {
+    opened: &'a Opened,
+    /// The file being opened.
+    current: Option<usize>,
+}
+
+impl Drop for Opener<'_> {
+    fn drop(&mut self) {
+        let mut state = self.opened.lock();
+        if let Some(f) = self.current
+            && matches!(state.slots[f], Slot::Waiting)
+        {
+            state.slots[f] = Slot::Open(None);
+        }
+        state.openers -= 1;
+        if state.openers == 0 {
+            for slot in state.slots.iter_mut().filter(|s| matches!(s, Slot::Waiting)) {
+                *slot = Slot::Open(None);
+            }
+        }
+        drop(state);
+        self.opened.changed.notify_all();
+    }
 }
 
 enum Slot {
@@ -362,19 +413,26 @@ impl Opened {
         for &f in wanted {
             slots[f] = Slot::Waiting;
         }
-        Self { state: std::sync::Mutex::new((slots, ReplayCounts::default())), changed: std::sync::Condvar::new() }
+        let state = OpenedState { slots, counts: ReplayCounts::default(), openers: 0 };
+        Self { state: std::sync::Mutex::new(state), changed: std::sync::Condvar::new() }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, (Vec<Slot>, ReplayCounts)> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, OpenedState> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A new opener's hold (see [`Opener`]).
+    fn opener(&self) -> Opener<'_> {
+        self.lock().openers += 1;
+        Opener { opened: self, current: None }
     }
 
     fn put(&self, f: usize, file: Option<FileRef>, counts: &ReplayCounts) {
         let mut state = self.lock();
-        state.0[f] = Slot::Open(file);
-        state.1.opened += counts.opened;
-        state.1.changed += counts.changed;
-        state.1.missing += counts.missing;
+        state.slots[f] = Slot::Open(file);
+        state.counts.opened += counts.opened;
+        state.counts.changed += counts.changed;
+        state.counts.missing += counts.missing;
         drop(state);
         self.changed.notify_all();
     }
@@ -382,21 +440,21 @@ impl Opened {
     /// File `f` once its opener is done with it (`None`: not opened).
     fn wait(&self, f: usize) -> Option<FileRef> {
         let mut state = self.lock();
-        while matches!(state.0[f], Slot::Waiting) {
+        while matches!(state.slots[f], Slot::Waiting) {
             state = self.changed.wait(state).unwrap_or_else(|e| e.into_inner());
         }
-        match &state.0[f] {
+        match &state.slots[f] {
             Slot::Open(file) => file.clone(),
             _ => None,
         }
     }
 
     fn release(&self, f: usize) {
-        self.lock().0[f] = Slot::None;
+        self.lock().slots[f] = Slot::None;
     }
 
     fn counts(&self) -> ReplayCounts {
-        self.lock().1
+        self.lock().counts
     }
 }
 
@@ -1046,6 +1104,43 @@ mod tests {
             pid: 4242,
             repeat: false,
         }
+    }
+
+    /// An opener that panics gives up the file it was opening, and once
+    /// the last opener is gone every file still waiting is given up too: a
+    /// replay never waits for a file no one will open.
+    #[test]
+    fn a_panicking_opener_leaves_its_files_out_instead_of_hanging_the_replay() {
+        // Whether each of `files` is given up (`wait` gives `None`), or
+        // `None` if a wait lasted 10 s (then every slot is let go, to end it).
+        fn given_up(opened: &Opened, files: &[usize]) -> Option<Vec<bool>> {
+            let (tx, rx) = std::sync::mpsc::channel();
+            std::thread::scope(|scope| {
+                scope.spawn(|| tx.send(files.iter().map(|&f| opened.wait(f).is_none()).collect::<Vec<_>>()));
+                let got = rx.recv_timeout(Duration::from_secs(10)).ok();
+                if got.is_none() {
+                    opened.lock().slots.iter_mut().for_each(|s| *s = Slot::None);
+                    opened.changed.notify_all();
+                }
+                got
+            })
+        }
+        let opened = Opened::new(4, &[0, 1, 2, 3]);
+        let calm = opened.opener();
+        std::thread::scope(|scope| {
+            let failing = opened.opener();
+            let thread = scope.spawn(move || {
+                let mut opener = failing;
+                opener.current = Some(1);
+                panic!("an opener fails while opening file 1");
+            });
+            assert!(thread.join().is_err());
+        });
+        assert_eq!(given_up(&opened, &[1]), Some(vec![true]), "the file being opened is given up at once");
+        opened.put(0, None, &ReplayCounts { opened: 1, ..ReplayCounts::default() });
+        drop(calm);
+        assert_eq!(given_up(&opened, &[0, 1, 2, 3]), Some(vec![true; 4]), "with the last opener gone, the rest too");
+        assert_eq!(opened.counts().opened, 1);
     }
 
     /// Regression: every profile in the book held a descriptor per file
