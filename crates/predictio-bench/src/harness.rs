@@ -149,8 +149,9 @@ impl Harness {
         Ok(())
     }
 
-    /// One round of an interleaved run: each of `sides` sides once, in an
-    /// order rotated by `pair` (so that no side always runs first), with
+    /// One round of an interleaved run: each of `sides` sides once, in the
+    /// order [`pass_order`] gives round `pair` (no side always runs first,
+    /// nor always right after the same other side), with
     /// `files` made cold and the machine settled before every pass;
     /// `pass(side)` runs one (and reports its step). Returns the largest
     /// resident fraction of `files` seen right before a pass.
@@ -165,7 +166,7 @@ impl Harness {
         for k in 0..sides {
             resident_before = resident_before.max(self.make_cold(files)?);
             settle();
-            pass((k + pair) % sides)?;
+            pass(pass_order(pair, sides)[k])?;
         }
         Ok(resident_before)
     }
@@ -622,9 +623,70 @@ fn cpu_times_of(line: &str) -> Option<(u64, u64)> {
     Some((busy, busy + idle + iowait))
 }
 
+/// The order in which round `round` of an interleaved run takes its `sides`
+/// sides: a Williams design, a Latin square balanced for carry-over. Over
+/// `sides` consecutive rounds (twice as many for an odd count) every side
+/// runs once at each position and right after each other side equally
+/// often. A plain rotation puts each side after the same other side in
+/// every round, and a side can leave the machine in a state that favours
+/// or hampers the next: measured in `llm-load`, a cold llama.cpp load under
+/// predictio took 5.5-5.9 s right after llama.cpp's direct-I/O side (whose
+/// 2 GiB of freed memory this VM hands back to its host, to be faulted in
+/// again) and 3.7-4.3 s right after the baseline, and the rotation ran it
+/// after the direct-I/O side in every round.
+pub fn pass_order(round: usize, sides: usize) -> Vec<usize> {
+    if sides == 0 {
+        return Vec::new();
+    }
+    // First row 0, 1, n-1, 2, n-2, ...; row r adds r to each (mod n).
+    let first: Vec<usize> =
+        (0..sides).map(|j| if !j.is_multiple_of(2) { j.div_ceil(2) } else { (sides - j / 2) % sides }).collect();
+    let rows = if sides.is_multiple_of(2) { sides } else { 2 * sides };
+    let row = round % rows;
+    let mut order: Vec<usize> = first.iter().map(|&x| (x + row % sides) % sides).collect();
+    if row >= sides {
+        // Odd counts: the second half of the design is the first reversed.
+        order.reverse();
+    }
+    order
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The order is a Williams design: over a full cycle each side runs at
+    /// each position equally often and right after every other side
+    /// equally often; two sides alternate.
+    #[test]
+    fn pass_orders_are_balanced_for_position_and_for_the_side_before() {
+        assert_eq!((0..4).map(|r| pass_order(r, 2)).collect::<Vec<_>>(), [[0, 1], [1, 0], [0, 1], [1, 0]]);
+        for n in 1..=7usize {
+            let rows = if n.is_multiple_of(2) { n } else { 2 * n };
+            let mut at = vec![vec![0usize; n]; n];
+            let mut after = vec![vec![0usize; n]; n];
+            for r in 0..rows {
+                let order = pass_order(r, n);
+                let mut seen = order.clone();
+                seen.sort_unstable();
+                assert_eq!(seen, (0..n).collect::<Vec<_>>(), "round {r} of {n} runs every side once");
+                for (k, &side) in order.iter().enumerate() {
+                    at[side][k] += 1;
+                }
+                for w in order.windows(2) {
+                    after[w[1]][w[0]] += 1;
+                }
+                assert_eq!(pass_order(r + rows, n), order, "the design repeats");
+            }
+            assert!(at.iter().flatten().all(|&c| c == rows / n), "{n} sides: positions {at:?}");
+            for (side, before) in after.iter().enumerate() {
+                for (other, &c) in before.iter().enumerate() {
+                    let want = if side == other { 0 } else { rows / n };
+                    assert_eq!(c, want, "{n} sides: {side} right after {other}");
+                }
+            }
+        }
+    }
 
     #[test]
     fn a_tail_keeps_the_last_characters_whole() {

@@ -219,7 +219,7 @@ fn measure_case(
     for pair in 0..pairs {
         // A fresh pattern per pair, the same for both sides of the pair.
         let pages = pattern(run, file_pages, 0x5EED ^ (run << 8) ^ pair as u64);
-        // Both sides, in an order rotated by the pair, each from cold.
+        // Both sides, alternating which goes first, each from cold.
         let seen = h.round(pair, 2, &[path], |side| {
             let treatment = side == 1;
             let pass = if treatment { oracle_pass(path, &pages, &h.options)? } else { baseline_pass(path, &pages)? };

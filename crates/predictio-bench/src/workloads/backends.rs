@@ -3,8 +3,8 @@
 //!
 //! The list covers the file in 32 KiB ranges in shuffled order — what a
 //! history-based policy hands the executor. Baseline: `fadvise`. Treatments:
-//! `readahead`, `madvise`, `uring` at depths 16 and 64. Passes rotate through
-//! the variants so that each pair is interleaved. The limit is the file's
+//! `readahead`, `madvise`, `uring` at depths 16 and 64. Each pair runs the
+//! variants interleaved, in a balanced order. The limit is the file's
 //! bytes over the device's best measured bandwidth.
 
 use std::path::Path;

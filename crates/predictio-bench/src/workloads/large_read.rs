@@ -77,7 +77,7 @@ fn offsets(file_size: u64, size: u64, reads: usize, seed: u64) -> Vec<u64> {
     all.into_iter().cycle().take(reads).map(|slot| slot * size).collect()
 }
 
-/// The sides of a pair, in rotating order.
+/// The sides of a pair (run in a balanced order).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Side {
     /// One plain `read()` per range.

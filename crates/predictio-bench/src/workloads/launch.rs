@@ -11,7 +11,7 @@
 //!    Then the daemon as installed (`predictio daemon`, default
 //!    configuration, its own store: [`super::launch_daemon`]) is started and
 //!    the program launched 3 times cold: it learns them itself.
-//! 2. **Measured passes**, interleaved and rotated each pair, cold before
+//! 2. **Measured passes**, interleaved in a balanced order, cold before
 //!    every pass (drop_caches, the resident fraction of the profile's files
 //!    checked): **baseline** (the program alone); **daemon** (the primary
 //!    side: the daemon started fresh before its pass, as at boot, and
@@ -619,8 +619,8 @@ fn measure(
     let mut resident_before: f64 = 0.0;
     let mut clock = 0u64;
     for pair in 0..pairs {
-        for k in 0..sides.len() {
-            let s = (k + pair) % sides.len();
+        // Balanced for order and carry-over ([`crate::harness::pass_order`]).
+        for s in crate::harness::pass_order(pair, sides.len()) {
             let (run, bytes) = if sides[s] == Side::Daemon {
                 // Nothing of the bench's replay is held open: the daemon
                 // opens what it replays itself.

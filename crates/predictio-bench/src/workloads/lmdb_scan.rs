@@ -11,7 +11,7 @@
 //! new process would: LMDB's file and the kernel's per-file readahead state
 //! start fresh). Only the scans are timed.
 //!
-//! Sides, interleaved and rotated each pair:
+//! Sides, interleaved in a balanced order:
 //!
 //! - **baseline**: heed's plain cursor over an environment opened with
 //!   LMDB's default flags (no `MDB_NORDAHEAD`, so the kernel's mmap

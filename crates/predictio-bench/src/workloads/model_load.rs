@@ -7,8 +7,8 @@
 //!
 //! The loaders are `model_load.py`, run by the Python of
 //! `scripts/bench-deps.sh` (`/var/tmp/predictio-python`, or
-//! `PREDICTIO_BENCH_PYTHON`). Per case, sides interleaved and rotated each
-//! pair, the file primed (read once with O_DIRECT, so that no side gets the
+//! `PREDICTIO_BENCH_PYTHON`). Per case, sides interleaved in a balanced
+//! order, the file primed (read once with O_DIRECT, so that no side gets the
 //! host's cache of it that another side warmed) and made cold before every
 //! pass:
 //!

@@ -11,7 +11,7 @@
 //!   short sequential stretches that look like the start of a stream and
 //!   then stop.
 //!
-//! Sides, interleaved and rotated each pair: **baseline** (plain `pread`s,
+//! Sides, interleaved in a balanced order: **baseline** (plain `pread`s,
 //! the kernel's readahead at the machine's setting), **stream** (treatment:
 //! [`predictio::reader::PrefetchingReader`] with the `stream` policy, the
 //! same observation path and policy settings as `seq-read`, without the

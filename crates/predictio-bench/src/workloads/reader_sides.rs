@@ -1,6 +1,6 @@
 //! What the reader workloads (`seq-read`, `no-structure`) share: three sides
 //! reading the same offsets — plain `pread`s, and [`PrefetchingReader`] with
-//! the `stream` or the `learned` policy — interleaved and rotated each pair,
+//! the `stream` or the `learned` policy — interleaved in a balanced order,
 //! cold before every pass, with the reader's statistics kept per side.
 
 use std::fs::File;

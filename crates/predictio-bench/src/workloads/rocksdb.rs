@@ -15,7 +15,7 @@
 //! - **ycsb-c**: uniformly random point gets (20,000, so that one pass
 //!   outlasts the bursts of a shared disk).
 //!
-//! Sides, interleaved and rotated each pair:
+//! Sides, interleaved in a balanced order:
 //!
 //! - **baseline**: RocksDB's own readahead (its defaults: after two
 //!   sequential block reads, `readahead(2)` in chunks from 8 KiB doubling
@@ -287,8 +287,8 @@ fn measure(h: &Harness, path: &Path, kind: Kind, rows: u64, pairs: usize) -> Res
     let mut rows_read = Vec::new();
     let mut resident_before: f64 = 0.0;
     for pair in 0..pairs {
-        for k in 0..SIDES.len() {
-            let s = (k + pair) % SIDES.len();
+        // Balanced for order and carry-over ([`crate::harness::pass_order`]).
+        for s in crate::harness::pass_order(pair, SIDES.len()) {
             let p = pass(h, path, SIDES[s], kind, &q, true)?;
             resident_before = resident_before.max(p.resident_before);
             secs[s].push(p.seconds);

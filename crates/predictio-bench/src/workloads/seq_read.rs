@@ -2,7 +2,7 @@
 //! (`--quick`: 256 MiB), cold, at `read_ahead_kb` 128 and at the machine's
 //! default (and at any `--read-ahead-kb` given).
 //!
-//! Sides, interleaved and rotated each pair, cold before every pass:
+//! Sides, interleaved in a balanced order, cold before every pass:
 //!
 //! - **baseline**: `pread`s of 64 KiB from offset 0 to the end; the kernel's
 //!   readahead alone.

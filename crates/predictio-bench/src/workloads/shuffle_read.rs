@@ -4,7 +4,7 @@
 //!
 //! Cases: a 400 ms pause over 20 batches (the seed's captured run), and a
 //! 20 ms pause over the whole file (1 GiB; `--quick`: 256 MiB, 8 batches at
-//! 400 ms). Sides, interleaved and rotated each pair, cold before every
+//! 400 ms). Sides, interleaved in a balanced order, cold before every
 //! pass:
 //!
 //! - **baseline**: plain `pread`s; the kernel's readahead at the machine's

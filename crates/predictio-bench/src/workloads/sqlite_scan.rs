@@ -24,7 +24,7 @@
 //! opens SQLite, runs a query and exits waits for. It prints the elapsed
 //! time and a SHA-256 of every row returned.
 //!
-//! Sides, interleaved and rotated each pair, cold (`drop_caches`) before
+//! Sides, interleaved in a balanced order, cold (`drop_caches`) before
 //! every pass, the same start keys for every side within a pair, new keys
 //! each pair, and the database read once with O_DIRECT before each pair so
 //! that the host's cache of the virtual disk holds it for every side
@@ -355,9 +355,8 @@ fn measure(h: &Harness, setup: &Setup, spec: &CaseSpec, rows: u64, pairs: usize)
             (0..spec.queries).map(|_| rng.below(span) + u64::from(spec.schema == Schema::Index)).collect();
         let mut passes: Vec<Option<Pass>> = (0..SIDES.len()).map(|_| None).collect();
         h.prime(&[db])?;
-        for k in 0..SIDES.len() {
-            // Rotate so that no side always runs first.
-            let s = (k + pair) % SIDES.len();
+        // Balanced for order and carry-over ([`crate::harness::pass_order`]).
+        for s in crate::harness::pass_order(pair, SIDES.len()) {
             helper_wait = helper_wait.max(crate::harness::await_run_helpers());
             resident_before.push(h.make_cold(&[db])?);
             settle();
