@@ -163,10 +163,10 @@ impl Harness {
         mut pass: impl FnMut(usize) -> Result<(), BenchError>,
     ) -> Result<f64, BenchError> {
         let mut resident_before: f64 = 0.0;
-        for k in 0..sides {
+        for side in pass_order(pair, sides) {
             resident_before = resident_before.max(self.make_cold(files)?);
             settle();
-            pass(pass_order(pair, sides)[k])?;
+            pass(side)?;
         }
         Ok(resident_before)
     }
