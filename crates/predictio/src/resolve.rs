@@ -18,8 +18,10 @@
 //! on the event path.
 //!
 //! Scanning `/proc` is not free, so the resolver is bounded: a negative cache
-//! per file, at most one scan per process per [`ResolverConfig::rescan`], and
-//! at most [`ResolverConfig::max_scans_per_sec`] scans overall. Identities
+//! per file, at most one scan of a process's mappings per
+//! [`ResolverConfig::rescan`] and of its descriptors per
+//! [`ResolverConfig::rescan_descriptors`], and at most
+//! [`ResolverConfig::max_scans_per_sec`] scans overall. Identities
 //! seen in a scan are remembered briefly, so the next files of the same
 //! process resolve without another scan. A scan looks only where the access
 //! can name the file ([`Through`]): a `read()` through a descriptor, a fault
@@ -40,8 +42,16 @@ use crate::sys::FileMapping;
 pub struct ResolverConfig {
     /// How long a file that could not be resolved is not tried again.
     pub negative_ttl: Duration,
-    /// Least time between two scans of the same process.
+    /// Least time between two scans of the same process's mappings (or of
+    /// both, for a miss).
     pub rescan: Duration,
+    /// Least time between two scans of the same process's descriptors
+    /// alone (for a `read()`): a listing of `/proc/PID/fd`, tens of
+    /// microseconds for most processes. Short, because a program that has
+    /// just read files it closed at once (a Python script's imports) opens
+    /// the file that matters (its database) a moment later, and its reads
+    /// until the next scan go unseen: a 60 ms query was half over.
+    pub rescan_descriptors: Duration,
     /// Scans per second over all processes.
     pub max_scans_per_sec: u32,
     /// How long identities seen in a scan are remembered.
@@ -55,6 +65,7 @@ impl Default for ResolverConfig {
         Self {
             negative_ttl: Duration::from_secs(5),
             rescan: Duration::from_millis(100),
+            rescan_descriptors: Duration::from_millis(5),
             max_scans_per_sec: 200,
             seen_ttl: Duration::from_secs(2),
             max_entries: 1 << 16,
@@ -146,7 +157,9 @@ impl Resolver {
         if let Some(found) = self.open_seen(file, now) {
             return Some(found);
         }
-        let recently = self.scanned.get(&(pid, through)).is_some_and(|t| now.duration_since(*t) < self.config.rescan);
+        let interval =
+            if through == Through::Descriptors { self.config.rescan_descriptors } else { self.config.rescan };
+        let recently = self.scanned.get(&(pid, through)).is_some_and(|t| now.duration_since(*t) < interval);
         if recently || !self.take_scan_budget(now) {
             self.stats.skipped += 1;
             return None;
@@ -330,6 +343,36 @@ mod tests {
         // Other files of the same pid within `rescan` do not rescan.
         assert!(r.resolve(std::process::id(), FileId { dev: u64::MAX, ino: 2 }, Through::Either).is_none());
         assert_eq!(r.stats().scans, 1);
+    }
+
+    /// A file opened just after its process was scanned (a database opened
+    /// after a script's imports) is found by its next read once
+    /// `rescan_descriptors` has passed, while a miss or a fault still
+    /// waits out `rescan`.
+    #[test]
+    fn a_file_opened_after_a_scan_is_found_by_the_next_descriptor_scan() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let config = ResolverConfig {
+            rescan: Duration::from_secs(3600),
+            rescan_descriptors: Duration::ZERO,
+            ..ResolverConfig::default()
+        };
+        let mut r = Resolver::new(config);
+        let me = std::process::id();
+        let ghost = FileId { dev: u64::MAX, ino: 3 };
+        assert!(r.resolve(me, ghost, Through::Descriptors).is_none());
+        assert!(r.resolve(me, ghost, Through::Either).is_none());
+        assert_eq!(r.stats().scans, 2);
+        let path = dir.path().join("opened-later");
+        std::fs::write(&path, b"db").expect("write");
+        let held = std::fs::File::open(&path).expect("open");
+        let meta = held.metadata().expect("stat");
+        let id = FileId { dev: meta.dev(), ino: meta.ino() };
+        assert!(r.resolve(me, id, Through::Either).is_none(), "a miss waits out `rescan`");
+        assert_eq!(r.stats().scans, 2);
+        let found = r.resolve(me, id, Through::Descriptors).expect("a read rescans the descriptors");
+        assert_eq!(found.id(), id);
+        assert_eq!(r.stats().scans, 3);
     }
 
     #[test]
