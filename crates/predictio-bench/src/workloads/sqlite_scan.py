@@ -141,8 +141,7 @@ def query(schema, path, limit, ids, extension):
     # Untimed: the schema (page 1 and sqlite_master) is read here.
     db.execute("SELECT count(*) FROM sqlite_master").fetchone()
     # Untimed, every side alike: a program that opened its database a
-    # moment ago, not this instant (the no-change mode finds a process's
-    # files through /proc/PID/fd at most once per 100 ms per process).
+    # moment ago, not this instant (the fresh-* cases time the other).
     time.sleep(SETTLE_S)
     sql = statement(schema, limit)
     args = [key(i) if schema == "index" else i for i in ids]

@@ -26,6 +26,12 @@
 //! (which needs no bytes to place a child) and looked at again on the file's
 //! next access, when the program has its bytes ([`MAX_PENDING`] per file).
 //! The header is looked at once per file, once its first page is cached.
+//! A SQLite file is often recognised after the program has opened it and
+//! descended its trees (observation attached late, or its descriptor was
+//! found on a later scan of the process), and SQLite reads those upper pages
+//! once and keeps them: so when it recognises one, the watcher first learns
+//! the upper pages of its trees that are cached, from the schema's root
+//! pages down ([`CATCH_UP_PAGES`] at most, nothing reported).
 //! Pages are untrusted input as everywhere in [`crate::btree`]. State is
 //! bounded: [`MAX_DATABASES`] files watched (least recently used let go),
 //! [`MAX_PAGES_PER_ACCESS`] database pages looked at per access (a long
@@ -51,6 +57,12 @@ pub const MAX_PAGES_PER_ACCESS: u64 = 16;
 /// Files remembered as checked (databases or not) before the memory is
 /// cleared.
 pub const MAX_CHECKED_FILES: usize = 1 << 16;
+
+/// Pages of a SQLite file looked at in the page cache when it is
+/// recognised, its trees' roots first (what a program read before it was
+/// seen): a 1 M-row table's root and the level below it are ~60 pages, and
+/// a cached page costs a few microseconds to look at.
+pub const CATCH_UP_PAGES: usize = 128;
 
 /// Interior pages remembered per file (a tree's depth plus a few cursors).
 const TRAVERSAL_CAPACITY: usize = 32;
@@ -80,6 +92,10 @@ pub struct WatcherStats {
     /// events; see [`RowidLookahead`]).
     #[serde(default)]
     pub rowid_pages: u64,
+    /// Interior pages learnt from the page cache when a SQLite file was
+    /// recognised (the upper pages of its trees a program read unseen).
+    #[serde(default)]
+    pub caught_up: u64,
 }
 
 /// Appends a `Pages` event for the pages `ahead` names, if any.
@@ -328,9 +344,61 @@ impl DbWatcher {
             Format::Sqlite(geometry) => Some(Box::new(RowidLookahead::new(geometry, RowidConfig::default()))),
             Format::Lmdb(_) => None,
         };
-        self.watched
-            .insert(id, Watched { format, traversal, rowids, last_used: self.clock, pending: Default::default() });
+        let mut watched = Watched { format, traversal, rowids, last_used: self.clock, pending: Default::default() };
+        if let Format::Sqlite(geometry) = format {
+            Self::catch_up(file, &mut watched, geometry, &mut self.buf, &mut self.stats);
+        }
+        self.watched.insert(id, watched);
         true
+    }
+
+    /// Learns the upper pages of a SQLite file's trees that are in the page
+    /// cache, from its schema down, as if they had been seen read: a file
+    /// is recognised at its first observed access, and by then the program
+    /// may have opened it and descended its trees already (observation
+    /// attached late, or the process's descriptors found only on a later
+    /// scan), and SQLite reads those pages once and keeps them. Without
+    /// them an index scan's rowids cannot be mapped to table leaves, nor
+    /// its next index leaf placed, until the program happens to read them
+    /// again. Only cached pages are looked at, at most [`CATCH_UP_PAGES`],
+    /// roots first; interior pages are learnt, nothing is reported.
+    fn catch_up(
+        file: &FileRef,
+        watched: &mut Watched,
+        geometry: sqlite::Geometry,
+        buf: &mut Vec<u8>,
+        stats: &mut WatcherStats,
+    ) {
+        let page_size = u64::from(geometry.page_size);
+        buf.resize(page_size as usize, 0);
+        if !matches!(crate::sys::pread_resident(file.as_fd(), buf, 0), Ok(Some(n)) if n == buf.len()) {
+            return;
+        }
+        let Ok(roots) = sqlite::schema_roots(buf, &geometry) else { return };
+        let mut queue: std::collections::VecDeque<u64> = roots.into_iter().map(u64::from).collect();
+        let mut looked = 0;
+        while let Some(no) = queue.pop_front()
+            && looked < CATCH_UP_PAGES
+        {
+            looked += 1;
+            // Counted as caught up only, not as pages the program read.
+            let mut looking = WatcherStats::default();
+            let Looked::Parsed(Some(interior)) = Self::look(file, no - 1, page_size, watched.format, buf, &mut looking)
+            else {
+                continue;
+            };
+            stats.caught_up += 1;
+            if let (Some(rowids), Ok(no)) = (watched.rowids.as_mut(), u32::try_from(no)) {
+                rowids.on_page(no, buf);
+            }
+            for &child in &interior.children {
+                if looked + queue.len() >= CATCH_UP_PAGES {
+                    break;
+                }
+                queue.push_back(child);
+            }
+            watched.traversal.learn(no, interior);
+        }
     }
 
     /// The format of a file starting with `head`, if it is a database.
@@ -398,21 +466,30 @@ mod tests {
         }
     }
 
-    /// An unmodified program's index scan over a rowid table, seen as page
-    /// accesses: the watcher follows its rowid lookups and asks, as `Pages`
-    /// events, for the table leaves it then reads.
-    #[test]
-    fn an_index_scans_rowid_lookups_are_asked_for_ahead() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let db = dir.path().join("i.db");
+    /// A page an index scan reads (see [`index_scan`]).
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    enum ScanRead {
+        /// An index page (interior or leaf).
+        Index(u32),
+        /// A table page read for the first time (interior or leaf).
+        Table(u32),
+    }
+
+    /// A rowid table with an index, built by the sqlite3 shell in `dir`,
+    /// and the pages a scan of the index from its start reads, in order,
+    /// through its first `index_pages` index pages: each index page, then
+    /// the table pages each of its rowids' lookups reads for the first time
+    /// (SQLite keeps what it read in its own cache). `None` without the
+    /// shell.
+    fn index_scan(dir: &std::path::Path, index_pages: usize) -> Option<(std::path::PathBuf, Vec<ScanRead>)> {
+        let db = dir.join("i.db");
         let sql = "PRAGMA page_size=4096; CREATE TABLE t(id INTEGER PRIMARY KEY, k TEXT, v BLOB);\
                    CREATE INDEX t_k ON t(k);\
                    WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i+1 FROM c WHERE i < 10000)\
                    INSERT INTO t(k, v) SELECT hex(randomblob(8)), randomblob(300) FROM c;";
         let built = std::process::Command::new("sqlite3").arg(&db).arg(sql).output();
         if !built.is_ok_and(|out| out.status.success()) {
-            crate::testing::skip("needs the sqlite3 shell");
-            return;
+            return None;
         }
         let root = |name: &str| -> u32 {
             let sql = format!("SELECT rootpage FROM sqlite_schema WHERE name = '{name}';");
@@ -433,29 +510,47 @@ mod tests {
                 stack.extend(interior.children.iter().rev().map(|&c| c as u32));
             }
         }
-        let file = FileRef::open(&db).expect("open");
-        let mut watcher = DbWatcher::new();
-        let mut events = Vec::new();
-        let mut read = |n: u32, events: &mut Vec<Event>| {
-            watcher.on_access(&file, PageRange::new(u64::from(n) - 1, u64::from(n)), events);
-        };
-        read(1, &mut events);
         let mut seen = HashSet::new();
-        let mut table_reads = Vec::new();
-        for &n in index_order.iter().take(8) {
-            read(n, &mut events);
+        let mut reads = Vec::new();
+        for &n in index_order.iter().take(index_pages) {
+            reads.push(ScanRead::Index(n));
             let Ok(rowids) = sqlite::index_leaf_rowids(page(n), n, &geometry) else { continue };
             for rowid in rowids.into_iter().flatten() {
                 let mut at = table_root;
                 loop {
                     if seen.insert(at) {
-                        table_reads.push(at);
-                        read(at, &mut events);
+                        reads.push(ScanRead::Table(at));
                     }
                     match sqlite::parse_table_interior(page(at), at, &geometry) {
                         Ok(interior) => at = interior.child_for(rowid).expect("child"),
                         Err(_) => break,
                     }
+                }
+            }
+        }
+        Some((db, reads))
+    }
+
+    /// Feeds `reads` to a new watcher as accesses of `db` (after page 1,
+    /// when `header`) and returns how many of the table pages read were
+    /// asked for ahead, of how many, and the watcher's counters.
+    fn watch_scan(db: &std::path::Path, reads: &[ScanRead], header: bool) -> (usize, usize, WatcherStats) {
+        let file = FileRef::open(db).expect("open");
+        let mut watcher = DbWatcher::new();
+        let mut events = Vec::new();
+        let mut read = |n: u32, events: &mut Vec<Event>| {
+            watcher.on_access(&file, PageRange::new(u64::from(n) - 1, u64::from(n)), events);
+        };
+        if header {
+            read(1, &mut events);
+        }
+        let mut table_reads = Vec::new();
+        for r in reads {
+            match *r {
+                ScanRead::Index(n) => read(n, &mut events),
+                ScanRead::Table(n) => {
+                    table_reads.push(n);
+                    read(n, &mut events);
                 }
             }
         }
@@ -468,14 +563,57 @@ mod tests {
             .flatten()
             .collect();
         let covered = table_reads.iter().filter(|&&n| asked.contains(&(u64::from(n) - 1))).count();
-        assert!(table_reads.len() > 200, "{} table pages read", table_reads.len());
-        assert!(
-            covered * 10 >= table_reads.len() * 8,
-            "{covered} of {} table pages asked ahead: {:?}",
-            table_reads.len(),
-            watcher.stats()
-        );
-        assert!(watcher.stats().rowid_pages as usize >= covered);
+        (covered, table_reads.len(), watcher.stats())
+    }
+
+    /// An unmodified program's index scan over a rowid table, seen as page
+    /// accesses: the watcher follows its rowid lookups and asks, as `Pages`
+    /// events, for the table leaves it then reads.
+    #[test]
+    fn an_index_scans_rowid_lookups_are_asked_for_ahead() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let Some((db, reads)) = index_scan(dir.path(), 8) else {
+            crate::testing::skip("needs the sqlite3 shell");
+            return;
+        };
+        let (covered, table_reads, stats) = watch_scan(&db, &reads, true);
+        assert!(table_reads > 200, "{table_reads} table pages read");
+        assert!(covered * 10 >= table_reads * 8, "{covered} of {table_reads} table pages asked ahead: {stats:?}");
+        assert!(stats.rowid_pages as usize >= covered);
+    }
+
+    /// The same scan seen from its second index leaf on, as when
+    /// observation attached late or the program's descriptor was found
+    /// late: the database's header, its trees' upper pages and the first
+    /// leaf's lookups were read unseen, and SQLite never reads those upper
+    /// pages again. The watcher learns them from the page cache when it
+    /// recognises the file and still asks for the table leaves ahead.
+    #[test]
+    fn a_scan_seen_from_its_middle_is_still_asked_for_ahead() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let Some((db, reads)) = index_scan(dir.path(), 10) else {
+            crate::testing::skip("needs the sqlite3 shell");
+            return;
+        };
+        // Unseen: everything up to the second index leaf.
+        let leaves: Vec<usize> = reads
+            .iter()
+            .enumerate()
+            .filter(|(i, r)| {
+                matches!(r, ScanRead::Index(_)) && reads.get(i + 1).is_some_and(|n| matches!(n, ScanRead::Table(_)))
+            })
+            .map(|(i, _)| i)
+            .collect();
+        assert!(leaves.len() >= 5, "{leaves:?}");
+        let seen = &reads[leaves[1]..];
+        assert!(seen.iter().all(|r| match r {
+            ScanRead::Table(n) => *n > 1,
+            ScanRead::Index(_) => true,
+        }));
+        let (covered, table_reads, stats) = watch_scan(&db, seen, false);
+        assert!(stats.caught_up >= 3, "the roots and the levels below them: {stats:?}");
+        assert!(table_reads > 200, "{table_reads} table pages read");
+        assert!(covered * 10 >= table_reads * 8, "{covered} of {table_reads} table pages asked ahead: {stats:?}");
     }
 
     #[test]

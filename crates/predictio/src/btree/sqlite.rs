@@ -317,6 +317,103 @@ fn record_rowid(bytes: &[u8], offset: usize, max_local: usize) -> Option<i64> {
     Some(value)
 }
 
+/// Most root pages [`schema_roots`] returns.
+pub const MAX_SCHEMA_ROOTS: usize = 64;
+
+/// The root pages of the tables and indexes listed on page 1 (the schema
+/// table, `sqlite_schema`), in the order listed, at most
+/// [`MAX_SCHEMA_ROOTS`]: what an observer that came late to a database
+/// needs to learn the upper pages of its trees, which the engine read before
+/// and keeps in its own cache. Only a schema that fits on page 1 (a leaf) is
+/// read; a larger one (an interior page 1) gives none. A row whose first
+/// four fields (type, name, table name, root page) are not all on the page,
+/// or whose root page is not a valid page number, is passed over; every
+/// header field and cell pointer is checked as [`parse_page`] checks them.
+pub fn schema_roots(page: &[u8], geometry: &Geometry) -> Result<Vec<u32>, PageError> {
+    let (_, usable) = whole_page(page, geometry)?;
+    match page[HEADER_SIZE] {
+        LEAF_TABLE => {}
+        INTERIOR_TABLE => return Ok(Vec::new()),
+        other => return Err(PageError::NotBtree { kind: u16::from(other) }),
+    }
+    let count = usize::from(be16(page, HEADER_SIZE + 3).unwrap_or(0));
+    let array_start = HEADER_SIZE + 8;
+    let max = usable.saturating_sub(array_start) / 4;
+    if count > max {
+        return Err(PageError::CellCount { count: count as u32, max: max as u32 });
+    }
+    let array_end = array_start + 2 * count;
+    let usable_bytes = &page[..usable];
+    let lock_page = PENDING_BYTE / u64::from(geometry.page_size) + 1;
+    let mut roots = Vec::new();
+    for index in 0..count {
+        let offset = usize::from(be16(page, array_start + 2 * index).unwrap_or(0));
+        if offset < array_end || offset >= usable {
+            return Err(PageError::CellOutOfBounds { index: index as u32, offset: offset as u32 });
+        }
+        let Some(root) = schema_row_root(usable_bytes, offset, usable) else { continue };
+        let beyond = geometry.page_count.is_some_and(|n| root > n);
+        if root < 2 || u64::from(root) == lock_page || beyond || roots.contains(&root) {
+            continue;
+        }
+        roots.push(root);
+        if roots.len() == MAX_SCHEMA_ROOTS {
+            break;
+        }
+    }
+    Ok(roots)
+}
+
+/// The root page of the schema row in the table leaf cell at `offset`, if
+/// the row is a table's or an index's and its first four fields are on the
+/// page (see [`schema_roots`]).
+fn schema_row_root(bytes: &[u8], offset: usize, usable: usize) -> Option<u32> {
+    use super::rowid::varint;
+    let (payload, n) = varint(bytes, offset)?;
+    let (_rowid, m) = varint(bytes, offset + n)?;
+    // The bytes of the payload on this page (file format 1.6: a table leaf
+    // keeps up to `usable − 35`, else at least `min_local` of it).
+    let (max_local, min_local) = (usable - 35, (usable - 12) * 32 / 255 - 23);
+    let payload = usize::try_from(payload).ok()?;
+    let local = if payload <= max_local {
+        payload
+    } else {
+        let local = min_local + (payload - min_local) % (usable - 4);
+        if local > max_local { min_local } else { local }
+    };
+    let start = offset + n + m;
+    let record = bytes.get(start..start.checked_add(local)?)?;
+    let (header_len, mut at) = varint(record, 0)?;
+    let header_len = usize::try_from(header_len).ok().filter(|&h| h <= record.len())?;
+    let mut fields = [(0u64, 0usize); 4];
+    let mut body = header_len;
+    for field in &mut fields {
+        if at >= header_len {
+            return None;
+        }
+        let (serial, len) = varint(&record[..header_len], at)?;
+        at += len;
+        *field = (serial, body);
+        body = body.checked_add(serial_size(serial)?)?;
+    }
+    let (kind, kind_at) = fields[0];
+    // Text of 5 bytes: "table" or "index" (serial 13 + 2 * 5).
+    let kind = record.get(kind_at..kind_at + 5).filter(|_| kind == 23)?;
+    if kind != b"table" && kind != b"index" {
+        return None;
+    }
+    let (serial, root_at) = fields[3];
+    if !(1..=6).contains(&serial) {
+        return None;
+    }
+    let field = record.get(root_at..root_at + serial_size(serial)?)?;
+    let mut value: i64 = if field[0] & 0x80 != 0 { -1 } else { 0 };
+    for &byte in field {
+        value = (value << 8) | i64::from(byte);
+    }
+    u32::try_from(value).ok()
+}
+
 /// Bytes a record field of serial type `serial` takes.
 fn serial_size(serial: u64) -> Option<usize> {
     Some(match serial {
@@ -509,5 +606,111 @@ pub(crate) mod tests {
         let g = Geometry::new(65536, 0, None).expect("geometry");
         let page = interior(65536, 3, INTERIOR_TABLE, &[4, 5, 6]);
         assert_eq!(parse_page(&page, 3, &g).expect("interior").children, vec![4, 5, 6]);
+    }
+
+    /// The schema of a real database, with every kind of row: tables with
+    /// and without rowids, indexes (declared and automatic), a view and a
+    /// trigger (no root page), a statement longer than a page.
+    #[test]
+    fn schema_roots_are_those_sqlite_lists() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let db = dir.path().join("s.db");
+        let long = "x".repeat(5000);
+        let sql = format!(
+            "PRAGMA page_size=4096; CREATE TABLE t(id INTEGER PRIMARY KEY, k TEXT UNIQUE, v BLOB);\
+             CREATE INDEX t_v ON t(v); CREATE TABLE w(a TEXT PRIMARY KEY, b) WITHOUT ROWID;\
+             CREATE VIEW vw AS SELECT id FROM t; CREATE TRIGGER tr AFTER INSERT ON t BEGIN SELECT 1; END;\
+             CREATE TABLE long(a DEFAULT '{long}'); INSERT INTO t(k, v) VALUES ('a', x'00');"
+        );
+        let built = std::process::Command::new("sqlite3").arg(&db).arg(&sql).output();
+        if !built.is_ok_and(|out| out.status.success()) {
+            crate::testing::skip("needs the sqlite3 shell");
+            return;
+        }
+        let listed = std::process::Command::new("sqlite3")
+            .arg(&db)
+            .arg("SELECT rootpage FROM sqlite_schema WHERE type IN ('table', 'index') AND rootpage > 0 ORDER BY rowid;")
+            .output()
+            .expect("sqlite3");
+        let mut listed: Vec<u32> =
+            String::from_utf8_lossy(&listed.stdout).lines().map(|l| l.trim().parse().expect("root page")).collect();
+        let bytes = std::fs::read(&db).expect("read");
+        let header = Header::parse(&bytes).expect("header");
+        let page = &bytes[..header.page_size as usize];
+        let mut roots = schema_roots(page, &header.geometry()).expect("page 1");
+        // The long statement's row spills to an overflow page, its first
+        // fields on page 1: every listed root is found.
+        assert_eq!(listed.len(), 5, "t, its UNIQUE index, t_v, w, the long one: {listed:?}");
+        listed.sort_unstable();
+        roots.sort_unstable();
+        assert_eq!(roots, listed);
+    }
+
+    #[test]
+    fn schema_roots_pass_over_what_is_not_a_valid_root() {
+        let g = geometry();
+        // An interior page 1 (a schema too large for it) gives none.
+        let mut page = interior(4096, 1, INTERIOR_TABLE, &[2, 3]);
+        page[..HEADER_SIZE].copy_from_slice(&header(4096, 1000));
+        assert_eq!(schema_roots(&page, &g), Ok(Vec::new()));
+        // Not a table leaf at all.
+        page[HEADER_SIZE] = LEAF_INDEX;
+        assert!(schema_roots(&page, &g).is_err());
+        // One leaf cell per row: ("table", "t", "t", root, "x").
+        let row = |root: &[u8]| -> Vec<u8> {
+            let mut record = vec![6, 23, 15, 15, root.len() as u8, 15];
+            record.extend_from_slice(b"tablett");
+            record.extend_from_slice(root);
+            record.push(b'x');
+            let mut cell = vec![record.len() as u8, 1];
+            cell.extend(record);
+            cell
+        };
+        let leaf = |cells: &[Vec<u8>]| -> Vec<u8> {
+            let mut page = vec![0u8; 4096];
+            page[..HEADER_SIZE].copy_from_slice(&header(4096, 1000));
+            page[HEADER_SIZE] = LEAF_TABLE;
+            page[HEADER_SIZE + 3..HEADER_SIZE + 5].copy_from_slice(&(cells.len() as u16).to_be_bytes());
+            let mut content = 4096;
+            for (i, cell) in cells.iter().enumerate() {
+                content -= cell.len();
+                page[content..content + cell.len()].copy_from_slice(cell);
+                let at = HEADER_SIZE + 8 + 2 * i;
+                page[at..at + 2].copy_from_slice(&(content as u16).to_be_bytes());
+            }
+            page
+        };
+        // Roots 5 and 700 are kept; 1 (the schema's own), 0, a page past
+        // the count (2000) and a repeat are passed over.
+        let page = leaf(&[row(&[5]), row(&[1]), row(&[0]), row(&[0x07, 0xd0]), row(&[0x02, 0xbc]), row(&[5])]);
+        assert_eq!(schema_roots(&page, &g), Ok(vec![5, 700]));
+        // A cell pointer into the pointer array is refused.
+        let mut bad = page.clone();
+        bad[HEADER_SIZE + 8..HEADER_SIZE + 10].copy_from_slice(&(HEADER_SIZE as u16).to_be_bytes());
+        assert!(schema_roots(&bad, &g).is_err());
+    }
+
+    proptest::proptest! {
+        /// Whatever page 1 holds after a valid header, the schema parse
+        /// ends without panicking and names only valid page numbers.
+        #[test]
+        fn schema_roots_of_any_page_one_are_valid_pages(
+            body in proptest::collection::vec(proptest::prelude::any::<u8>(), 4096 - HEADER_SIZE),
+            leaf in proptest::prelude::any::<bool>(),
+        ) {
+            let g = geometry();
+            let mut page = header(4096, 1000);
+            page.extend(body);
+            if leaf {
+                page[HEADER_SIZE] = LEAF_TABLE;
+                page[HEADER_SIZE + 3] = 0;
+            }
+            if let Ok(roots) = schema_roots(&page, &g) {
+                proptest::prop_assert!(roots.len() <= MAX_SCHEMA_ROOTS);
+                for root in roots {
+                    proptest::prop_assert!((2..=1000).contains(&root));
+                }
+            }
+        }
     }
 }
