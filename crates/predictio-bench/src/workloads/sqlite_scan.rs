@@ -44,6 +44,10 @@
 //!   ([`predictio::btree::observe`]): descents go to the `btree` policy,
 //!   the table leaves of an index scan's rowids ahead to the `hints`
 //!   policy.
+//! - **daemon** (`daemon_s`; the fresh-* cases): the unmodified program
+//!   beside `predictio daemon` as installed (default configuration, its own
+//!   sockets and store), started before each of its passes as at boot, so
+//!   that the one query is the first it sees of the database.
 //!
 //! Per case: each pair's ratio (baseline / side), the closure of each side
 //! (the share of the cold-to-warm gap closed, from the medians), answers
@@ -56,6 +60,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use super::daemon_cost::{Daemon, daemon_config, daemon_home};
 use crate::BenchOptions;
 use crate::harness::{BenchError, BenchVar, Harness, IoContext, XorShift, median_u64, settle};
 use crate::report::{Case, Report, median};
@@ -75,9 +80,16 @@ enum Side {
     Baseline,
     Adapter,
     NoChange,
+    Daemon,
 }
 
-const SIDES: [Side; 3] = [Side::Baseline, Side::Adapter, Side::NoChange];
+const SIDES: [Side; 4] = [Side::Baseline, Side::Adapter, Side::NoChange, Side::Daemon];
+
+/// The sides of a case: the daemon's only for the fresh-* cases (a process
+/// that runs one query, the shape a daemon serves without any change).
+fn sides_of(spec: &CaseSpec) -> &'static [Side] {
+    if spec.fresh { &SIDES } else { &SIDES[..3] }
+}
 
 impl Side {
     fn name(self) -> &'static str {
@@ -85,6 +97,7 @@ impl Side {
             Side::Baseline => "baseline",
             Side::Adapter => "adapter",
             Side::NoChange => "nochange",
+            Side::Daemon => "daemon",
         }
     }
 }
@@ -178,6 +191,9 @@ struct Setup {
     large_db: Option<PathBuf>,
     extension: PathBuf,
     predictio: PathBuf,
+    /// The daemon side's home (sockets, store, log) and configuration.
+    daemon_home: PathBuf,
+    daemon_config: PathBuf,
 }
 
 impl Setup {
@@ -296,17 +312,36 @@ fn pass(setup: &Setup, spec: &CaseSpec, side: Side, ids: &[u64]) -> Result<Pass,
         let ids = ids.iter().map(u64::to_string).collect::<Vec<_>>().join(",");
         vec![script, "query".into(), spec.schema.name().into(), db_arg, limit.to_string(), ids]
     };
+    let control = setup.daemon_home.join("control.sock");
+    let daemon = match side {
+        Side::Daemon => Some(Daemon::start(
+            &setup.predictio,
+            &setup.daemon_config,
+            &control,
+            &setup.daemon_home.join("daemon.log"),
+        )?),
+        _ => None,
+    };
     let mut cmd = Command::new("nice");
     cmd.args(["-n", NICE]);
     match side {
-        Side::Baseline => cmd.arg(&setup.python),
+        Side::Baseline | Side::Daemon => cmd.arg(&setup.python),
         Side::Adapter => {
             query.push(setup.extension.to_string_lossy().into_owned());
             cmd.arg(&setup.python)
         }
         Side::NoChange => cmd.arg(&setup.predictio).args(["run", "--json", "--"]).arg(&setup.python),
     };
-    let out = cmd.args(&query).output().doing(|| format!("running the {} pass", side.name()))?;
+    let out = cmd.args(&query).output().doing(|| format!("running the {} pass", side.name()));
+    let daemon_stat = match daemon {
+        Some(daemon) => {
+            let stat = Command::new(&setup.predictio).args(["stat", "--json", "--control"]).arg(&control).output();
+            daemon.stop()?;
+            stat.ok().map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        }
+        None => None,
+    };
+    let out = out?;
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     if !out.status.success() {
@@ -321,6 +356,10 @@ fn pass(setup: &Setup, spec: &CaseSpec, side: Side, ids: &[u64]) -> Result<Pass,
         Side::Baseline => 0,
         Side::Adapter => num(&result, &["extension", "executor", "issued_bytes"]),
         Side::NoChange => json_object(&stderr).map_or(0, |report| num(&report, &["executor", "total", "issued_bytes"])),
+        Side::Daemon => daemon_stat
+            .as_deref()
+            .and_then(json_object)
+            .map_or(0, |report| num(&report, &["executor", "total", "issued_bytes"])),
     };
     Ok(Pass {
         elapsed_s: result.get("elapsed_s").and_then(serde_json::Value::as_f64).unwrap_or(f64::NAN),
@@ -353,15 +392,16 @@ fn measure(h: &Harness, setup: &Setup, spec: &CaseSpec, rows: u64, pairs: usize)
         // 1, whose keys are at random places in key order.
         let ids: Vec<u64> =
             (0..spec.queries).map(|_| rng.below(span) + u64::from(spec.schema == Schema::Index)).collect();
-        let mut passes: Vec<Option<Pass>> = (0..SIDES.len()).map(|_| None).collect();
+        let sides = sides_of(spec);
+        let mut passes: Vec<Option<Pass>> = (0..sides.len()).map(|_| None).collect();
         h.prime(&[db])?;
         // Balanced for order and carry-over ([`crate::harness::pass_order`]).
-        for s in crate::harness::pass_order(pair, SIDES.len()) {
+        for s in crate::harness::pass_order(pair, sides.len()) {
             helper_wait = helper_wait.max(crate::harness::await_run_helpers());
             resident_before.push(h.make_cold(&[db])?);
             settle();
-            let p = pass(setup, spec, SIDES[s], &ids)?;
-            h.step(format!("{} pair {}/{pairs}: {} {:.1} ms", spec.name, pair + 1, SIDES[s].name(), p.elapsed_s * 1e3));
+            let p = pass(setup, spec, sides[s], &ids)?;
+            h.step(format!("{} pair {}/{pairs}: {} {:.1} ms", spec.name, pair + 1, sides[s].name(), p.elapsed_s * 1e3));
             passes[s] = Some(p);
         }
         let passes: Vec<Pass> = passes.into_iter().flatten().collect();
@@ -431,6 +471,15 @@ fn measure(h: &Harness, setup: &Setup, spec: &CaseSpec, rows: u64, pairs: usize)
     e.insert("adapter_wasted_bytes_each".into(), wasted[1].clone().into());
     e.insert("nochange_issued_bytes_each".into(), issued[2].clone().into());
     e.insert("nochange_wasted_bytes_each".into(), wasted[2].clone().into());
+    if spec.fresh {
+        let daemon_ratios = ratios(&times[0], &times[3]);
+        e.insert("daemon_s".into(), times[3].clone().into());
+        e.insert("daemon_ratios".into(), daemon_ratios.clone().into());
+        e.insert("daemon_ratio_median".into(), median(&daemon_ratios).into());
+        e.insert("daemon_closure".into(), closure(&times[3]).into());
+        e.insert("daemon_issued_bytes".into(), median_u64(issued[3].iter().copied()).into());
+        e.insert("daemon_wasted_bytes".into(), median_u64(wasted[3].iter().copied()).into());
+    }
     let gain = |r: f64| r - 1.0;
     let kept = gain(median(&nochange_ratios)) / gain(case.ratio_median);
     if kept.is_finite() {
@@ -458,6 +507,7 @@ pub fn run(options: &BenchOptions) -> Result<Report, BenchError> {
     let script = options.dir.join("sqlite_scan.py");
     std::fs::write(&script, SCRIPT).doing(|| format!("writing {}", script.display()))?;
     let python = python();
+    let daemon_home = daemon_home(&options.dir, "sqlite-scan")?;
     let uses = |schema| cases.iter().any(|c| c.schema == schema);
     let rowid_db = if uses(Schema::Rowid) { Some(database(&h, &python, &script, Schema::Rowid, rows)?) } else { None };
     let index_db = if uses(Schema::Index) { Some(database(&h, &python, &script, Schema::Index, rows)?) } else { None };
@@ -470,6 +520,8 @@ pub fn run(options: &BenchOptions) -> Result<Report, BenchError> {
         large_db,
         extension: extension(&options.dir)?,
         predictio: crate::harness::predictio_binary()?,
+        daemon_home: daemon_home.clone(),
+        daemon_config: daemon_config(&daemon_home, "sqlite-scan", "predictio.toml", &[], "")?,
     };
     let mut out = Vec::new();
     for spec in cases {
@@ -494,11 +546,19 @@ pub fn run(options: &BenchOptions) -> Result<Report, BenchError> {
             ("bar: >= 0.98x", c.ratio_median >= 0.98)
         };
         let met = Some(met && c.ratio_median >= 0.98);
+        let daemon = c.extra.get("daemon_ratio_median").map_or(String::new(), |_| {
+            format!(
+                "; daemon {:.2}x, closure {:.0} %, issued {} B",
+                get("daemon_ratio_median"),
+                get("daemon_closure") * 100.0,
+                get("daemon_issued_bytes")
+            )
+        });
         notes.push(format!(
             "{}: adapter {:.2}x, closure {:.0} %, nochange {:.2}x, closure {:.0} % ({bar}{}); adapter issued {} B, \
              wasted {} B; nochange issued {} B, wasted {} B; {} pages touched, limit {:.2} ms at QD64 IOPS \
              (baseline / limit = {:.2}x with the device rates probed at the start of the run), warm {:.2} ms \
-             (adapter warm {:.2} ms, {:+.0} %)",
+             (adapter warm {:.2} ms, {:+.0} %){daemon}",
             c.name,
             c.ratio_median,
             closure * 100.0,
@@ -570,7 +630,7 @@ pub fn run(options: &BenchOptions) -> Result<Report, BenchError> {
                 },
             },
             "program": setup.python.display().to_string(),
-            "sides": ["baseline", "adapter (treatment: load_extension libpredictio_sqlite.so)", "nochange (predictio run -- python3 ..., default policies)"],
+            "sides": ["baseline", "adapter (treatment: load_extension libpredictio_sqlite.so)", "nochange (predictio run -- python3 ..., default policies)", "daemon (fresh-* cases: python3 ... beside predictio daemon, default configuration with its own sockets and store, started before each of its passes)"],
             "cases": CASES.iter().map(|c| serde_json::json!({"name": c.name, "schema": c.schema.name(), "limit": c.limit, "queries": c.queries, "fresh": c.fresh})).collect::<Vec<_>>(),
         }),
         cold_method: h.cold.describe().into(),
