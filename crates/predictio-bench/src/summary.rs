@@ -509,6 +509,20 @@ fn rows_of(workload: Workload, file: &ResultFile, notes: &mut Vec<String>) -> Re
             for name in ["scan-100", "scan-1000", "scan-10000", "point", "index-1000", "large-1000", "fresh-index-10"] {
                 let case = file.case(name)?;
                 rows.push(case.ab_row(workload, " (`.load`)")?);
+                if name == "index-1000"
+                    && let Ok(fresh) = file.case("fresh-index-1000")
+                    && let Some(ratio) = fresh.opt_num("daemon_ratio_median")
+                {
+                    // A process that runs one query, beside the daemon as
+                    // installed, whose first query of the database it is.
+                    rows.push(fresh.ab_row_with(
+                        workload,
+                        "fresh-index-1000, beside the daemon".into(),
+                        fresh.list_median("daemon_s")?,
+                        ratio,
+                        "",
+                    )?);
+                }
                 if name == "scan-1000" || name == "index-1000" {
                     rows.push(case.ab_row_with(
                         workload,
