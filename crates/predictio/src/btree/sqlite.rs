@@ -258,14 +258,7 @@ pub fn index_leaf_rowids(page: &[u8], page_no: u32, geometry: &Geometry) -> Resu
     if page[header] != LEAF_INDEX {
         return Err(PageError::NotBtree { kind: u16::from(page[header]) });
     }
-    let count = usize::from(be16(page, header + 3).unwrap_or(0));
-    let array_start = header + 8;
-    // Each cell needs a 2-byte pointer and at least 2 bytes.
-    let max = usable.saturating_sub(array_start) / 4;
-    if count > max {
-        return Err(PageError::CellCount { count: count as u32, max: max as u32 });
-    }
-    let array_end = array_start + 2 * count;
+    let (count, array_start, array_end) = leaf_cells(page, header, usable)?;
     let usable_bytes = &page[..usable];
     // The most payload an index cell keeps on its page (file format 1.6).
     let max_local = (usable - 12) * 64 / 255 - 23;
@@ -302,19 +295,33 @@ fn record_rowid(bytes: &[u8], offset: usize, max_local: usize) -> Option<i64> {
     let value = match last? {
         8 => 0,
         9 => 1,
-        serial @ 1..=6 => {
-            let size = serial_size(serial)?;
-            let field = record.get(start..start + size)?;
-            // Big-endian two's complement of `size` bytes.
-            let mut value: i64 = if field[0] & 0x80 != 0 { -1 } else { 0 };
-            for &byte in field {
-                value = (value << 8) | i64::from(byte);
-            }
-            value
-        }
+        serial @ 1..=6 => integer(record.get(start..start + serial_size(serial)?)?)?,
         _ => return None,
     };
     Some(value)
+}
+
+/// A record's integer field: big-endian two's complement of its 1 to 8
+/// bytes.
+fn integer(field: &[u8]) -> Option<i64> {
+    let mut value: i64 = if *field.first()? & 0x80 != 0 { -1 } else { 0 };
+    for &byte in field {
+        value = (value << 8) | i64::from(byte);
+    }
+    Some(value)
+}
+
+/// The cell count of the leaf page whose b-tree header is at `header`, and
+/// where its cell pointer array starts and ends, checked against the usable
+/// size (each cell needs a 2-byte pointer and at least 2 bytes).
+fn leaf_cells(page: &[u8], header: usize, usable: usize) -> Result<(usize, usize, usize), PageError> {
+    let count = usize::from(be16(page, header + 3).unwrap_or(0));
+    let array_start = header + 8;
+    let max = usable.saturating_sub(array_start) / 4;
+    if count > max {
+        return Err(PageError::CellCount { count: count as u32, max: max as u32 });
+    }
+    Ok((count, array_start, array_start + 2 * count))
 }
 
 /// Most root pages [`schema_roots`] returns.
@@ -336,13 +343,7 @@ pub fn schema_roots(page: &[u8], geometry: &Geometry) -> Result<Vec<u32>, PageEr
         INTERIOR_TABLE => return Ok(Vec::new()),
         other => return Err(PageError::NotBtree { kind: u16::from(other) }),
     }
-    let count = usize::from(be16(page, HEADER_SIZE + 3).unwrap_or(0));
-    let array_start = HEADER_SIZE + 8;
-    let max = usable.saturating_sub(array_start) / 4;
-    if count > max {
-        return Err(PageError::CellCount { count: count as u32, max: max as u32 });
-    }
-    let array_end = array_start + 2 * count;
+    let (count, array_start, array_end) = leaf_cells(page, HEADER_SIZE, usable)?;
     let usable_bytes = &page[..usable];
     let lock_page = PENDING_BYTE / u64::from(geometry.page_size) + 1;
     let mut roots = Vec::new();
@@ -406,12 +407,7 @@ fn schema_row_root(bytes: &[u8], offset: usize, usable: usize) -> Option<u32> {
     if !(1..=6).contains(&serial) {
         return None;
     }
-    let field = record.get(root_at..root_at + serial_size(serial)?)?;
-    let mut value: i64 = if field[0] & 0x80 != 0 { -1 } else { 0 };
-    for &byte in field {
-        value = (value << 8) | i64::from(byte);
-    }
-    u32::try_from(value).ok()
+    u32::try_from(integer(record.get(root_at..root_at + serial_size(serial)?)?)?).ok()
 }
 
 /// Bytes a record field of serial type `serial` takes.
