@@ -262,6 +262,44 @@ fn a_cold_scan_loads_the_runtime_in_the_background() {
     lazy_scan(&db, |_| ());
 }
 
+/// Cold point reads, each its own statement, never load the runtime,
+/// however long they wait in all: nothing can be read ahead of a lookup,
+/// and loading the runtime while they wait on the device only slows them.
+/// The answers are those without the extension.
+#[test]
+fn cold_point_reads_never_load_the_runtime() {
+    if !have_sqlite3() {
+        return;
+    }
+    let dir = tempfile::tempdir_in("/var/tmp").expect("tempdir");
+    let db = build_db(dir.path());
+    let mut script = String::new();
+    for i in 0..300 {
+        let key = i * 6_151 % ROWS;
+        script.push_str(&format!("SELECT k, length(v) FROM usertable WHERE k = 'user{key:010}';\n"));
+    }
+    let baseline = plain(&db, &script);
+    assert!(baseline.status.success(), "baseline: {}", String::from_utf8_lossy(&baseline.stderr));
+    drop_cache(&db);
+    let full = format!(
+        ".load {}\n.open {}\n{script}{}SELECT predictio_stats();\n",
+        extension().display(),
+        db.display(),
+        runtime_mapped("queried")
+    );
+    let with = run_in(Runtime::Lazy, &[":memory:"], &full);
+    assert!(with.status.success(), "with the extension: {}", String::from_utf8_lossy(&with.stderr));
+    let text = String::from_utf8(with.stdout).expect("utf-8 output");
+    let (body, last) = text.trim_end().rsplit_once('\n').expect("output and stats");
+    let (answers, mapped) = body.rsplit_once('\n').expect("answers and the census");
+    assert!(format!("{answers}\n").as_bytes() == baseline.stdout, "answers differ with the extension loaded");
+    assert_eq!(mapped, "queried runtime=0", "point reads loaded the runtime");
+    let stats: serde_json::Value =
+        serde_json::from_str(last).unwrap_or_else(|e| panic!("predictio_stats() gave {last:?}: {e}"));
+    // They did wait on the device, past the gate a scan's reads load it at.
+    assert!(counter(&stats, &["read_wait_us"]) >= 2_000, "the reads were not cold: {stats}");
+}
+
 /// A scan of a database whose first pages were cached (another process
 /// had just read them): the loader only notes those reads, copies the
 /// ones that wait, and when the runtime loads reads the noted pages again
