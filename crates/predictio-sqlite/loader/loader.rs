@@ -14,8 +14,8 @@
 //!   database's WAL (shown as the page they hold), are timed and shown to
 //!   the runtime once it is loaded. SQLite's reads are never changed.
 //! - **The gate.** Until the runtime is loaded, the time the process's
-//!   slow database reads (from the device, [`SLOW_NS`]; in each transaction
-//!   those past its first [`POINT_READS`]) took is summed; when
+//!   slow database reads (from the device, [`SLOW_NS`]) took in transactions
+//!   that read leaf after leaf ([`SCAN_LEAVES`]) is summed; when
 //!   it reaches [`GATE_NS`] (about twice what a cold load of the runtime
 //!   costs), one thread loads the runtime in the background while SQLite
 //!   goes on. A process whose queries are short or whose database is cached
@@ -116,14 +116,19 @@ const GATE_NS: u64 = 2_000_000;
 /// so that a process on a warm cache never loads the runtime.
 const SLOW_NS: u64 = 15_000;
 
-/// Slow reads a transaction makes before its next ones count toward
-/// [`GATE_NS`]: a lookup through an index and then its table, each three
-/// levels deep, reads at most this many pages, and nothing can be read
-/// ahead of it (its every read depends on the one before). Cold point
-/// queries, however many, then never load the runtime, whose load (840 KB
-/// read while they wait on the device) made 300 of them through an index
-/// 6 % slower; a scan passes it within its first leaves.
-const POINT_READS: u32 = 8;
+/// Leaves of one kind (table, or index) a transaction reads before its
+/// slow reads count toward [`GATE_NS`]: a point lookup reads one of each
+/// at most (an index's leaf, then its table's) and nothing can be read
+/// ahead of it, every read depending on the one before, while a scan reads
+/// leaf after leaf. Cold point queries, however many, then never load the
+/// runtime, whose load (840 KB read while they wait on the device) made 300
+/// of them through an index 6 % slower; a scan counts from its second leaf,
+/// with what its transaction waited before.
+const SCAN_LEAVES: u8 = 2;
+
+/// B-tree page types (the first byte of a page's b-tree header).
+const LEAF_TABLE: u8 = 0x0d;
+const LEAF_INDEX: u8 = 0x0a;
 
 /// Pages, and bytes, each database file keeps a copy of until the runtime
 /// is loaded.
@@ -170,8 +175,8 @@ static HOOKS: AtomicPtr<Hooks> = AtomicPtr::new(ptr::null_mut());
 /// Nanoseconds the process's slow reads took before the runtime loaded.
 static WAITED_NS: AtomicU64 = AtomicU64::new(0);
 
-/// Of those, the nanoseconds that count toward [`GATE_NS`] (reads past
-/// their transaction's first [`POINT_READS`]).
+/// Of those, the nanoseconds that count toward [`GATE_NS`] (those of
+/// scans' transactions, [`SCAN_LEAVES`]).
 static GATED_NS: AtomicU64 = AtomicU64::new(0);
 
 /// The runtime's path, NUL-terminated (set up once).
@@ -346,16 +351,29 @@ fn start_loading() {
     }
 }
 
-/// Adds one slow read's time to the process's sum and, when it `counts`
-/// (past its transaction's first [`POINT_READS`]), to the gate's; loads
-/// the runtime at the gate.
-fn waited(elapsed_ns: u64, counts: bool) {
-    WAITED_NS.fetch_add(elapsed_ns, Ordering::Relaxed);
-    if !counts {
+/// Takes one read of `db` (a page of type `kind`, read in `elapsed_ns`):
+/// a slow read's time is added to the process's sum, and to the gate's once
+/// its transaction is a scan's ([`SCAN_LEAVES`]), with the time held until
+/// then; loads the runtime at the gate.
+fn gate(db: &mut ShimFile, kind: u8, elapsed_ns: u64) {
+    let leaves = match kind {
+        LEAF_TABLE => db.leaves.get_mut(0),
+        LEAF_INDEX => db.leaves.get_mut(1),
+        _ => None,
+    };
+    if let Some(leaves) = leaves {
+        *leaves = leaves.saturating_add(1);
+    }
+    if elapsed_ns >= SLOW_NS {
+        WAITED_NS.fetch_add(elapsed_ns, Ordering::Relaxed);
+        db.held_ns = db.held_ns.saturating_add(elapsed_ns);
+    }
+    if db.held_ns == 0 || db.leaves.iter().all(|&n| n < SCAN_LEAVES) {
         return;
     }
-    let before = GATED_NS.fetch_add(elapsed_ns, Ordering::Relaxed);
-    if before.saturating_add(elapsed_ns) >= GATE_NS && STATE.load(Ordering::Relaxed) == IDLE {
+    let counted = core::mem::take(&mut db.held_ns);
+    let before = GATED_NS.fetch_add(counted, Ordering::Relaxed);
+    if before.saturating_add(counted) >= GATE_NS && STATE.load(Ordering::Relaxed) == IDLE {
         start_loading();
     }
 }
@@ -400,9 +418,11 @@ struct ShimFile {
     /// For a main database: whether its connection holds the WAL's
     /// checkpoint lock (its WAL reads then are not lookups).
     checkpointing: AtomicBool,
-    /// For a main database: reads from the device in its connection's
-    /// current transaction (see [`POINT_READS`]).
-    slow_reads: u32,
+    /// For a main database, in its connection's current transaction: the
+    /// table and the index leaves read, and the time of the slow reads not
+    /// counted toward the gate yet (see [`SCAN_LEAVES`]).
+    leaves: [u8; 2],
+    held_ns: u64,
     log_len: usize,
     /// No more pages are noted (a WAL page did not fit).
     log_closed: bool,
@@ -609,13 +629,12 @@ unsafe fn observe(
             if STATE.load(Ordering::Relaxed) < LOADED {
                 // SAFETY: per the caller.
                 unsafe { log_read(db, offset, data, len, elapsed, from_wal) };
-                if elapsed >= SLOW_NS {
-                    // SAFETY: per the caller: the database's file, used by
-                    // this connection only.
-                    let slow = unsafe { &mut (*db).slow_reads };
-                    *slow = slow.saturating_add(1);
-                    waited(elapsed, *slow > POINT_READS);
-                }
+                // The page's type (page 1, the schema's, is no scan's leaf).
+                // SAFETY: `len` bytes at `data`, per the caller.
+                let kind = if offset > 0 && len > 0 { unsafe { *data } } else { 0 };
+                // SAFETY: per the caller: the database's file, used by this
+                // connection only.
+                unsafe { gate(&mut *db, kind, elapsed) };
             }
         }
     }
@@ -681,7 +700,8 @@ unsafe fn transaction_ended(file: *mut File) {
     // observer (if any) is the runtime's, used by this connection only.
     let observer = unsafe {
         let shim = file.cast::<ShimFile>();
-        (*shim).slow_reads = 0;
+        (*shim).leaves = [0; 2];
+        (*shim).held_ns = 0;
         (*shim).observer
     };
     if !observer.is_null()
@@ -888,7 +908,8 @@ unsafe extern "C" fn shim_open(
             refused: false,
             wal_of: ptr::null_mut(),
             checkpointing: AtomicBool::new(false),
-            slow_reads: 0,
+            leaves: [0; 2],
+            held_ns: 0,
             log_len: 0,
             log_closed: false,
             log: [NOT_LOGGED; LOG_PAGES],
