@@ -278,24 +278,8 @@ fn cold_point_reads_never_load_the_runtime() {
         let key = i * 6_151 % ROWS;
         script.push_str(&format!("SELECT k, length(v) FROM usertable WHERE k = 'user{key:010}';\n"));
     }
-    let baseline = plain(&db, &script);
-    assert!(baseline.status.success(), "baseline: {}", String::from_utf8_lossy(&baseline.stderr));
-    drop_cache(&db);
-    let full = format!(
-        ".load {}\n.open {}\n{script}{}SELECT predictio_stats();\n",
-        extension().display(),
-        db.display(),
-        runtime_mapped("queried")
-    );
-    let with = run_in(Runtime::Lazy, &[":memory:"], &full);
-    assert!(with.status.success(), "with the extension: {}", String::from_utf8_lossy(&with.stderr));
-    let text = String::from_utf8(with.stdout).expect("utf-8 output");
-    let (body, last) = text.trim_end().rsplit_once('\n').expect("output and stats");
-    let (answers, mapped) = body.rsplit_once('\n').expect("answers and the census");
-    assert!(format!("{answers}\n").as_bytes() == baseline.stdout, "answers differ with the extension loaded");
+    let (mapped, stats) = cold_through_extension(&db, &script, |_| (), "queried");
     assert_eq!(mapped, "queried runtime=0", "point reads loaded the runtime");
-    let stats: serde_json::Value =
-        serde_json::from_str(last).unwrap_or_else(|e| panic!("predictio_stats() gave {last:?}: {e}"));
     // They did wait on the device, past the gate a scan's reads load it at.
     assert!(counter(&stats, &["read_wait_us"]) >= 2_000, "the reads were not cold: {stats}");
 }
@@ -318,14 +302,19 @@ fn a_scan_whose_first_pages_were_cached_is_still_followed() {
     });
 }
 
-/// [`queries`] on `db` cold, with `warm` run between dropping its cache and
-/// the scan, through the extension's default (lazy) loader: checks that the
-/// answers are those without it, that the runtime was loaded, and that it
-/// followed the scans and prefetched without an error.
+/// `script` on `db` cold (with `warm` run between dropping its cache and the
+/// script) through the extension's default (lazy) loader, after running it
+/// without the extension: checks that the answers are the same and returns
+/// the census line `label runtime=N` (the runtime's mappings) and
+/// `predictio_stats()`.
 #[track_caller]
-fn lazy_scan(db: &Path, warm: impl FnOnce(&Path)) {
-    let script = queries();
-    let baseline = plain(db, &script);
+fn cold_through_extension(
+    db: &Path,
+    script: &str,
+    warm: impl FnOnce(&Path),
+    label: &str,
+) -> (String, serde_json::Value) {
+    let baseline = plain(db, script);
     assert!(baseline.status.success(), "baseline: {}", String::from_utf8_lossy(&baseline.stderr));
     drop_cache(db);
     warm(db);
@@ -333,7 +322,7 @@ fn lazy_scan(db: &Path, warm: impl FnOnce(&Path)) {
         ".load {}\n.open {}\n{script}{}SELECT predictio_stats();\n",
         extension().display(),
         db.display(),
-        runtime_mapped("scanned")
+        runtime_mapped(label)
     );
     let with = run_in(Runtime::Lazy, &[":memory:"], &full);
     assert!(with.status.success(), "with the extension: {}", String::from_utf8_lossy(&with.stderr));
@@ -341,9 +330,18 @@ fn lazy_scan(db: &Path, warm: impl FnOnce(&Path)) {
     let (body, last) = text.trim_end().rsplit_once('\n').expect("output and stats");
     let (answers, mapped) = body.rsplit_once('\n').expect("answers and the census");
     assert!(format!("{answers}\n").as_bytes() == baseline.stdout, "answers differ with the extension loaded");
+    let stats = serde_json::from_str(last).unwrap_or_else(|e| panic!("predictio_stats() gave {last:?}: {e}"));
+    (mapped.to_owned(), stats)
+}
+
+/// [`queries`] on `db` cold, with `warm` run between dropping its cache and
+/// the scan, through the extension's default (lazy) loader: checks that the
+/// answers are those without it, that the runtime was loaded, and that it
+/// followed the scans and prefetched without an error.
+#[track_caller]
+fn lazy_scan(db: &Path, warm: impl FnOnce(&Path)) {
+    let (mapped, stats) = cold_through_extension(db, &queries(), warm, "scanned");
     assert!(mapped.starts_with("scanned runtime=") && mapped != "scanned runtime=0", "runtime not loaded: {mapped}");
-    let stats: serde_json::Value =
-        serde_json::from_str(last).unwrap_or_else(|e| panic!("predictio_stats() gave {last:?}: {e}"));
     assert!(counter(&stats, &["events"]) > 10, "{stats}");
     assert!(counter(&stats, &["executor", "issued_pages"]) > 0, "{stats}");
     assert_eq!(counter(&stats, &["executor", "errors"]), 0, "{stats}");
