@@ -352,14 +352,15 @@ fn pass(setup: &Setup, spec: &CaseSpec, side: Side, ids: &[u64]) -> Result<Pass,
     let num = |v: &serde_json::Value, path: &[&str]| {
         path.iter().try_fold(v, |v, k| v.get(k)).and_then(serde_json::Value::as_u64).unwrap_or(0)
     };
+    // `predictio run --json` and `predictio stat --json` report alike.
+    let issued_of = |report: Option<&str>| {
+        report.and_then(json_object).map_or(0, |report| num(&report, &["executor", "total", "issued_bytes"]))
+    };
     let issued_bytes = match side {
         Side::Baseline => 0,
         Side::Adapter => num(&result, &["extension", "executor", "issued_bytes"]),
-        Side::NoChange => json_object(&stderr).map_or(0, |report| num(&report, &["executor", "total", "issued_bytes"])),
-        Side::Daemon => daemon_stat
-            .as_deref()
-            .and_then(json_object)
-            .map_or(0, |report| num(&report, &["executor", "total", "issued_bytes"])),
+        Side::NoChange => issued_of(Some(&stderr)),
+        Side::Daemon => issued_of(daemon_stat.as_deref()),
     };
     Ok(Pass {
         elapsed_s: result.get("elapsed_s").and_then(serde_json::Value::as_f64).unwrap_or(f64::NAN),

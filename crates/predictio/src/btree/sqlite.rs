@@ -156,6 +156,14 @@ impl Geometry {
         }
         Ok(Self { page_size, usable_size, page_count })
     }
+
+    /// Whether `page` can be a b-tree page of this file: not page 1 (the
+    /// schema's root, nobody's child), not the lock-byte page, not beyond
+    /// the page count when it is known.
+    fn btree_page(&self, page: u32) -> bool {
+        let lock_page = PENDING_BYTE / u64::from(self.page_size) + 1;
+        page >= 2 && u64::from(page) != lock_page && self.page_count.is_none_or(|n| page <= n)
+    }
 }
 
 /// Parses database page `page_no` (numbered from 1; its b-tree header
@@ -198,14 +206,11 @@ pub fn parse_page(page: &[u8], page_no: u32, geometry: &Geometry) -> Result<Inte
     if fragmented > 60 {
         return Err(PageError::Header { what: "fragmented bytes", value: u64::from(fragmented) });
     }
-    let lock_page = PENDING_BYTE / u64::from(geometry.page_size) + 1;
     let check = |index: usize, child: u32| -> Result<u64, PageError> {
-        let child64 = u64::from(child);
-        let beyond = geometry.page_count.is_some_and(|n| child > n);
-        if child < 2 || child == page_no || child64 == lock_page || beyond {
-            return Err(PageError::BadChild { index: index as u32, child: child64 });
+        if child == page_no || !geometry.btree_page(child) {
+            return Err(PageError::BadChild { index: index as u32, child: u64::from(child) });
         }
-        Ok(child64)
+        Ok(u64::from(child))
     };
     let mut children = Vec::with_capacity(count + 1);
     for index in 0..count {
@@ -345,7 +350,6 @@ pub fn schema_roots(page: &[u8], geometry: &Geometry) -> Result<Vec<u32>, PageEr
     }
     let (count, array_start, array_end) = leaf_cells(page, HEADER_SIZE, usable)?;
     let usable_bytes = &page[..usable];
-    let lock_page = PENDING_BYTE / u64::from(geometry.page_size) + 1;
     let mut roots = Vec::new();
     for index in 0..count {
         let offset = usize::from(be16(page, array_start + 2 * index).unwrap_or(0));
@@ -353,8 +357,7 @@ pub fn schema_roots(page: &[u8], geometry: &Geometry) -> Result<Vec<u32>, PageEr
             return Err(PageError::CellOutOfBounds { index: index as u32, offset: offset as u32 });
         }
         let Some(root) = schema_row_root(usable_bytes, offset, usable) else { continue };
-        let beyond = geometry.page_count.is_some_and(|n| root > n);
-        if root < 2 || u64::from(root) == lock_page || beyond || roots.contains(&root) {
+        if !geometry.btree_page(root) || roots.contains(&root) {
             continue;
         }
         roots.push(root);
