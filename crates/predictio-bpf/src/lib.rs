@@ -13,8 +13,8 @@
 //! | `filemap:mm_filemap_get_pages` | `PageAccess { kind: Read }` (buffered read, pages `index..=last_index` clamped to the file's size) |
 //! | `filemap:mm_filemap_fault` | `PageAccess { kind: Fault }` (one page) |
 //! | `filemap:mm_filemap_map_pages` | `PageAccess { kind: MapPages }` (pages mapped around a fault, clamped likewise) |
-//! | `filemap:mm_filemap_add_to_page_cache` | `PageMiss`, one per page of the folio |
-//! | `filemap:mm_filemap_delete_from_page_cache` | `PageEvict`, one per page of the folio |
+//! | `filemap:mm_filemap_add_to_page_cache` | `PageMiss` of the folio's pages (back-to-back folios joined) |
+//! | `filemap:mm_filemap_delete_from_page_cache` | `PageEvict` of the folio's pages (joined likewise) |
 //! | `sched:sched_process_exec` | `Exec` (the executable's `FileId` from the task's `mm->exe_file`, read in the kernel through CO-RE: exact even for a process that is gone when user space reads the record, unlike a `stat` of `/proc/PID/exe`) |
 //! | `sched:sched_process_fork` (raw tracepoint: it tells processes from threads) | `Fork` |
 //! | `sched:sched_process_exit` (last thread of a group) | `Exit` |

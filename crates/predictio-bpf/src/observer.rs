@@ -11,6 +11,7 @@ use aya::maps::{Array, HashMap, MapData, PerCpuArray, RingBuf};
 use aya::programs::{BtfTracePoint, RawTracePoint, TracePoint};
 use aya::{Ebpf, EbpfLoader};
 use predictio::Event;
+use predictio::event::Coalescer;
 
 use crate::hooks::{self, Attach, HOOKS, Hook, MissingHook};
 use crate::record::consts::{
@@ -349,21 +350,23 @@ impl Observer {
     }
 
     /// Delivers every record already in the ring buffer, as events, without
-    /// waiting. Returns the number of events delivered.
+    /// waiting. Misses and evictions that came back to back are joined into
+    /// runs ([`Coalescer`]). Returns the number of events delivered.
     pub fn drain(&mut self, on_event: &mut impl FnMut(Event)) -> usize {
         let mut delivered = 0usize;
+        let mut deliver = |event| {
+            delivered += 1;
+            on_event(event);
+        };
+        let mut runs = Coalescer::default();
         while let Some(item) = self.ring.next() {
             self.stats.records += 1;
             let Some(record) = Record::parse(&item) else {
                 self.stats.malformed += 1;
                 continue;
             };
-            let mut deliver = |event| {
-                delivered += 1;
-                on_event(event);
-            };
             let tail = item.get(PIO_RECORD_SIZE as usize..).unwrap_or_default();
-            let kind = record.emit_events(tail, &mut deliver);
+            let kind = record.emit_events(tail, &mut |event| runs.push(event, &mut deliver));
             let counter = match kind {
                 Some(RecordKind::Read) => &mut self.stats.reads,
                 Some(RecordKind::Fault) => &mut self.stats.faults,
@@ -379,6 +382,7 @@ impl Observer {
             };
             *counter += 1;
         }
+        runs.flush(&mut deliver);
         self.stats.events += delivered as u64;
         delivered
     }

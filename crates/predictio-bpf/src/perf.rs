@@ -16,8 +16,8 @@
 //! | `filemap:mm_filemap_get_pages` | `PageAccess { kind: Read }`, pages `index..=last_index` *as asked for* (see below) |
 //! | `filemap:mm_filemap_fault` | `PageAccess { kind: Fault }` (one page) |
 //! | `filemap:mm_filemap_map_pages` | `PageAccess { kind: MapPages }`, as asked for |
-//! | `filemap:mm_filemap_add_to_page_cache` | `PageMiss`, one per page of the folio |
-//! | `filemap:mm_filemap_delete_from_page_cache` | `PageEvict`, one per page of the folio |
+//! | `filemap:mm_filemap_add_to_page_cache` | `PageMiss` of the folio's pages (back-to-back folios joined) |
+//! | `filemap:mm_filemap_delete_from_page_cache` | `PageEvict` of the folio's pages (joined likewise) |
 //! | `sched:sched_process_exec` | `Exec` (the executable's `FileId` from a `stat` of `/proc/PID/exe` when the record is read) |
 //! | `PERF_RECORD_FORK` (the `task` side band, not `sched:sched_process_fork`) | `Fork` (processes only) |
 //! | `sched:sched_process_exit` (last thread of a group) | `Exit` |
@@ -108,6 +108,7 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::path::Path;
 use std::time::Duration;
 
+use predictio::event::Coalescer;
 use predictio::{Event, FileId};
 
 use crate::hooks::{HOOKS, Hook, MissingHook};
@@ -762,7 +763,9 @@ impl PerfObserver {
     }
 
     /// Delivers every record already in the rings, as events in time order,
-    /// without waiting. Returns the number of events delivered.
+    /// without waiting; misses and evictions that came back to back are
+    /// joined into runs ([`Coalescer`]). Returns the number of events
+    /// delivered.
     pub fn drain(&mut self, on_event: &mut impl FnMut(Event)) -> usize {
         let Self { rings, decoder, items, scratch, stats, .. } = self;
         items.clear();
@@ -772,6 +775,11 @@ impl PerfObserver {
         // Each ring is in time order already: the stable sort merges runs.
         items.sort_by_key(Item::time_ns);
         let mut delivered = 0usize;
+        let mut deliver = |event| {
+            delivered += 1;
+            on_event(event);
+        };
+        let mut runs = Coalescer::default();
         for item in items.drain(..) {
             match item {
                 Item::Record(record) => {
@@ -786,10 +794,7 @@ impl PerfObserver {
                         _ => &mut stats.malformed,
                     };
                     *counter += 1;
-                    record.emit_events(&[], &mut |event| {
-                        delivered += 1;
-                        on_event(event);
-                    });
+                    record.emit_events(&[], &mut |event| runs.push(event, &mut deliver));
                 }
                 Item::Exec { pid, time_ns, filename } => {
                     stats.execs += 1;
@@ -797,11 +802,12 @@ impl PerfObserver {
                         stats.unresolved_execs += 1;
                         FileId { dev: 0, ino: 0 }
                     });
-                    delivered += 1;
-                    on_event(Event::Exec { pid, exe, shape: crate::record::shape_of_process(pid), time_ns });
+                    let exec = Event::Exec { pid, exe, shape: crate::record::shape_of_process(pid), time_ns };
+                    runs.push(exec, &mut deliver);
                 }
             }
         }
+        runs.flush(&mut deliver);
         stats.events += delivered as u64;
         delivered
     }
@@ -1074,7 +1080,7 @@ mod tests {
     }
 
     #[test]
-    fn a_folio_miss_is_one_event_per_page() {
+    fn a_folio_miss_is_one_event_of_its_pages() {
         let mut raw = Vec::new();
         put(&mut raw, 0, &600u16.to_ne_bytes());
         put(&mut raw, 16, &9u64.to_ne_bytes());
@@ -1082,14 +1088,8 @@ mod tests {
         put(&mut raw, 32, &((259u32 << 20) | 3).to_ne_bytes());
         put(&mut raw, 36, &[2]);
         let (events, _) = decode(PERF_RECORD_SAMPLE, &sample(5, 5, 1, &raw));
-        let pages: Vec<u64> = events
-            .iter()
-            .map(|e| match e {
-                Event::PageMiss { page, file, .. } if file.dev == libc::makedev(259, 3) => *page,
-                other => panic!("{other:?}"),
-            })
-            .collect();
-        assert_eq!(pages, [4, 5, 6, 7]);
+        let [Event::PageMiss { pages, file, .. }] = events[..] else { panic!("{events:?}") };
+        assert_eq!((pages, file.dev), (PageRange::new(4, 8), libc::makedev(259, 3)));
     }
 
     /// Linux 5.15's page-based record of `mm_filemap_add_to_page_cache`:

@@ -149,17 +149,11 @@ impl Record {
                 RecordKind::MapPages
             }
             PIO_KIND_MISS => {
-                let file = self.file();
-                for page in self.first..=self.last {
-                    on_event(Event::PageMiss { pid, file, page, time_ns });
-                }
+                on_event(Event::PageMiss { pid, file: self.file(), pages: self.pages(), time_ns });
                 RecordKind::Miss
             }
             PIO_KIND_EVICT => {
-                let file = self.file();
-                for page in self.first..=self.last {
-                    on_event(Event::PageEvict { file, page, time_ns });
-                }
+                on_event(Event::PageEvict { file: self.file(), pages: self.pages(), time_ns });
                 RecordKind::Evict
             }
             PIO_KIND_EXEC => {
@@ -293,17 +287,11 @@ mod tests {
     }
 
     #[test]
-    fn folio_miss_is_one_event_per_page() {
+    fn a_folio_miss_is_one_event_of_its_pages() {
         let mut events = Vec::new();
         record(PIO_KIND_MISS).emit_events(&[], &mut |e| events.push(e));
-        let pages: Vec<u64> = events
-            .iter()
-            .map(|e| match e {
-                Event::PageMiss { page, .. } => *page,
-                other => panic!("{other:?}"),
-            })
-            .collect();
-        assert_eq!(pages, [3, 4, 5]);
+        let [Event::PageMiss { pages, pid: 100, .. }] = events[..] else { panic!("{events:?}") };
+        assert_eq!(pages, PageRange::new(3, 6));
     }
 
     #[test]

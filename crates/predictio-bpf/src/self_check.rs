@@ -197,11 +197,13 @@ pub fn verdict(expected: &Expected, events: &[Event]) -> Result<(), Refusal> {
     let mut pages = std::collections::BTreeSet::new();
     let mut reader_misses = Vec::new();
     for event in events {
-        if let Event::PageMiss { pid, file, page, .. } = event {
+        if let Event::PageMiss { pid, file, pages: missed, .. } = event {
             if expected.is_probe(file) {
-                pages.insert(*page);
+                // A probe file's run is a folio or a few: bounded by the
+                // verdict below, so at most a block's pages are listed.
+                pages.extend((missed.start..missed.end).take(MAX_FOLIO_PAGES as usize + 1));
             } else if *pid == expected.reader && reader_misses.len() < 4 {
-                reader_misses.push((*file, *page));
+                reader_misses.push((*file, missed.start));
             }
         }
     }
@@ -370,7 +372,7 @@ pub fn run(dirs: &[PathBuf], spec: ProbeSpec, poll: &mut Poll<'_>, on_other: &mu
     let deadline = started + WAIT;
     let seen = |owned: &[Event]| {
         owned.iter().any(
-            |e| matches!(e, Event::PageMiss { file, page, .. } if expected.is_probe(file) && *page == expected.page),
+            |e| matches!(e, Event::PageMiss { file, pages, .. } if expected.is_probe(file) && pages.contains(expected.page)),
         )
     };
     // The child has exited: its read's records are in the observer's
@@ -463,7 +465,7 @@ mod tests {
     }
 
     fn miss(file: FileId, page: u64) -> Event {
-        Event::PageMiss { pid: READER, file, page, time_ns: 1 }
+        Event::PageMiss { pid: READER, file, pages: PageRange::page(page), time_ns: 1 }
     }
 
     #[test]
@@ -475,7 +477,8 @@ mod tests {
         let block: Vec<Event> = (32..48).map(|p| miss(PROBE, p)).collect();
         assert_eq!(verdict(&expected(), &block), Ok(()));
         // Other processes' events on other files do not matter.
-        let mut busy = vec![Event::PageMiss { pid: 1, file: FileId { dev: 1, ino: 2 }, page: 0, time_ns: 0 }];
+        let mut busy =
+            vec![Event::PageMiss { pid: 1, file: FileId { dev: 1, ino: 2 }, pages: PageRange::page(0), time_ns: 0 }];
         busy.push(miss(PROBE, 37));
         assert_eq!(verdict(&expected(), &busy), Ok(()));
     }
@@ -506,11 +509,11 @@ mod tests {
         let other = FileId { dev: 0x803, ino: 99 };
         assert!(e.owns(&miss(PROBE, 3)));
         assert!(e.owns(&miss(other, 3)), "the reader's");
-        assert!(e.owns(&Event::PageEvict { file: PROBE, page: 3, time_ns: 0 }));
+        assert!(e.owns(&Event::PageEvict { file: PROBE, pages: PageRange::page(3), time_ns: 0 }));
         assert!(e.owns(&Event::Fork { parent: 1, child: READER, time_ns: 0 }));
         assert!(e.owns(&Event::Exit { pid: READER, time_ns: 0 }));
-        assert!(!e.owns(&Event::PageMiss { pid: 1, file: other, page: 3, time_ns: 0 }));
-        assert!(!e.owns(&Event::PageEvict { file: other, page: 3, time_ns: 0 }));
+        assert!(!e.owns(&Event::PageMiss { pid: 1, file: other, pages: PageRange::page(3), time_ns: 0 }));
+        assert!(!e.owns(&Event::PageEvict { file: other, pages: PageRange::page(3), time_ns: 0 }));
         assert!(!e.owns(&Event::Exit { pid: 1, time_ns: 0 }));
     }
 

@@ -120,9 +120,9 @@ fn without_page_access_hooks_a_cold_read_still_reports_misses_and_the_process_tr
 
     let missed: BTreeSet<u64> = events
         .iter()
-        .filter_map(|e| match e {
-            Event::PageMiss { pid, file: f, page, .. } if *f == file.id() && *pid == cat => Some(*page),
-            _ => None,
+        .flat_map(|e| match e {
+            Event::PageMiss { pid, file: f, pages, .. } if *f == file.id() && *pid == cat => pages.start..pages.end,
+            _ => 0..0,
         })
         .collect();
     assert_eq!(missed, (0..pages).collect(), "every page of the cold file must miss");

@@ -169,9 +169,9 @@ fn reading_an_evicted_file_reports_misses() {
     let events = held.run(&mut observer);
     let missed: BTreeSet<u64> = events
         .iter()
-        .filter_map(|e| match e {
-            Event::PageMiss { pid: p, file, page, .. } if *file == data.id() && *p == pid => Some(*page),
-            _ => None,
+        .flat_map(|e| match e {
+            Event::PageMiss { pid: p, file, pages, .. } if *file == data.id() && *p == pid => pages.start..pages.end,
+            _ => 0..0,
         })
         .collect();
     assert_eq!(missed, (0..32).collect(), "every page of the evicted file must miss");

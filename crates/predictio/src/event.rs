@@ -39,24 +39,26 @@ pub enum Event {
         /// Monotonic time, ns.
         time_ns: u64,
     },
-    /// A page was added to the page cache on demand: a miss.
+    /// Pages were added to the page cache on demand: a miss (one folio, or
+    /// a run of them added back to back, as readahead adds them; see
+    /// [`Coalescer`]).
     PageMiss {
         /// Process that missed.
         pid: u32,
         /// File.
         file: FileId,
-        /// Page index.
-        page: u64,
-        /// Monotonic time, ns.
+        /// The pages added.
+        pages: PageRange,
+        /// Monotonic time, ns (of the run's first folio).
         time_ns: u64,
     },
-    /// A page left the page cache (for waste accounting).
+    /// Pages left the page cache (for waste accounting): one folio, or a run.
     PageEvict {
         /// File.
         file: FileId,
-        /// Page index.
-        page: u64,
-        /// Monotonic time, ns.
+        /// The pages removed.
+        pages: PageRange,
+        /// Monotonic time, ns (of the run's first folio).
         time_ns: u64,
     },
     /// A process executed a program.
@@ -440,9 +442,180 @@ impl EventKinds {
     }
 }
 
+/// Joins page-cache misses (and evictions) that arrive back to back into
+/// runs. Readahead adds a window's folios one by one, each its own
+/// tracepoint record: a 1 MiB window of single pages is 256 records for one
+/// fact, and every one of them would cross the pipeline and every policy.
+///
+/// A miss joins the pending one when it is the same process's, on the same
+/// file, starts where the pending run ends, and came within
+/// [`Coalescer::MAX_GAP_NS`] of the run's last folio; an eviction likewise,
+/// without the process. Any other event first hands the pending run on, so
+/// events keep their order. A run is at most [`Coalescer::MAX_PAGES`] long.
+/// Call [`Coalescer::flush`] when a batch of records ends.
+#[derive(Debug, Default)]
+pub struct Coalescer {
+    pending: Option<Event>,
+    last_ns: u64,
+}
+
+impl Coalescer {
+    /// The longest pause between two folios of one run, ns.
+    pub const MAX_GAP_NS: u64 = 1_000_000;
+    /// The most pages one run holds (32 MiB of 4 KiB pages).
+    pub const MAX_PAGES: u64 = 8192;
+
+    /// Takes the next event in arrival order; hands on, in order, whatever
+    /// is complete.
+    pub fn push(&mut self, event: Event, out: &mut impl FnMut(Event)) {
+        if let Some(pending) = self.pending.as_mut()
+            && let Some(time_ns) = join(pending, &event, self.last_ns)
+        {
+            self.last_ns = time_ns;
+            return;
+        }
+        self.flush(out);
+        match event {
+            Event::PageMiss { time_ns, .. } | Event::PageEvict { time_ns, .. } => {
+                self.last_ns = time_ns;
+                self.pending = Some(event);
+            }
+            other => out(other),
+        }
+    }
+
+    /// Hands on the pending run, if any.
+    pub fn flush(&mut self, out: &mut impl FnMut(Event)) {
+        if let Some(pending) = self.pending.take() {
+            out(pending);
+        }
+    }
+}
+
+/// Extends the run `pending` by `next` when it continues it; returns
+/// `next`'s time then.
+fn join(pending: &mut Event, next: &Event, last_ns: u64) -> Option<u64> {
+    let (run, more, time_ns) = match (pending, next) {
+        (
+            Event::PageMiss { pid, file, pages, .. },
+            Event::PageMiss { pid: next_pid, file: next_file, pages: more, time_ns },
+        ) if pid == next_pid && file == next_file => (pages, more, *time_ns),
+        (Event::PageEvict { file, pages, .. }, Event::PageEvict { file: next_file, pages: more, time_ns })
+            if file == next_file =>
+        {
+            (pages, more, *time_ns)
+        }
+        _ => return None,
+    };
+    let continues = more.start == run.end
+        && time_ns.saturating_sub(last_ns) <= Coalescer::MAX_GAP_NS
+        && run.len().saturating_add(more.len()) <= Coalescer::MAX_PAGES;
+    continues.then(|| {
+        run.end = more.end;
+        time_ns
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn miss(pid: u32, ino: u64, start: u64, end: u64, time_ns: u64) -> Event {
+        Event::PageMiss { pid, file: FileId { dev: 1, ino }, pages: PageRange::new(start, end), time_ns }
+    }
+
+    fn coalesce(events: Vec<Event>) -> Vec<Event> {
+        let mut coalescer = Coalescer::default();
+        let mut out = Vec::new();
+        for event in events {
+            coalescer.push(event, &mut |e| out.push(e));
+        }
+        coalescer.flush(&mut |e| out.push(e));
+        out
+    }
+
+    #[test]
+    fn a_readahead_window_of_folios_is_one_miss() {
+        let window: Vec<Event> = (0..256).map(|p| miss(7, 3, p, p + 1, 1_000 + p)).collect();
+        assert_eq!(coalesce(window), vec![miss(7, 3, 0, 256, 1_000)]);
+        // Folios of several pages join too.
+        let folios = vec![miss(7, 3, 0, 4, 0), miss(7, 3, 4, 8, 10), miss(7, 3, 8, 24, 20)];
+        assert_eq!(coalesce(folios), vec![miss(7, 3, 0, 24, 0)]);
+    }
+
+    #[test]
+    fn only_a_continuation_joins_a_run() {
+        let exit = Event::Exit { pid: 7, time_ns: 5 };
+        let events = vec![
+            miss(7, 3, 0, 1, 0),
+            miss(7, 3, 1, 2, 1),
+            miss(8, 3, 2, 3, 2), // another process
+            miss(8, 4, 3, 4, 3), // another file
+            miss(8, 4, 5, 6, 4), // a hole
+            exit.clone(),        // any other event ends the run, in order
+            miss(8, 4, 6, 7, 6),
+            miss(8, 4, 7, 8, 6 + Coalescer::MAX_GAP_NS + 1), // too late
+        ];
+        let want = vec![
+            miss(7, 3, 0, 2, 0),
+            miss(8, 3, 2, 3, 2),
+            miss(8, 4, 3, 4, 3),
+            miss(8, 4, 5, 6, 4),
+            exit,
+            miss(8, 4, 6, 7, 6),
+            miss(8, 4, 7, 8, 6 + Coalescer::MAX_GAP_NS + 1),
+        ];
+        assert_eq!(coalesce(events), want);
+        // A miss and an eviction of the same pages never join.
+        let file = FileId { dev: 1, ino: 3 };
+        let evict = Event::PageEvict { file, pages: PageRange::new(1, 2), time_ns: 1 };
+        assert_eq!(coalesce(vec![miss(7, 3, 0, 1, 0), evict.clone()]), vec![miss(7, 3, 0, 1, 0), evict]);
+        // Evictions join like misses.
+        let evictions = (0..3).map(|p| Event::PageEvict { file, pages: PageRange::page(p), time_ns: p }).collect();
+        assert_eq!(coalesce(evictions), vec![Event::PageEvict { file, pages: PageRange::new(0, 3), time_ns: 0 }]);
+    }
+
+    #[test]
+    fn a_run_stops_at_its_bound() {
+        let pages = Coalescer::MAX_PAGES + 10;
+        let out = coalesce((0..pages).map(|p| miss(1, 1, p, p + 1, 0)).collect());
+        assert_eq!(out, vec![miss(1, 1, 0, Coalescer::MAX_PAGES, 0), miss(1, 1, Coalescer::MAX_PAGES, pages, 0)]);
+    }
+
+    proptest::proptest! {
+        /// Whatever arrives, every page of every process and file comes out
+        /// exactly as often as it went in, and other events keep their order.
+        #[test]
+        fn coalescing_loses_and_invents_nothing(
+            input in proptest::collection::vec((0u32..3, 0u64..3, 0u64..40, 1u64..5, 0u64..3_000_000, proptest::bool::ANY), 0..200)
+        ) {
+            let mut time = 0;
+            let events: Vec<Event> = input
+                .iter()
+                .enumerate()
+                .map(|(i, &(pid, ino, start, len, gap, other))| {
+                    time += gap;
+                    if other { Event::Exit { pid: i as u32, time_ns: time } } else { miss(pid, ino, start, start + len, time) }
+                })
+                .collect();
+            let pages = |events: &[Event]| {
+                let mut seen = std::collections::BTreeMap::new();
+                for e in events {
+                    if let Event::PageMiss { pid, file, pages, .. } = e {
+                        for page in pages.start..pages.end {
+                            *seen.entry((*pid, *file, page)).or_insert(0) += 1;
+                        }
+                    }
+                }
+                seen
+            };
+            let others = |events: &[Event]| events.iter().filter(|e| matches!(e, Event::Exit { .. })).cloned().collect::<Vec<_>>();
+            let out = coalesce(events.clone());
+            proptest::prop_assert_eq!(pages(&out), pages(&events));
+            proptest::prop_assert_eq!(others(&out), others(&events));
+            proptest::prop_assert!(out.len() <= events.len());
+        }
+    }
 
     #[test]
     fn kinds_mask() {

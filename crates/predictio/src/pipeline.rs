@@ -27,7 +27,6 @@ use crate::event::{AccessKind, Event, EventKind, EventKinds};
 use crate::executor::Executor;
 use crate::file::FileRef;
 use crate::hints::{Hint, QueueCharge};
-use crate::page::PageRange;
 use crate::policy::Policy;
 use crate::resolve::{Resolver, ResolverConfig, Through};
 use crate::runtime::{Runtime, RuntimeStats};
@@ -419,7 +418,7 @@ impl Drop for Pipeline {
 fn feed_accounting(executor: &Executor, event: &Event) {
     match event {
         Event::PageAccess { file, pages, .. } => executor.note_access(*file, *pages),
-        Event::PageEvict { file, page, .. } => executor.note_eviction(*file, PageRange::page(*page)),
+        Event::PageEvict { file, pages, .. } => executor.note_eviction(*file, *pages),
         _ => {}
     }
 }

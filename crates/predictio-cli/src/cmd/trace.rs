@@ -73,8 +73,8 @@ fn pid_of(event: &Event) -> Option<u32> {
 pub fn describe(event: &Event) -> String {
     match event {
         Event::PageAccess { pid, file, pages, .. } => format!("{pid:>7} {:<5} {file} {pages}", kind_of(event)),
-        Event::PageMiss { pid, file, page, .. } => format!("{pid:>7} miss  {file} page {page}"),
-        Event::PageEvict { file, page, .. } => format!("{:>7} evict {file} page {page}", "-"),
+        Event::PageMiss { pid, file, pages, .. } => format!("{pid:>7} miss  {file} {pages}"),
+        Event::PageEvict { file, pages, .. } => format!("{:>7} evict {file} {pages}", "-"),
         Event::Exec { pid, exe, shape, .. } => format!("{pid:>7} exec  {exe} {} \"{shape}\"", exe_path(*pid)),
         Event::ExecStart { pid, uid, path, shape, .. } => {
             format!("{pid:>7} exec-start {path} \"{shape}\" uid {uid}")
@@ -100,13 +100,11 @@ fn json(event: &Event) -> serde_json::Value {
         v["ino"] = file.ino.into();
     }
     match event {
-        Event::PageAccess { pages, time_ns, .. } => {
+        Event::PageAccess { pages, time_ns, .. }
+        | Event::PageMiss { pages, time_ns, .. }
+        | Event::PageEvict { pages, time_ns, .. } => {
             v["first"] = pages.start.into();
             v["end"] = pages.end.into();
-            v["time_ns"] = (*time_ns).into();
-        }
-        Event::PageMiss { page, time_ns, .. } | Event::PageEvict { page, time_ns, .. } => {
-            v["page"] = (*page).into();
             v["time_ns"] = (*time_ns).into();
         }
         Event::Fork { parent, .. } => v["parent"] = (*parent).into(),

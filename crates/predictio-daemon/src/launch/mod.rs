@@ -707,7 +707,7 @@ mod tests {
         let pages = PageRange::new(0, missed.max(1));
         recorder.on_event(&Event::PageAccess { pid, file, pages, kind: AccessKind::Read, time_ns });
         for page in 0..missed {
-            recorder.on_event(&Event::PageMiss { pid, file, page, time_ns });
+            recorder.on_event(&Event::PageMiss { pid, file, pages: PageRange::page(page), time_ns });
         }
         recorder.on_event(&Event::Exit { pid, time_ns: exec_ns + ms * 1_000_000 });
         FinishedLaunch { exe: exe.id, shape: shape.into(), pid, recorder, replay: None }

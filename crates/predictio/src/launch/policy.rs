@@ -751,7 +751,8 @@ mod tests {
             time_ns: ms * 1_000_000,
         };
         policy.on_event(&access(5, 1), &mut ctx);
-        policy.on_event(&Event::PageMiss { pid: 5, file: lib, page: 3, time_ns: 1_000_000 }, &mut ctx);
+        policy
+            .on_event(&Event::PageMiss { pid: 5, file: lib, pages: PageRange::page(3), time_ns: 1_000_000 }, &mut ctx);
         assert!(rx.try_recv().is_err(), "window still open");
         // Another process's event 200 ms later: idle ends the window.
         policy.on_event(&access(99, 200), &mut ctx);
@@ -790,7 +791,7 @@ mod tests {
                     kind: AccessKind::Read,
                     time_ns: ms * 1_000_000,
                 },
-                Event::PageMiss { pid: 5, file, page, time_ns: ms * 1_000_000 },
+                Event::PageMiss { pid: 5, file, pages: PageRange::page(page), time_ns: ms * 1_000_000 },
             ]
         };
         for (i, event) in [read(lib, 0, 1), read(model, 0, 2)].iter().flatten().enumerate() {

@@ -235,22 +235,23 @@ impl Recorder {
                     self.done = true;
                 }
             }
-            Event::PageMiss { pid, file, page, time_ns } if self.tree.contains(pid) => {
+            Event::PageMiss { pid, file, pages, time_ns } if self.tree.contains(pid) && !pages.is_empty() => {
                 if let Some(n) = bounded(&mut self.missed, *file, self.limits.max_files) {
-                    *n += 1;
+                    *n += pages.len();
                     let ranges = self.missed_ranges.entry(*file).or_default();
                     let room = ranges.len() < self.limits.max_accesses_per_file;
                     match ranges.last_mut() {
-                        Some(last) if last.end == *page => last.end += 1,
-                        Some(last) if last.contains(*page) => {}
-                        _ if room => ranges.push(PageRange::page(*page)),
+                        Some(last) if (last.start..=last.end).contains(&pages.start) => {
+                            last.end = last.end.max(pages.end);
+                        }
+                        _ if room => ranges.push(*pages),
                         _ => {}
                     }
                 }
                 self.last_io_ns = self.last_io_ns.max(*time_ns);
                 self.last_ns = self.last_ns.max(*time_ns);
                 if self.source == AccessSource::Misses || !self.saw_access {
-                    self.touch(*pid, *file, PageRange::page(*page), *time_ns, true);
+                    self.touch(*pid, *file, *pages, *time_ns, true);
                 }
             }
             // Lookups before the exec (a launcher's search of PATH) are
@@ -451,7 +452,7 @@ mod tests {
         let miss = |ino, page, ms: u64| Event::PageMiss {
             pid: 1,
             file: FileId { dev: 1, ino },
-            page,
+            pages: PageRange::page(page),
             time_ns: ms * 1_000_000,
         };
         let mut r = Recorder::new(1, 0, WindowLimits::default());
@@ -480,7 +481,7 @@ mod tests {
         let mut r = Recorder::new(1, 0, limits);
         for ino in 1..=3 {
             let file = FileId { dev: 1, ino };
-            r.on_event(&Event::PageMiss { pid: 1, file, page: 0, time_ns: 1_000_000 });
+            r.on_event(&Event::PageMiss { pid: 1, file, pages: PageRange::page(0), time_ns: 1_000_000 });
             r.on_event(&Event::PageAccess {
                 pid: 1,
                 file,
@@ -490,7 +491,12 @@ mod tests {
             });
         }
         assert_eq!(r.missed_pages(), 2, "the third file is past max_files");
-        r.on_event(&Event::PageMiss { pid: 1, file: FileId { dev: 1, ino: 1 }, page: 1, time_ns: 2_000_000 });
+        r.on_event(&Event::PageMiss {
+            pid: 1,
+            file: FileId { dev: 1, ino: 1 },
+            pages: PageRange::page(1),
+            time_ns: 2_000_000,
+        });
         assert_eq!(r.missed_pages(), 3, "a file already counted goes on counting");
     }
 
@@ -507,7 +513,7 @@ mod tests {
             time_ns: 1_000_000,
         });
         for page in 0..missed {
-            r.on_event(&Event::PageMiss { pid: 1, file, page, time_ns: 1_000_000 });
+            r.on_event(&Event::PageMiss { pid: 1, file, pages: PageRange::page(page), time_ns: 1_000_000 });
         }
         assert!(r.on_event(&Event::Exit { pid: 1, time_ns: 1_000_000 + ms * 1_000_000 }));
         r
@@ -539,12 +545,22 @@ mod tests {
     fn idle_and_cap_end_the_window() {
         let limits = WindowLimits { idle_ms: 100, cap_ms: 1000, ..WindowLimits::default() };
         let mut r = Recorder::new(1, 0, limits);
-        r.on_event(&Event::PageMiss { pid: 1, file: FileId { dev: 1, ino: 1 }, page: 0, time_ns: 50_000_000 });
+        r.on_event(&Event::PageMiss {
+            pid: 1,
+            file: FileId { dev: 1, ino: 1 },
+            pages: PageRange::page(0),
+            time_ns: 50_000_000,
+        });
         assert!(!r.tick(120_000_000));
         assert!(r.tick(151_000_000), "100 ms without a miss");
         let mut r = Recorder::new(1, 0, limits);
         for ms in (0..1000).step_by(50) {
-            r.on_event(&Event::PageMiss { pid: 1, file: FileId { dev: 1, ino: 1 }, page: 0, time_ns: ms * 1_000_000 });
+            r.on_event(&Event::PageMiss {
+                pid: 1,
+                file: FileId { dev: 1, ino: 1 },
+                pages: PageRange::page(0),
+                time_ns: ms * 1_000_000,
+            });
         }
         assert!(r.tick(1_000_000_000), "the cap");
     }
@@ -559,7 +575,12 @@ mod tests {
             kind: AccessKind::MapPages,
             time_ns: ms * 1_000_000,
         };
-        let miss = |page: u64, ms: u64| Event::PageMiss { pid: 1, file, page, time_ns: ms * 1_000_000 };
+        let miss = |page: u64, ms: u64| Event::PageMiss {
+            pid: 1,
+            file,
+            pages: PageRange::page(page),
+            time_ns: ms * 1_000_000,
+        };
         let events = [
             map(0, 16, 1), // fault-around: the whole block, nothing read
             access(1, 5, 3, 1),
@@ -568,7 +589,7 @@ mod tests {
             miss(5, 2),
             map(0, 16, 3),
             miss(40, 3),
-            Event::PageMiss { pid: 99, file, page: 41, time_ns: 3_000_000 }, // not ours
+            Event::PageMiss { pid: 99, file, pages: PageRange::page(41), time_ns: 3_000_000 }, // not ours
             miss(9, 4),
         ];
         let mut exact = Recorder::new(1, 0, WindowLimits::default()).counting(AccessSource::Misses);
@@ -586,7 +607,12 @@ mod tests {
         }
         let written = FileId { dev: 1, ino: 6 };
         for page in 0..10 {
-            writer.on_event(&Event::PageMiss { pid: 1, file: written, page, time_ns: 5_000_000 });
+            writer.on_event(&Event::PageMiss {
+                pid: 1,
+                file: written,
+                pages: PageRange::page(page),
+                time_ns: 5_000_000,
+            });
         }
         assert_eq!(writer.missed_pages(), 5, "a file only written counts nothing");
         writer.on_event(&Event::PageAccess {

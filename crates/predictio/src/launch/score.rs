@@ -293,7 +293,7 @@ mod tests {
     }
 
     fn miss(ino: u64, page: u64) -> Event {
-        Event::PageMiss { pid: 1, file: id(ino), page, time_ns: 2_000_000 }
+        Event::PageMiss { pid: 1, file: id(ino), pages: PageRange::page(page), time_ns: 2_000_000 }
     }
 
     /// A replay of pages 0..100 of file 1 and 0..10 of file 2 (file 2 also
