@@ -304,8 +304,10 @@ impl PollPace {
         self.current = self.base;
     }
 
-    fn delivered(&mut self, events: usize) {
-        if events >= BUSY_EVENTS {
+    /// After a poll that delivered `events`; `prompt`: the dispatcher wants
+    /// events without delay now ([`EventSender::prompt`]), however few.
+    fn delivered(&mut self, events: usize, prompt: bool) {
+        if prompt || events >= BUSY_EVENTS {
             self.current = self.base;
         } else if events < FEW_EVENTS {
             self.current = (self.current * 2).min(QUIET_POLL.max(self.base));
@@ -626,7 +628,7 @@ impl Sources {
                             kernel.rest(stopped.as_fd()).map(|()| 0)
                         }
                         Ok(delivered) => {
-                            pace.delivered(delivered);
+                            pace.delivered(delivered, sender.prompt());
                             Ok(delivered)
                         }
                         Err(err) => Err(err),
@@ -825,18 +827,24 @@ mod tests {
         let mut pace = PollPace::new(ms(2));
         assert_eq!(pace.timeout(), ms(2));
         for want in [4, 8, 16, 16] {
-            pace.delivered(0);
+            pace.delivered(0, false);
             assert_eq!(pace.timeout(), ms(want));
         }
-        pace.delivered(20);
+        pace.delivered(20, false);
         assert_eq!(pace.timeout(), ms(16), "a middling poll keeps the wait");
-        pace.delivered(BUSY_EVENTS);
+        pace.delivered(BUSY_EVENTS, false);
         assert_eq!(pace.timeout(), ms(2), "a burst is back at the configured bound");
-        pace.delivered(3);
+        pace.delivered(3, false);
         assert_eq!(pace.timeout(), ms(4));
+        // A database scan's few reads at a time, each waited for: no wait
+        // grows while the dispatcher asks for them promptly.
+        pace.delivered(3, true);
+        assert_eq!(pace.timeout(), ms(2));
+        pace.delivered(1, true);
+        assert_eq!(pace.timeout(), ms(2));
         // A configured bound above the quiet one is never shortened or passed.
         let mut slow = PollPace::new(ms(50));
-        slow.delivered(0);
+        slow.delivered(0, false);
         assert_eq!(slow.timeout(), ms(50));
     }
 }

@@ -19,7 +19,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::{self, JoinHandle};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crossbeam_queue::ArrayQueue;
 
@@ -141,7 +141,15 @@ struct Shared {
     wanted: EventKinds,
     counters: Counters,
     stop: AtomicBool,
+    /// Until when (ns after `epoch`) observed events should reach the
+    /// dispatcher without delay ([`EventSender::prompt`]).
+    prompt_until_ns: AtomicU64,
+    epoch: Instant,
 }
+
+/// How long after an access to a watched database its program's events stay
+/// prompt ([`EventSender::prompt`]).
+pub const PROMPT_FOR: Duration = Duration::from_millis(100);
 
 /// A cheap, cloneable, non-blocking handle for sources.
 #[derive(Clone)]
@@ -181,6 +189,17 @@ impl EventSender {
     pub fn send_hint(&self, hint: Hint) -> bool {
         let target = (hint.peer.pid != 0).then_some(hint.peer.pid);
         self.push(hint.event, Some(hint.file), Some(hint.charge), target).wake(self)
+    }
+
+    /// Whether observed events should reach the dispatcher without delay
+    /// now: a program is reading a database the dispatcher watches (within
+    /// the last [`PROMPT_FOR`]), and each of its next reads depends on the
+    /// one before, so an event held back to be batched is a page its scan
+    /// waits for. A source that batches while few events arrive (the
+    /// daemon's observer) polls at its shortest interval meanwhile.
+    pub fn prompt(&self) -> bool {
+        let shared = &self.shared;
+        (shared.epoch.elapsed().as_nanos() as u64) < shared.prompt_until_ns.load(Ordering::Relaxed)
     }
 
     /// Queues without waking the dispatcher; the caller wakes it.
@@ -345,6 +364,8 @@ impl Pipeline {
             wanted,
             counters: Counters::default(),
             stop: AtomicBool::new(false),
+            prompt_until_ns: AtomicU64::new(0),
+            epoch: Instant::now(),
         });
         let names = policies.iter().map(|p| p.name().to_owned()).collect();
         let mut runtime = Runtime::new(Arc::clone(&executor));
@@ -643,6 +664,10 @@ fn dispatch_loop(shared: Arc<Shared>, mut runtime: Runtime, executor: Arc<Execut
                 && let Some(held) = runtime.files().get(*file)
             {
                 databases.on_access(held, *pages, &mut descents);
+                if databases.is_watched(*file) {
+                    let until = shared.epoch.elapsed().saturating_add(PROMPT_FOR).as_nanos() as u64;
+                    shared.prompt_until_ns.store(until, Ordering::Relaxed);
+                }
                 shared.counters.tree_descents.fetch_add(descents.len() as u64, Ordering::Relaxed);
                 for descent in descents.drain(..) {
                     runtime.dispatch_for(&descent, incoming.target);
@@ -693,6 +718,8 @@ mod tests {
             wanted: EventKinds::ALL,
             counters: Counters::default(),
             stop: AtomicBool::new(false),
+            prompt_until_ns: AtomicU64::new(0),
+            epoch: Instant::now(),
         });
         EventSender { shared, dispatcher: thread::current() }
     }

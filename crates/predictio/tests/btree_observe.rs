@@ -40,6 +40,7 @@ fn observed_reads_of_an_unmodified_scan_prefetch_its_next_leaves() {
     let pipeline = Pipeline::start(Arc::clone(&executor), vec![Box::new(BtreePolicy::default())], 1024).expect("start");
     let sender = pipeline.sender();
     let geometry = sqlite::Geometry::new(4096, 0, None).expect("geometry");
+    assert!(!sender.prompt(), "no database read yet");
 
     // "The program" reads as SQLite would: the header, the root (page 2),
     // its first interior child, then that child's leaves in key order. Each
@@ -70,6 +71,8 @@ fn observed_reads_of_an_unmodified_scan_prefetch_its_next_leaves() {
         assert!(pipeline.flush(Duration::from_secs(5)));
     }
     assert!(executor.wait_idle(Duration::from_secs(5)));
+    // A watched database is being read: its reads are wanted without delay.
+    assert!(sender.prompt(), "reads of a watched database are wanted promptly");
 
     // Nobody read leaves 8 and 9; the scan's window brought them in.
     let next: Vec<PageRange> = leaves[8..10].iter().map(|&p| PageRange::new(p - 1, p)).collect();
@@ -80,4 +83,7 @@ fn observed_reads_of_an_unmodified_scan_prefetch_its_next_leaves() {
     // A leaf far ahead of the window stayed cold: bounded.
     let far = leaves[leaves.len() - 1];
     assert_eq!(cache::uptodate_pages(&file, &[PageRange::new(far - 1, far)]).expect("mincore"), 0);
+    // And no longer once its reads have stopped for a while.
+    std::thread::sleep(predictio::pipeline::PROMPT_FOR);
+    assert!(!sender.prompt(), "a database no longer read is not");
 }

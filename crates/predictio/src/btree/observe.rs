@@ -181,6 +181,11 @@ impl DbWatcher {
         self.watched.len()
     }
 
+    /// Whether `file` is a database being watched now.
+    pub fn is_watched(&self, file: FileId) -> bool {
+        self.watched.contains_key(&file)
+    }
+
     /// Whether `file`'s first bytes were looked at and are no database's.
     pub fn is_not_database(&self, file: FileId) -> bool {
         self.not_databases.contains(&file)
