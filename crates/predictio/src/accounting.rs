@@ -6,12 +6,12 @@
 //! someone to report accesses and evictions (kernel observation); it is off
 //! until enabled, and costs nothing then.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
-use crate::file::FileId;
+use crate::file::{FileId, IdMap};
 use crate::page::PageRange;
 use crate::policy::PolicyId;
 
@@ -148,7 +148,7 @@ const MAX_TRACKED_FILES: usize = 4096;
 pub struct Accounting {
     total: AtomicCounters,
     origins: RwLock<Vec<(String, Arc<AtomicCounters>)>>,
-    files: Mutex<HashMap<FileId, (u64, Counters)>>,
+    files: Mutex<IdMap<FileId, (u64, Counters)>>,
     file_clock: AtomicU64,
     ledger: Mutex<Ledger>,
 }
@@ -166,7 +166,7 @@ impl Accounting {
         Self {
             total: AtomicCounters::default(),
             origins: RwLock::new(vec![("unknown".to_owned(), Arc::default())]),
-            files: Mutex::new(HashMap::new()),
+            files: Mutex::new(IdMap::default()),
             file_clock: AtomicU64::new(0),
             ledger: Mutex::new(Ledger::default()),
         }
@@ -291,7 +291,7 @@ struct Span {
 /// Prefetched pages not yet accessed: per file, disjoint spans by start page.
 #[derive(Debug, Default)]
 struct Ledger {
-    files: HashMap<FileId, BTreeMap<u64, Span>>,
+    files: IdMap<FileId, BTreeMap<u64, Span>>,
     pages: u64,
 }
 

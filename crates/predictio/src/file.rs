@@ -12,6 +12,15 @@ use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::sync::Arc;
 
+/// A hash map keyed by kernel-given identities ([`FileId`]s, pids) that is
+/// looked up on every observed event: foldhash's fast hasher, seeded at
+/// random per map, costs a fraction of the standard SipHash per lookup.
+/// Bounded wherever it is used, as every map here is.
+pub type IdMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
+
+/// A hash set of kernel-given identities (see [`IdMap`]).
+pub type IdSet<K> = std::collections::HashSet<K, foldhash::fast::RandomState>;
+
 /// A file's identity: device and inode numbers.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
 pub struct FileId {

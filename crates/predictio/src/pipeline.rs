@@ -15,7 +15,6 @@
 //! is empty, without a timeout: each push unparks it, or for a [`SendBatch`]
 //! (one drain of the kernel observer) the end of the batch.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::{self, JoinHandle};
@@ -474,14 +473,14 @@ const FOOTER_TRIES: u32 = 64;
 /// never waits on storage. It never reads tensor data on anyone's behalf.
 #[derive(Default)]
 struct ModelDetector {
-    checked: std::collections::HashSet<crate::file::FileId>,
+    checked: crate::file::IdSet<crate::file::FileId>,
     /// Checked files whose first bytes are no model's.
-    plain: std::collections::HashSet<crate::file::FileId>,
+    plain: crate::file::IdSet<crate::file::FileId>,
     /// Files whose first page was not resident yet, and when to look again.
-    later: HashMap<crate::file::FileId, std::time::Instant>,
+    later: crate::file::IdMap<crate::file::FileId, std::time::Instant>,
     /// Parquet files whose footer was not all cached yet, and how many more
     /// of their accesses may look again.
-    footers: HashMap<crate::file::FileId, u32>,
+    footers: crate::file::IdMap<crate::file::FileId, u32>,
     reader: crate::model::header::HeaderReader,
 }
 

@@ -6,7 +6,6 @@
 //! it on the event path. That keeps every policy unit-testable with a synthetic
 //! event stream.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::event::{Event, EventKinds};
@@ -27,7 +26,7 @@ pub const MAX_HELD_FILES: usize = 8192;
 /// [`MAX_HELD_FILES`] the longest-held descriptor is closed.
 #[derive(Default, Debug)]
 pub struct FileTable {
-    files: HashMap<FileId, FileRef>,
+    files: crate::file::IdMap<FileId, FileRef>,
     order: std::collections::VecDeque<FileId>,
 }
 

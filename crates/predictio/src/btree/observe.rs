@@ -38,14 +38,13 @@
 //! sequential read is not a traversal), and the set of files found not to
 //! be databases is cleared past [`MAX_CHECKED_FILES`].
 
-use std::collections::{HashMap, HashSet};
 use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
 
 use super::rowid::{Lookahead, RowidConfig, RowidLookahead};
 use super::{DbPageLayout, Engine, Traversal, lmdb, sqlite};
 use crate::event::Event;
-use crate::file::{FileId, FileRef};
+use crate::file::{FileId, FileRef, IdMap, IdSet};
 use crate::page::{PAGE_SIZE, PageRange};
 
 /// Database files watched at once.
@@ -155,11 +154,11 @@ const EAGER_TRIES: u32 = 64;
 /// accesses of unmodified programs into `TreeChildEnter` events.
 #[derive(Debug, Default)]
 pub struct DbWatcher {
-    watched: HashMap<FileId, Watched>,
-    not_databases: HashSet<FileId>,
+    watched: IdMap<FileId, Watched>,
+    not_databases: IdSet<FileId>,
     /// Files whose first page was not cached yet: tries so far, and when to
     /// look again once past [`EAGER_TRIES`].
-    later: HashMap<FileId, (u32, Instant)>,
+    later: IdMap<FileId, (u32, Instant)>,
     buf: Vec<u8>,
     clock: u64,
     stats: WatcherStats,
@@ -425,6 +424,8 @@ impl DbWatcher {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::HashSet;
+
     use super::*;
 
     use crate::testing::scattered_sqlite_db as real_db;

@@ -20,7 +20,7 @@ use super::model::next_wave;
 use super::profile::FileIdentity;
 use super::recorder::{Recorder, WindowLimits};
 use crate::event::{Event, EventKind, EventKinds};
-use crate::file::FileId;
+use crate::file::{FileId, IdMap, IdSet};
 use crate::page::PageRange;
 use crate::policy::{Policy, PolicyContext, PolicyId};
 
@@ -314,7 +314,7 @@ struct Learning {
     /// model load or a query leaves them out, rather than have a replay
     /// read a model's pages, or the last query's columns, at every exec
     /// beside the imports it is for.
-    models: HashSet<FileId>,
+    models: IdSet<FileId>,
 }
 
 /// Model and Parquet files remembered by a learning policy at most (then forgotten
@@ -341,10 +341,10 @@ const START_TTL_NS: u64 = 2_000_000_000;
 #[derive(Debug, Default)]
 pub struct LaunchPolicy {
     book: ReplayBook,
-    pending: HashMap<FileId, (u64, Arc<Replay>)>,
+    pending: IdMap<FileId, (u64, Arc<Replay>)>,
     last_exec: HashMap<LaunchKey, u64>,
     /// Exec starts by process, until its exec ([`Event::Exec`]) pairs them.
-    starting: HashMap<u32, (StartKey, u64)>,
+    starting: IdMap<u32, (StartKey, u64)>,
     /// The launch each exec start led to the last time: a later start with
     /// the same user, path and shape replays that launch at once, without
     /// waiting for the exec.
@@ -388,7 +388,7 @@ impl LaunchPolicy {
                 windows: Vec::new(),
                 done,
                 skipped: 0,
-                models: HashSet::new(),
+                models: IdSet::default(),
             }),
             ..Self::default()
         }

@@ -17,11 +17,11 @@
 //! itself, one miss each, and fault-around could only map pages it had
 //! already read (or that other processes keep resident).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 
 use super::profile::{FileIdentity, LaunchRun, RunFile};
 use crate::event::{AccessKind, Event};
-use crate::file::FileId;
+use crate::file::{FileId, IdMap, IdSet};
 use crate::page::PageRange;
 
 /// When a launch window ends.
@@ -93,7 +93,7 @@ impl LearnFloor {
 const VIRTUAL_ROOTS: [&str; 3] = ["/proc/", "/sys/", "/dev/"];
 
 /// `file`'s entry in `map`, made if `map` has fewer than `cap` entries.
-fn bounded(map: &mut HashMap<FileId, u64>, file: FileId, cap: usize) -> Option<&mut u64> {
+fn bounded(map: &mut IdMap<FileId, u64>, file: FileId, cap: usize) -> Option<&mut u64> {
     if map.len() >= cap && !map.contains_key(&file) {
         return None;
     }
@@ -145,24 +145,24 @@ pub struct Recorder {
     exec_ns: u64,
     last_io_ns: u64,
     last_ns: u64,
-    tree: HashSet<u32>,
-    files: HashMap<FileId, Seen>,
+    tree: IdSet<u32>,
+    files: IdMap<FileId, Seen>,
     order: Vec<FileId>,
     done: bool,
     /// The pids whose accesses were seen (to name files through them).
-    pids: HashMap<FileId, u32>,
+    pids: IdMap<FileId, u32>,
     /// Looked-up paths, in order of first lookup, and the set of them.
     lookups: Vec<std::sync::Arc<str>>,
     looked_up: HashSet<std::sync::Arc<str>>,
     /// Pages the tree brought into the page cache itself, by file (at most
     /// [`WindowLimits::max_files`] files).
-    missed: HashMap<FileId, u64>,
+    missed: IdMap<FileId, u64>,
     /// Which pages those were, by file: consecutive misses merged into one
     /// range, at most [`WindowLimits::max_accesses_per_file`] ranges a file
     /// (for scoring a replay: [`Recorder::seen_in`]).
-    missed_ranges: HashMap<FileId, Vec<PageRange>>,
+    missed_ranges: IdMap<FileId, Vec<PageRange>>,
     /// Files the tree read or mapped (any access event; as many at most).
-    accessed: HashSet<FileId>,
+    accessed: IdSet<FileId>,
     /// Whether any access event of the tree was seen. Until one is, the
     /// misses stand for the accesses: an observer without the page-access
     /// tracepoints (kernels before Linux 6.11) reports misses only. The
@@ -180,16 +180,16 @@ impl Recorder {
             exec_ns,
             last_io_ns: exec_ns,
             last_ns: exec_ns,
-            tree: HashSet::from([pid]),
-            files: HashMap::new(),
+            tree: IdSet::from_iter([pid]),
+            files: IdMap::default(),
             order: Vec::new(),
             done: false,
-            pids: HashMap::new(),
+            pids: IdMap::default(),
             lookups: Vec::new(),
             looked_up: HashSet::new(),
-            missed: HashMap::new(),
-            missed_ranges: HashMap::new(),
-            accessed: HashSet::new(),
+            missed: IdMap::default(),
+            missed_ranges: IdMap::default(),
+            accessed: IdSet::default(),
             saw_access: false,
         }
     }
