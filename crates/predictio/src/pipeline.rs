@@ -146,7 +146,7 @@ struct Shared {
     epoch: Instant,
 }
 
-/// How long after an access to a watched database its program's events stay
+/// How long after an access to a watched database observed events stay
 /// prompt ([`EventSender::prompt`]).
 pub const PROMPT_FOR: Duration = Duration::from_millis(100);
 
@@ -229,6 +229,12 @@ impl EventSender {
 }
 
 impl Shared {
+    /// Keeps [`EventSender::prompt`] true for [`PROMPT_FOR`] from now.
+    fn stay_prompt(&self) {
+        let until = self.epoch.elapsed().saturating_add(PROMPT_FOR).as_nanos() as u64;
+        self.prompt_until_ns.store(until, Ordering::Relaxed);
+    }
+
     /// Takes `bytes` of the queue's byte bound, or refuses without taking
     /// any.
     fn reserve(&self, bytes: usize) -> bool {
@@ -664,8 +670,7 @@ fn dispatch_loop(shared: Arc<Shared>, mut runtime: Runtime, executor: Arc<Execut
             {
                 databases.on_access(held, *pages, &mut descents);
                 if databases.is_watched(*file) {
-                    let until = shared.epoch.elapsed().saturating_add(PROMPT_FOR).as_nanos() as u64;
-                    shared.prompt_until_ns.store(until, Ordering::Relaxed);
+                    shared.stay_prompt();
                 }
                 shared.counters.tree_descents.fetch_add(descents.len() as u64, Ordering::Relaxed);
                 for descent in descents.drain(..) {
