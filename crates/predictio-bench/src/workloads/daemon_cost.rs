@@ -22,9 +22,8 @@
 //!    [`WARM_LAUNCHES`] times timed (the pass's time is their mean).
 //!
 //! 4. **A model load**: a 2 GiB safetensors file read tensor by tensor by a
-//!    plain Python loader (`daemon_cost_model.py`), cold (each pass primed:
-//!    the model read once with O_DIRECT first), with no daemon against
-//!    beside it: the load's time, and the daemon's CPU over it split
+//!    plain Python loader (`daemon_cost_model.py`), cold, with no daemon
+//!    against beside it: the load's time, and the daemon's CPU over it split
 //!    into the page-cache fill (its executor's threads, time the loader
 //!    would otherwise spend itself) and the rest (observation, dispatch,
 //!    policies), whose bar is [`MODEL_CPU_BAR_MS`].
@@ -548,15 +547,8 @@ pub(crate) fn model_file(dir: &Path) -> Result<PathBuf, BenchError> {
 }
 
 /// The model load with no daemon against beside one started on `config`,
-/// Why every model-load pass is primed, for the report.
-const MODEL_PRIMED_NOTE: &str = "before each model-load pass the model is read once, whole, with O_DIRECT (the \
-guest's page cache is left cold): unprimed, the load without the daemon took 1.2-1.6 s in some passes and \
-3.0-4.0 s in others on this VM (fast mostly right after another pass without the daemon), while with the daemon \
-it took 1.2-1.4 s; primed before each pass it took 2.9-4.2 s without the daemon and 1.35-1.7 s with it";
-
-/// `pairs` interleaved pairs from a cold cache, each pass primed; the
-/// daemon's CPU over each load, split into its executor's (the fill) and
-/// the rest.
+/// `pairs` interleaved pairs from a cold cache; the daemon's CPU over each
+/// load, split into its executor's (the fill) and the rest.
 fn model_load(h: &Harness, setup: &Setup, config: &Path, pairs: usize) -> Result<Case, BenchError> {
     let model = model_file(&h.options.dir)?;
     let script = h.options.dir.join("daemon_cost_model.py");
@@ -570,8 +562,6 @@ fn model_load(h: &Harness, setup: &Setup, config: &Path, pairs: usize) -> Result
     for pair in 0..pairs {
         for k in 0..2 {
             let side = (k + pair) % 2;
-            // Every pass from the same state (see MODEL_PRIMED_NOTE).
-            h.prime(&[model.as_path()])?;
             let daemon = if side == 1 { Some(setup.start(config)?) } else { None };
             resident = resident.max(h.make_cold(&[model.as_path()])?);
             settle();
@@ -785,7 +775,6 @@ pub fn run(options: &BenchOptions) -> Result<Report, BenchError> {
          untimed first, then {WARM_LAUNCHES} times timed (their mean is its time); a cold one drops the page cache \
          first and times one launch. limit_s is the baseline: the daemon can only add"
     ));
-    notes.push(MODEL_PRIMED_NOTE.into());
     cases.extend(run_cases);
     cases.push(model);
     if options.quick {
