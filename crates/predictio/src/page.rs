@@ -75,12 +75,21 @@ impl PageRange {
 /// neighbours, or a page two pieces share, become one range; a range that
 /// starts earlier stays a range of its own). Empty ranges are left out.
 pub fn push_merged(ranges: &mut Vec<PageRange>, pages: PageRange) {
-    if pages.is_empty() {
-        return;
+    if !pages.is_empty() && !merge_into_last(ranges, pages) {
+        ranges.push(pages);
     }
+}
+
+/// Merges `pages` into the last of `ranges` when it starts inside it or
+/// right where it ends (as [`push_merged`] does); false, and nothing
+/// changed, otherwise: the caller decides whether it may append.
+pub fn merge_into_last(ranges: &mut [PageRange], pages: PageRange) -> bool {
     match ranges.last_mut() {
-        Some(last) if last.start <= pages.start && pages.start <= last.end => last.end = last.end.max(pages.end),
-        _ => ranges.push(pages),
+        Some(last) if last.start <= pages.start && pages.start <= last.end => {
+            last.end = last.end.max(pages.end);
+            true
+        }
+        _ => false,
     }
 }
 

@@ -22,7 +22,7 @@ use std::collections::HashSet;
 use super::profile::{FileIdentity, LaunchRun, RunFile};
 use crate::event::{AccessKind, Event};
 use crate::file::{FileId, IdMap, IdSet};
-use crate::page::PageRange;
+use crate::page::{PageRange, merge_into_last};
 
 /// When a launch window ends.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -239,13 +239,8 @@ impl Recorder {
                 if let Some(n) = bounded(&mut self.missed, *file, self.limits.max_files) {
                     *n += pages.len();
                     let ranges = self.missed_ranges.entry(*file).or_default();
-                    let room = ranges.len() < self.limits.max_accesses_per_file;
-                    match ranges.last_mut() {
-                        Some(last) if (last.start..=last.end).contains(&pages.start) => {
-                            last.end = last.end.max(pages.end);
-                        }
-                        _ if room => ranges.push(*pages),
-                        _ => {}
+                    if !merge_into_last(ranges, *pages) && ranges.len() < self.limits.max_accesses_per_file {
+                        ranges.push(*pages);
                     }
                 }
                 self.last_io_ns = self.last_io_ns.max(*time_ns);
@@ -302,12 +297,7 @@ impl Recorder {
         if pages.is_empty() {
             return;
         }
-        if merge
-            && let Some(last) = seen.accesses.last_mut()
-            && pages.start >= last.start
-            && pages.start <= last.end
-        {
-            last.end = last.end.max(pages.end);
+        if merge && merge_into_last(&mut seen.accesses, pages) {
             return;
         }
         if seen.accesses.len() < self.limits.max_accesses_per_file {
