@@ -668,8 +668,7 @@ fn dispatch_loop(shared: Arc<Shared>, mut runtime: Runtime, executor: Arc<Execut
                 && runtime.wants(EventKind::TreeChildEnter)
                 && let Some(held) = runtime.files().get(*file)
             {
-                databases.on_access(held, *pages, &mut descents);
-                if databases.is_watched(*file) {
+                if databases.on_access(held, *pages, &mut descents) {
                     shared.stay_prompt();
                 }
                 shared.counters.tree_descents.fetch_add(descents.len() as u64, Ordering::Relaxed);
@@ -759,7 +758,8 @@ mod tests {
         let (mut databases, mut models) = (crate::btree::observe::DbWatcher::new(), ModelDetector::default());
         for file in [&plain, &database] {
             assert!(!known_plain(&runtime, &databases, &models, file.id()), "not looked at yet");
-            databases.on_access(file, crate::page::PageRange::new(0, 1), &mut Vec::new());
+            let watched = databases.on_access(file, crate::page::PageRange::new(0, 1), &mut Vec::new());
+            assert_eq!(watched, file.id() == database.id(), "only the database is watched");
             assert!(models.detect(file, true, true).is_none());
         }
         assert!(known_plain(&runtime, &databases, &models, plain.id()));

@@ -180,28 +180,24 @@ impl DbWatcher {
         self.watched.len()
     }
 
-    /// Whether `file` is a database being watched now.
-    pub fn is_watched(&self, file: FileId) -> bool {
-        self.watched.contains_key(&file)
-    }
-
     /// Whether `file`'s first bytes were looked at and are no database's.
     pub fn is_not_database(&self, file: FileId) -> bool {
         self.not_databases.contains(&file)
     }
 
     /// Reports that a program accessed `pages` (4 KiB page indices) of
-    /// `file`; appends the descents this completes to `out`.
-    pub fn on_access(&mut self, file: &FileRef, pages: PageRange, out: &mut Vec<Event>) {
+    /// `file`; appends the descents this completes to `out`. Returns
+    /// whether `file` is a database being watched.
+    pub fn on_access(&mut self, file: &FileRef, pages: PageRange, out: &mut Vec<Event>) -> bool {
         let id = file.id();
         if self.not_databases.contains(&id) {
-            return;
+            return false;
         }
         self.clock += 1;
         if !self.watched.contains_key(&id) && !self.recognise(file) {
-            return;
+            return false;
         }
-        let Some(watched) = self.watched.get_mut(&id) else { return };
+        let Some(watched) = self.watched.get_mut(&id) else { return false };
         watched.last_used = self.clock;
         let page_size = u64::from(watched.traversal.layout().page_size());
         let first = pages.start.saturating_mul(PAGE_SIZE) / page_size;
@@ -275,6 +271,7 @@ impl DbWatcher {
             });
             push_pages(&mut self.stats, id, &watched.traversal, &ahead, out);
         }
+        true
     }
 
     /// Reads database page `index` (from 0) if it is cached and parses it.
