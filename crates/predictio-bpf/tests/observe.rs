@@ -93,6 +93,28 @@ fn all_pages(pages: u64) -> BTreeSet<u64> {
     (0..pages).collect()
 }
 
+/// Maps the first `pages` pages of `fd` and reads a byte of each through
+/// the mapping (faults, and pages mapped around them); returns their sum.
+fn read_through_a_mapping(fd: std::os::fd::BorrowedFd<'_>, pages: u64) -> u64 {
+    let len = (pages * PAGE_SIZE) as usize;
+    // Faulting pages through a mapping of our own is what the tests are
+    // about, so this maps and reads raw memory (unsafe, unavoidably).
+    use rustix::mm::{MapFlags, ProtFlags};
+    // SAFETY: a fresh read-only private mapping of an open file, chosen by the
+    // kernel; it aliases no Rust memory and is unmapped below.
+    let base = unsafe { rustix::mm::mmap(std::ptr::null_mut(), len, ProtFlags::READ, MapFlags::PRIVATE, fd, 0) }
+        .expect("mmap");
+    let mut sum = 0u64;
+    for page in 0..pages as usize {
+        // SAFETY: the byte lies inside the live mapping of `len` bytes; the
+        // caller's file is at least as long, so the access cannot SIGBUS.
+        sum += u64::from(unsafe { std::ptr::read_volatile(base.cast::<u8>().add(page * PAGE_SIZE as usize)) });
+    }
+    // SAFETY: unmapping exactly the mapping made above; nothing refers to it.
+    unsafe { rustix::mm::munmap(base, len) }.expect("munmap");
+    sum
+}
+
 #[test]
 fn buffered_read_reports_the_file_and_its_pages() {
     let Some(mut observer) = observer(ObserverConfig::default()) else { return };
@@ -215,24 +237,7 @@ fn mmap_reads_report_faults_and_mapped_pages() {
     // This test's own process does the mapping: follow it (other tests'
     // threads may report too; the file filters them out).
     observer.follow(std::process::id()).expect("follow self");
-    let len = (pages * PAGE_SIZE) as usize;
-    // Faulting pages through a mapping of our own is what this test is
-    // about, so it maps and reads raw memory (unsafe, unavoidably).
-    use rustix::mm::{MapFlags, ProtFlags};
-    // SAFETY: a fresh read-only private mapping of an open file, chosen by the
-    // kernel; it aliases no Rust memory and is unmapped below.
-    let base = unsafe {
-        rustix::mm::mmap(std::ptr::null_mut(), len, ProtFlags::READ, MapFlags::PRIVATE, data.file.file().as_fd(), 0)
-    }
-    .expect("mmap");
-    let mut sum = 0u64;
-    for page in 0..pages as usize {
-        // SAFETY: the byte lies inside the live mapping of `len` bytes; the
-        // file is as long as the mapping, so the access cannot SIGBUS.
-        sum += u64::from(unsafe { std::ptr::read_volatile(base.cast::<u8>().add(page * PAGE_SIZE as usize)) });
-    }
-    // SAFETY: unmapping exactly the mapping made above; nothing refers to it.
-    unsafe { rustix::mm::munmap(base, len) }.expect("munmap");
+    let sum = read_through_a_mapping(data.file.file().as_fd(), pages);
     assert!(sum > 0);
     let mut events = Vec::new();
     observer.poll(Duration::from_millis(5), &mut |e| events.push(e)).expect("poll");
@@ -242,6 +247,30 @@ fn mmap_reads_report_faults_and_mapped_pages() {
     let mapped = pages_accessed(&events, data.id(), &[AccessKind::Fault, AccessKind::MapPages], own);
     assert!(!faulted.is_empty(), "no fault on the mapping: {events:?}");
     assert!(mapped.is_superset(&all_pages(pages)), "pages faulted or mapped: {mapped:?}");
+}
+
+/// A memfd (tmpfs) read through a mapping reports nothing: none of it is
+/// ever read from storage. A file on disk read the same way beside it does.
+#[test]
+fn files_kept_in_memory_only_are_not_reported() {
+    let Some(mut observer) = observer(ObserverConfig::default()) else { return };
+    let pages = 32u64;
+    let memfd = rustix::fs::memfd_create("predictio-observe", rustix::fs::MemfdFlags::CLOEXEC).expect("memfd_create");
+    let mut memfd = File::from(memfd);
+    memfd.write_all(&vec![1u8; (pages * PAGE_SIZE) as usize]).expect("write the memfd");
+    let meta = memfd.metadata().expect("fstat");
+    let in_memory = FileId { dev: meta.dev(), ino: meta.ino() };
+    let on_disk = TestFile::new(pages);
+    observer.follow(std::process::id()).expect("follow self");
+    let sum = read_through_a_mapping(memfd.as_fd(), pages) + read_through_a_mapping(on_disk.file.file().as_fd(), pages);
+    assert!(sum > 0);
+    let mut events = Vec::new();
+    observer.poll(Duration::from_millis(5), &mut |e| events.push(e)).expect("poll");
+    observer.unfollow(std::process::id()).expect("unfollow");
+    let own = Some(std::process::id());
+    let kinds = [AccessKind::Read, AccessKind::Fault, AccessKind::MapPages];
+    assert!(!pages_accessed(&events, on_disk.id(), &kinds, own).is_empty(), "the file on disk: {events:?}");
+    assert!(events.iter().all(|e| e.file() != Some(in_memory)), "the memfd was reported: {events:?}");
 }
 
 #[test]

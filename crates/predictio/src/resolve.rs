@@ -28,6 +28,13 @@
 //! through a mapping. A process's mappings are one `PROCMAP_QUERY` each (a
 //! debugger maps ~250), so a program reading files it closes at once (data,
 //! scripts, locales: never found) cost a scan of them all per launch.
+//!
+//! A file kept in memory only (tmpfs, which holds every memfd; see
+//! [`crate::sys::memory_only_fs`]) is never handed on: nothing of it is read
+//! from storage. Once one is found, its device is not looked at again for
+//! [`ResolverConfig::in_memory_ttl`], so that the memfds a browser maps by
+//! the thousand cost one scan, not one each. (The eBPF observer leaves such
+//! files out itself; this covers the other observers.)
 
 use std::collections::HashMap;
 use std::os::unix::fs::MetadataExt;
@@ -58,6 +65,10 @@ pub struct ResolverConfig {
     pub seen_ttl: Duration,
     /// Entries kept in the caches before they are cleared.
     pub max_entries: usize,
+    /// How long a device found to keep its files in memory only is not
+    /// looked at: its number may be given to another file system once it
+    /// is unmounted, so the verdict is not kept for ever.
+    pub in_memory_ttl: Duration,
 }
 
 impl Default for ResolverConfig {
@@ -69,6 +80,7 @@ impl Default for ResolverConfig {
             max_scans_per_sec: 200,
             seen_ttl: Duration::from_secs(2),
             max_entries: 1 << 16,
+            in_memory_ttl: Duration::from_secs(60),
         }
     }
 }
@@ -84,6 +96,10 @@ pub struct ResolverStats {
     pub scans: u64,
     /// Files not found in their process.
     pub not_found: u64,
+    /// Files left alone because their file system keeps them in memory
+    /// only (tmpfs, memfds).
+    #[serde(default)]
+    pub in_memory: u64,
 }
 
 /// Where a process's access to a file can be traced back to the file.
@@ -114,6 +130,8 @@ pub struct Resolver {
     negative: HashMap<(FileId, Through), Instant>,
     scanned: HashMap<(u32, Through), Instant>,
     seen: HashMap<FileId, (Seen, Instant)>,
+    /// Devices whose files are kept in memory only, and since when known.
+    in_memory: HashMap<u64, Instant>,
     /// Reused by every scan.
     mappings: Vec<FileMapping>,
     window: (Instant, u32),
@@ -134,6 +152,7 @@ impl Resolver {
             negative: HashMap::new(),
             scanned: HashMap::new(),
             seen: HashMap::new(),
+            in_memory: HashMap::new(),
             mappings: Vec::new(),
             window: (Instant::now(), 0),
             stats: ResolverStats::default(),
@@ -147,9 +166,26 @@ impl Resolver {
     }
 
     /// A descriptor for `file`, found through process `pid` where `through`
-    /// says the access came from, if it can be found within the bounds.
+    /// says the access came from, if it can be found within the bounds and
+    /// its file system does not keep it in memory only.
     pub fn resolve(&mut self, pid: u32, file: FileId, through: Through) -> Option<FileRef> {
         let now = Instant::now();
+        if self.in_memory.get(&file.dev).is_some_and(|t| now.duration_since(*t) < self.config.in_memory_ttl) {
+            self.stats.in_memory += 1;
+            return None;
+        }
+        let found = self.find(pid, file, through, now)?;
+        if crate::sys::memory_only_fs(std::os::fd::AsFd::as_fd(&found)).unwrap_or(false) {
+            self.in_memory.insert(file.dev, now);
+            self.stats.in_memory += 1;
+            return None;
+        }
+        self.stats.resolved += 1;
+        Some(found)
+    }
+
+    /// [`Self::resolve`] before the file system is looked at.
+    fn find(&mut self, pid: u32, file: FileId, through: Through, now: Instant) -> Option<FileRef> {
         if self.negative.get(&(file, through)).is_some_and(|t| now.duration_since(*t) < self.config.negative_ttl) {
             self.stats.skipped += 1;
             return None;
@@ -189,10 +225,11 @@ impl Resolver {
     }
 
     fn trim(&mut self) {
-        if self.negative.len() + self.scanned.len() + self.seen.len() > self.config.max_entries {
+        if self.negative.len() + self.scanned.len() + self.seen.len() + self.in_memory.len() > self.config.max_entries {
             self.negative.clear();
             self.scanned.clear();
             self.seen.clear();
+            self.in_memory.clear();
         }
     }
 
@@ -209,7 +246,6 @@ impl Resolver {
         // be a regular file before the non-blocking reopen for reading.
         match FileRef::open(&path) {
             Ok(found) if found.id() == file => {
-                self.stats.resolved += 1;
                 for through in [Through::Descriptors, Through::Mappings, Through::Either] {
                     self.negative.remove(&(file, through));
                 }
@@ -391,6 +427,44 @@ mod tests {
         let found =
             r.resolve(std::process::id(), id, Through::Mappings).expect("found through /proc/self/maps and map_files");
         assert_eq!(found.id(), id);
+    }
+
+    /// A memfd this process has mapped is found, and left alone: tmpfs
+    /// keeps it in memory. Another memfd (the same device) then costs no
+    /// scan, while a file on disk is still found.
+    #[test]
+    fn files_kept_in_memory_only_are_left_alone_and_their_device_is_not_scanned_again() {
+        use std::os::fd::AsFd;
+        let memfd = |name: &std::ffi::CStr| {
+            let file = crate::sys::memfd(name).expect("memfd_create");
+            file.set_len(8192).expect("ftruncate");
+            let meta = file.metadata().expect("fstat");
+            let mapping = crate::sys::Mapping::map(file.as_fd(), 8192).expect("mmap");
+            (FileId { dev: meta.dev(), ino: meta.ino() }, mapping)
+        }; // each descriptor is closed: only the mapping is left
+        let (first, _first_mapping) = memfd(c"predictio-resolve-1");
+        let (second, _second_mapping) = memfd(c"predictio-resolve-2");
+        assert_eq!(first.dev, second.dev);
+        let config = ResolverConfig { rescan: Duration::ZERO, ..ResolverConfig::default() };
+        let mut r = Resolver::new(config);
+        let me = std::process::id();
+        assert!(r.resolve(me, first, Through::Mappings).is_none(), "a memfd is not handed on");
+        assert_eq!((r.stats().scans, r.stats().in_memory, r.stats().resolved), (1, 1, 0));
+        assert!(r.resolve(me, second, Through::Mappings).is_none());
+        assert_eq!((r.stats().scans, r.stats().in_memory), (1, 2), "its device is not scanned again");
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("on-disk");
+        std::fs::write(&path, vec![7u8; 4096]).expect("write");
+        let held = std::fs::File::open(&path).expect("open");
+        let meta = held.metadata().expect("stat");
+        let on_disk = FileId { dev: meta.dev(), ino: meta.ino() };
+        if crate::sys::memory_only_fs(held.as_fd()).expect("fstatfs") {
+            eprintln!("skipping the on-disk half: the temporary directory is in memory");
+            return;
+        }
+        let found = r.resolve(me, on_disk, Through::Descriptors).expect("a file on disk is found");
+        assert_eq!(found.id(), on_disk);
+        assert_eq!(r.stats().resolved, 1);
     }
 
     #[test]

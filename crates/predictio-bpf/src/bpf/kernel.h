@@ -22,6 +22,7 @@
 
 struct super_block {
 	__u32 s_dev; /* dev_t */
+	unsigned long s_magic;
 } __attribute__((preserve_access_index));
 
 struct inode {

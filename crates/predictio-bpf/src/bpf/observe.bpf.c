@@ -282,13 +282,33 @@ static __always_inline __u32 mapping_dev(struct inode *host)
 	return sb ? sb->s_dev : host->i_rdev;
 }
 
+/* include/uapi/linux/magic.h */
+#define PIO_TMPFS_MAGIC 0x01021994
+#define PIO_RAMFS_MAGIC 0x858458f6
+
+/*
+ * Whether the file lives in memory only: tmpfs (`/dev/shm`, a tmpfs `/tmp`,
+ * and every memfd and shared anonymous mapping) or ramfs. Nothing of such a
+ * file is ever read from storage, so no policy can do anything with it. A
+ * browser maps its memfds thousands of times a launch, and each new one sent
+ * the daemon looking through its process's mappings for it.
+ */
+static __always_inline int in_memory_only(struct inode *host)
+{
+	struct super_block *sb = host->i_sb;
+	if (!sb)
+		return 0;
+	unsigned long magic = sb->s_magic;
+	return magic == PIO_TMPFS_MAGIC || magic == PIO_RAMFS_MAGIC;
+}
+
 static __always_inline int on_mapping(struct address_space *mapping, __u64 first, __u64 last, __u32 kind)
 {
 	__u32 tgid = current_tgid();
 	if (!pages_wanted(tgid))
 		return 0;
 	struct inode *host = mapping->host;
-	if (!host)
+	if (!host || in_memory_only(host))
 		return 0;
 	/* The tracepoints give the pages asked for (`cat` asks for 128 KiB
 	 * whatever the file's size); report only those that exist, and nothing

@@ -202,9 +202,12 @@ pub fn seek_hole(fd: BorrowedFd<'_>, offset: u64) -> io::Result<Option<u64>> {
     lseek(fd, rustix::fs::SeekFrom::Hole(offset))
 }
 
+/// ramfs's `f_type` (include/uapi/linux/magic.h; libc does not name it).
+const RAMFS_MAGIC: libc::c_long = 0x8584_58f6_u32 as libc::c_long;
+
 /// Whether the filesystem holding `fd` makes its files up or keeps them in
-/// memory only (proc, sysfs, tmpfs and devtmpfs, devpts, cgroup, debugfs,
-/// tracefs, securityfs, bpf, hugetlbfs), so reading it never reaches
+/// memory only (proc, sysfs, tmpfs and devtmpfs, ramfs, devpts, cgroup,
+/// debugfs, tracefs, securityfs, bpf, hugetlbfs), so reading it never reaches
 /// storage (`fstatfs(2)`'s `f_type`).
 pub fn memory_only_fs(fd: BorrowedFd<'_>) -> io::Result<bool> {
     let st = rustix::fs::fstatfs(fd)?;
@@ -214,6 +217,7 @@ pub fn memory_only_fs(fd: BorrowedFd<'_>) -> io::Result<bool> {
         libc::PROC_SUPER_MAGIC
             | libc::SYSFS_MAGIC
             | libc::TMPFS_MAGIC
+            | RAMFS_MAGIC
             | libc::DEVPTS_SUPER_MAGIC
             | libc::CGROUP_SUPER_MAGIC
             | libc::CGROUP2_SUPER_MAGIC
