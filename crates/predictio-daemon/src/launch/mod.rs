@@ -413,6 +413,7 @@ pub fn start_learner(
     Background::spawn("predictio-learn", move |stop| {
         let mut namer = Namer::new();
         let mut first_runs = FirstRuns::new(FIRST_RUNS, FIRST_RUN_RANGES);
+        load_first_runs(&config, &mut first_runs);
         let mut recent = RecentlyLearned::new(RELEARN_AFTER, RELEARN_MISSED_PAGES, RECENT_KEYS);
         let mut flushed = Instant::now();
         while let Ok(done) = finished.recv() {
@@ -453,7 +454,39 @@ pub fn start_learner(
             }
         }
         flush_scores(&config, &scores);
+        save_first_runs(&config, &first_runs);
     })
+}
+
+/// Bytes of JSON the first runs saved at a stop take at most (the newest
+/// are kept): a Chromium launch's run is ~0.5 MiB.
+const FIRST_RUNS_SAVED_BYTES: usize = 16 << 20;
+
+/// Takes back the first runs the learner kept when the daemon last
+/// stopped: a program launched once per boot still reaches the store at
+/// its second launch, a boot later.
+fn load_first_runs(config: &LaunchSection, first_runs: &mut FirstRuns) {
+    let saved = match open_store(config).and_then(|store| store.first_runs()) {
+        Ok(saved) => saved,
+        Err(err) => {
+            tracing::warn!(%err, "first launches kept at the last stop not read");
+            return;
+        }
+    };
+    let n = saved.len();
+    for (exe, shape, run) in saved {
+        first_runs.admit(&exe, &shape, run);
+    }
+    tracing::debug!(saved = n, kept = first_runs.len(), "first launches kept at the last stop read");
+}
+
+/// Saves the first runs the learner keeps (see [`load_first_runs`]).
+fn save_first_runs(config: &LaunchSection, first_runs: &FirstRuns) {
+    let runs: Vec<_> = first_runs.iter().collect();
+    match open_store(config).and_then(|store| store.put_first_runs(&runs, FIRST_RUNS_SAVED_BYTES)) {
+        Ok(written) => tracing::debug!(written, "first launches saved"),
+        Err(err) => tracing::warn!(%err, runs = runs.len(), "first launches not saved"),
+    }
 }
 
 /// A launch of a profile stored less than this long ago that missed fewer
@@ -751,6 +784,44 @@ mod tests {
         let everything = LaunchSection { min_learn_missed_kib: 0, min_learn_ms: 0, ..config.clone() };
         assert!(!learn_one(&everything, finished(&head, "head -2 /tmp/t", 12, 7)));
         assert!(learn_one(&everything, finished(&head, "head -2 /tmp/t", 12, 7)), "the floor is what left it out");
+    }
+
+    /// A shape's first launch, kept in memory, survives a restart: saved at
+    /// the learner's stop and read at its start, the shape's next launch
+    /// stores the profile with both runs.
+    #[test]
+    fn a_first_launch_survives_a_restart_and_the_second_stores_the_profile() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let config = LaunchSection { store: dir.path().join("store"), ..LaunchSection::default() };
+        let (clang, gdb) = (held(dir.path(), "clang", 2048), held(dir.path(), "gdb", 1024));
+        let (book, scores) = (ReplayBook::default(), Scores::default());
+        let mut namer = Namer::new();
+        let mut before = FirstRuns::new(16, 1 << 20);
+        for (exe, shape) in [(&gdb, "gdb --batch"), (&clang, "clang -c a.c")] {
+            let done = finished(exe, shape, 2048, 300);
+            assert!(!learn(&config, &mut namer, &mut before, done, &book, &scores).expect("store"), "kept");
+        }
+        save_first_runs(&config, &before);
+        let mut after = FirstRuns::new(16, 1 << 20);
+        load_first_runs(&config, &mut after);
+        assert_eq!(after.len(), 2);
+        let order: Vec<&str> = after.iter().map(|(_, shape, _)| shape).collect();
+        assert_eq!(order, ["gdb --batch", "clang -c a.c"], "oldest first, as kept");
+        let done = finished(&clang, "clang -c a.c", 2048, 280);
+        assert!(learn(&config, &mut namer, &mut after, done, &book, &scores).expect("store"), "stored at its second");
+        let exe = dir.path().join("clang").to_string_lossy().into_owned();
+        let profile = open_store(&config).expect("store").get(&exe, "clang -c a.c").expect("read");
+        assert_eq!(profile.expect("stored").runs, 2, "both runs");
+        // Saving again replaces what was saved: the stored shape's run is gone.
+        save_first_runs(&config, &after);
+        let saved = open_store(&config).expect("store").first_runs().expect("read");
+        let shapes: Vec<&str> = saved.iter().map(|(_, shape, _)| shape.as_str()).collect();
+        assert_eq!(shapes, ["gdb --batch"]);
+        // A byte budget keeps the newest.
+        let runs: Vec<_> = before.iter().collect();
+        let store = open_store(&config).expect("store");
+        assert_eq!(store.put_first_runs(&runs, 0).expect("write"), 0);
+        assert!(store.first_runs().expect("read").is_empty());
     }
 
     /// A replayed launch that used none of its replay's pages is scored;

@@ -35,6 +35,7 @@ use redb::{Database, ReadableTable, TableDefinition, TableHandle};
 
 use predictio::launch::Benefit;
 use predictio::launch::profile::{PROFILE_VERSION, Profile};
+use predictio::launch::{FileIdentity, LaunchRun};
 
 use super::keys;
 
@@ -60,6 +61,21 @@ const USED: TableDefinition<&str, (u64, u64)> = TableDefinition::new("used");
 /// hundred bytes). Written apart from the profile, removed with it. Added
 /// within version 2: an older predictio leaves the table alone.
 const SCORES: TableDefinition<&str, &[u8]> = TableDefinition::new("scores");
+/// Per key: the first launch of a command shape no profile holds yet
+/// ([`predictio::launch::FirstRuns`], kept in memory until the shape
+/// launches again), saved at the daemon's stop so that it survives a
+/// restart ([`KeptRun`], JSON). Rewritten whole at each stop. Added within
+/// version 2: an older predictio leaves the table alone.
+const FIRST_RUNS: TableDefinition<&str, &[u8]> = TableDefinition::new("first_runs");
+
+/// One saved first run: its place in the oldest-first order, the
+/// executable it was a launch of and the run.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct KeptRun {
+    order: u64,
+    exe: FileIdentity,
+    run: LaunchRun,
+}
 
 /// Store errors.
 #[derive(Debug, thiserror::Error)]
@@ -591,6 +607,63 @@ impl Store {
         }
         txn.commit().map_err(|e| self.err(e))?;
         Ok(written)
+    }
+
+    /// Replaces the saved first runs with `runs` (oldest first: executable,
+    /// command shape, run), in one commit, keeping the newest that fit in
+    /// `max_bytes` of JSON. Returns how many were written.
+    pub fn put_first_runs(
+        &self,
+        runs: &[(&FileIdentity, &str, &LaunchRun)],
+        max_bytes: usize,
+    ) -> Result<usize, StoreError> {
+        let mut rows = Vec::new();
+        let mut bytes = 0;
+        for (order, (exe, shape, run)) in runs.iter().enumerate().rev() {
+            let key = key(&exe.path, shape);
+            let kept = KeptRun { order: order as u64, exe: (*exe).clone(), run: (*run).clone() };
+            let json = serde_json::to_vec(&kept)
+                .map_err(|e| StoreError::Profile { exe: shown_key(&key), reason: e.to_string() })?;
+            bytes += key.len() + json.len();
+            if bytes > max_bytes {
+                break;
+            }
+            rows.push((key, json));
+        }
+        let txn = self.db.begin_write().map_err(|e| self.err(e))?;
+        {
+            let mut table = txn.open_table(FIRST_RUNS).map_err(|e| self.err(e))?;
+            table.retain(|_, _| false).map_err(|e| self.err(e))?;
+            for (key, json) in &rows {
+                table.insert(key.as_str(), json.as_slice()).map_err(|e| self.err(e))?;
+            }
+        }
+        txn.commit().map_err(|e| self.err(e))?;
+        Ok(rows.len())
+    }
+
+    /// The saved first runs, oldest first: executable, command shape and
+    /// run. Unreadable ones are left out (the shape starts again).
+    pub fn first_runs(&self) -> Result<Vec<(FileIdentity, String, LaunchRun)>, StoreError> {
+        let txn = self.db.begin_read().map_err(|e| self.err(e))?;
+        let table = match txn.open_table(FIRST_RUNS) {
+            Ok(table) => table,
+            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
+            Err(e) => return Err(self.err(e)),
+        };
+        let mut kept = Vec::new();
+        for item in table.iter().map_err(|e| self.err(e))? {
+            let (k, v) = item.map_err(|e| self.err(e))?;
+            let Ok(run) = serde_json::from_slice::<KeptRun>(v.value()) else { continue };
+            let shape = k.value().split_once('\0').map_or("", |(_, shape)| shape);
+            if key(&run.exe.path, shape) != k.value() {
+                // Not the key it was saved under.
+                continue;
+            }
+            kept.push((run.order, run.exe, shape.to_owned(), run.run));
+        }
+        kept.sort_by_key(|(order, ..)| *order);
+        Ok(kept.into_iter().map(|(_, exe, shape, run)| (exe, shape, run)).collect())
     }
 
     /// What the replays of the profile of `exe` with shape `shape` gained

@@ -205,6 +205,13 @@ impl FirstRuns {
         None
     }
 
+    /// The first runs kept, oldest first: executable, command shape, run
+    /// (to save them over a restart, and [`Self::admit`] them back in this
+    /// order).
+    pub fn iter(&self) -> impl Iterator<Item = (&FileIdentity, &str, &LaunchRun)> {
+        self.runs.iter().map(|(exe, shape, run)| (exe, shape.as_str(), run))
+    }
+
     /// First runs kept.
     pub fn len(&self) -> usize {
         self.runs.len()
