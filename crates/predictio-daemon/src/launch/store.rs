@@ -247,6 +247,12 @@ pub fn key(exe: &str, shape: &str) -> String {
     if shape.is_empty() { exe.to_owned() } else { format!("{exe}\0{shape}") }
 }
 
+/// The executable path and command shape of a [`key`] (the shape empty
+/// for a profile learned before shapes).
+fn split_key(key: &str) -> (&str, &str) {
+    key.split_once('\0').unwrap_or((key, ""))
+}
+
 /// A key as shown in messages: its NUL as a space.
 fn shown_key(key: &str) -> String {
     key.replace('\0', " ")
@@ -655,7 +661,7 @@ impl Store {
         for item in table.iter().map_err(|e| self.err(e))? {
             let (k, v) = item.map_err(|e| self.err(e))?;
             let Ok(run) = serde_json::from_slice::<KeptRun>(v.value()) else { continue };
-            let shape = k.value().split_once('\0').map_or("", |(_, shape)| shape);
+            let (_, shape) = split_key(k.value());
             if key(&run.exe.path, shape) != k.value() {
                 // Not the key it was saved under.
                 continue;
@@ -684,7 +690,7 @@ impl Store {
         for item in scores.iter().map_err(|e| self.err(e))? {
             let (k, v) = item.map_err(|e| self.err(e))?;
             let Ok(benefit) = serde_json::from_slice::<Benefit>(v.value()) else { continue };
-            let (exe, shape) = k.value().split_once('\0').unwrap_or((k.value(), ""));
+            let (exe, shape) = split_key(k.value());
             out.push((exe.to_owned(), shape.to_owned(), benefit));
         }
         Ok(out)
