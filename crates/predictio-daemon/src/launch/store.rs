@@ -26,6 +26,7 @@
 //! an older version, say) is moved aside (`launch.redb.broken-SECONDS`)
 //! with a warning, and a new one started.
 
+use std::borrow::Cow;
 use std::fs::File;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -69,12 +70,13 @@ const SCORES: TableDefinition<&str, &[u8]> = TableDefinition::new("scores");
 const FIRST_RUNS: TableDefinition<&str, &[u8]> = TableDefinition::new("first_runs");
 
 /// One saved first run: its place in the oldest-first order, the
-/// executable it was a launch of and the run.
+/// executable it was a launch of and the run (borrowed when written, owned
+/// when read).
 #[derive(serde::Serialize, serde::Deserialize)]
-struct KeptRun {
+struct KeptRun<'a> {
     order: u64,
-    exe: FileIdentity,
-    run: LaunchRun,
+    exe: Cow<'a, FileIdentity>,
+    run: Cow<'a, LaunchRun>,
 }
 
 /// Store errors.
@@ -627,7 +629,7 @@ impl Store {
         let mut bytes = 0;
         for (order, (exe, shape, run)) in runs.iter().enumerate().rev() {
             let key = key(&exe.path, shape);
-            let kept = KeptRun { order: order as u64, exe: (*exe).clone(), run: (*run).clone() };
+            let kept = KeptRun { order: order as u64, exe: Cow::Borrowed(*exe), run: Cow::Borrowed(*run) };
             let json = serde_json::to_vec(&kept)
                 .map_err(|e| StoreError::Profile { exe: shown_key(&key), reason: e.to_string() })?;
             bytes += key.len() + json.len();
@@ -666,7 +668,7 @@ impl Store {
                 // Not the key it was saved under.
                 continue;
             }
-            kept.push((run.order, run.exe, shape.to_owned(), run.run));
+            kept.push((run.order, run.exe.into_owned(), shape.to_owned(), run.run.into_owned()));
         }
         kept.sort_by_key(|(order, ..)| *order);
         Ok(kept.into_iter().map(|(_, exe, shape, run)| (exe, shape, run)).collect())
